@@ -1,0 +1,55 @@
+// Package dialect holds the SQL that postroom's stores share, one statement
+// per dialect: PostgreSQL, MySQL/MariaDB and SQLite. No other package builds
+// SQL from table names; they all come through here, validated first.
+package dialect
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+
+	"gorm.io/gorm"
+)
+
+// Dialect names a SQL dialect postroom speaks.
+type Dialect string
+
+// The dialects postroom supports.
+const (
+	Postgres Dialect = "postgres"
+	MySQL    Dialect = "mysql"
+	SQLite   Dialect = "sqlite"
+)
+
+// ErrUnsupported is returned for a database whose dialect postroom does not speak.
+var ErrUnsupported = errors.New("dialect: unsupported database (use PostgreSQL, MySQL/MariaDB or SQLite)")
+
+// Of returns the dialect of db.
+func Of(db *gorm.DB) (Dialect, error) {
+	switch name := db.Dialector.Name(); name {
+	case "postgres", "pgx":
+		return Postgres, nil
+	case "mysql":
+		return MySQL, nil
+	case "sqlite", "sqlite3":
+		return SQLite, nil
+	default:
+		return "", fmt.Errorf("%w: gorm dialector %q", ErrUnsupported, name)
+	}
+}
+
+var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
+
+// ErrBadIdentifier is returned for a table name that is not a plain SQL identifier.
+var ErrBadIdentifier = errors.New("dialect: bad table name")
+
+// ValidateIdentifier reports whether name can be used as a table name: letters,
+// digits and underscores, not starting with a digit, at most 63 characters,
+// optionally qualified by one schema ("schema.table"). Names are never quoted
+// or escaped, so anything else is refused.
+func ValidateIdentifier(name string) error {
+	if !identifier.MatchString(name) {
+		return fmt.Errorf("%w %q: use letters, digits and underscores only (optionally schema.table), at most 63 characters each", ErrBadIdentifier, name)
+	}
+	return nil
+}

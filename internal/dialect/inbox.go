@@ -1,0 +1,49 @@
+package dialect
+
+// InboxInsert returns the statement that claims an inbox key. It affects one
+// row when the key is new and none when it is a duplicate; it never fails on
+// a duplicate, so a PostgreSQL transaction is not aborted by it.
+// Arguments: consumer, source, message_id, message_type, received_at.
+func (d Dialect) InboxInsert(table string) string {
+	insert := "INSERT INTO " + table + " (consumer, source, message_id, message_type, received_at) VALUES (?, ?, ?, ?, ?)"
+	if d == MySQL {
+		// Without CLIENT_FOUND_ROWS an update to the same value counts as 0 rows.
+		return insert + " ON DUPLICATE KEY UPDATE message_id = message_id"
+	}
+	return insert + " ON CONFLICT DO NOTHING"
+}
+
+// WatermarkUpsert returns the conditional upsert of a stale-update
+// watermark. It affects at least one row when the incoming version is newer
+// than the stored one (ties broken by message ID) and none otherwise.
+// Arguments: message_type, entity_id, version_at, message_id, updated_at.
+func (d Dialect) WatermarkUpsert(table string) string {
+	insert := "INSERT INTO " + table + " (message_type, entity_id, version_at, message_id, updated_at) VALUES (?, ?, ?, ?, ?)"
+	if d == MySQL {
+		// Assignments run left to right and later ones see earlier results,
+		// so the condition is evaluated on the stored row by updated_at and
+		// message_id first; version_at is assigned last.
+		newer := "(version_at < VALUES(version_at) OR (version_at = VALUES(version_at) AND message_id < VALUES(message_id)))"
+		return insert + " ON DUPLICATE KEY UPDATE" +
+			" updated_at = IF(" + newer + ", VALUES(updated_at), updated_at)," +
+			" message_id = IF(" + newer + ", VALUES(message_id), message_id)," +
+			" version_at = IF(version_at < VALUES(version_at), VALUES(version_at), version_at)"
+	}
+	return insert + " ON CONFLICT (message_type, entity_id) DO UPDATE SET" +
+		" version_at = excluded.version_at, message_id = excluded.message_id, updated_at = excluded.updated_at" +
+		" WHERE " + table + ".version_at < excluded.version_at" +
+		" OR (" + table + ".version_at = excluded.version_at AND " + table + ".message_id < excluded.message_id)"
+}
+
+// PurgeBatch returns a statement that deletes at most limit rows of table
+// whose column is older than a cut-off. Arguments: cut-off, limit.
+func (d Dialect) PurgeBatch(table, column string) string {
+	switch d {
+	case MySQL:
+		return "DELETE FROM " + table + " WHERE " + column + " < ? LIMIT ?"
+	case Postgres:
+		return "DELETE FROM " + table + " WHERE ctid IN (SELECT ctid FROM " + table + " WHERE " + column + " < ? LIMIT ?)"
+	default:
+		return "DELETE FROM " + table + " WHERE rowid IN (SELECT rowid FROM " + table + " WHERE " + column + " < ? LIMIT ?)"
+	}
+}

@@ -1,0 +1,130 @@
+package dialect
+
+import (
+	"cmp"
+	"errors"
+	"strings"
+)
+
+// Tables names postroom's tables. Unset fields fall back to the defaults.
+type Tables struct {
+	// Inbox holds one row per handled message key. Defaults to "postroom_inbox".
+	Inbox string
+	// Watermarks holds the newest applied version per entity. Defaults to "postroom_stale_watermarks".
+	Watermarks string
+	// Schedules holds the durable schedules. Defaults to "postroom_schedules".
+	Schedules string
+	// Migrations records the applied schema versions. Defaults to "postroom_migrations".
+	Migrations string
+}
+
+// Default table names.
+const (
+	InboxTableDefault      = "postroom_inbox"
+	WatermarksTableDefault = "postroom_stale_watermarks"
+	SchedulesTableDefault  = "postroom_schedules"
+	MigrationsTableDefault = "postroom_migrations"
+)
+
+// WithDefaults returns t with every unset name filled in.
+func (t Tables) WithDefaults() Tables {
+	return Tables{
+		Inbox:      cmp.Or(t.Inbox, InboxTableDefault),
+		Watermarks: cmp.Or(t.Watermarks, WatermarksTableDefault),
+		Schedules:  cmp.Or(t.Schedules, SchedulesTableDefault),
+		Migrations: cmp.Or(t.Migrations, MigrationsTableDefault),
+	}
+}
+
+// Validate reports every name that is not a valid identifier.
+func (t Tables) Validate() error {
+	t = t.WithDefaults()
+	return errors.Join(
+		ValidateIdentifier(t.Inbox),
+		ValidateIdentifier(t.Watermarks),
+		ValidateIdentifier(t.Schedules),
+		ValidateIdentifier(t.Migrations),
+	)
+}
+
+// Migration is one versioned step of postroom's schema.
+type Migration struct {
+	Version    int
+	Name       string
+	Statements []string
+}
+
+// indexName derives an index name from a possibly schema-qualified table.
+func indexName(table, suffix string) string {
+	if i := strings.LastIndexByte(table, '.'); i >= 0 {
+		table = table[i+1:]
+	}
+	return table + "_" + suffix
+}
+
+// MigrationsTable returns the statement that creates the migrations table.
+func (d Dialect) MigrationsTable(t Tables) string {
+	return "CREATE TABLE IF NOT EXISTS " + t.Migrations + " (version INTEGER NOT NULL PRIMARY KEY, name VARCHAR(200) NOT NULL, applied_at " + d.timestamp() + " NOT NULL)"
+}
+
+func (d Dialect) timestamp() string {
+	switch d {
+	case Postgres:
+		return "TIMESTAMPTZ"
+	case MySQL:
+		return "DATETIME(6)"
+	default:
+		return "TEXT"
+	}
+}
+
+func (d Dialect) boolean() string {
+	if d == MySQL {
+		return "TINYINT(1)"
+	}
+	return "BOOLEAN"
+}
+
+// Migrations returns postroom's schema as versioned steps, oldest first.
+// A step, once released, never changes: new schema goes in a new step.
+func (d Dialect) Migrations(t Tables) []Migration {
+	t = t.WithDefaults()
+	ts, id := d.timestamp(), "VARCHAR(200)"
+	return []Migration{
+		{Version: 1, Name: "inbox", Statements: d.tableWithIndex(t.Inbox,
+			"consumer "+id+" NOT NULL, source "+id+" NOT NULL, message_id "+id+" NOT NULL, message_type VARCHAR(255) NOT NULL, received_at "+ts+" NOT NULL, PRIMARY KEY (consumer, source, message_id)",
+			"received_at", true)},
+		{Version: 2, Name: "stale watermarks", Statements: d.tableWithIndex(t.Watermarks,
+			"message_type VARCHAR(255) NOT NULL, entity_id "+id+" NOT NULL, version_at BIGINT NOT NULL, message_id "+id+" NOT NULL, updated_at "+ts+" NOT NULL, PRIMARY KEY (message_type, entity_id)",
+			"updated_at", false)},
+		{Version: 3, Name: "schedules", Statements: []string{
+			"CREATE TABLE IF NOT EXISTS " + t.Schedules + " (name " + id + " NOT NULL PRIMARY KEY, spec VARCHAR(255) NOT NULL, next_run_at " + ts + " NOT NULL, last_run_at " + ts + " NULL, last_fired_by " + id + " NOT NULL DEFAULT '', paused " + d.boolean() + " NOT NULL DEFAULT FALSE, updated_at " + ts + " NOT NULL)",
+		}},
+	}
+}
+
+// tableWithIndex creates a table and an index on one time column, both
+// idempotently, so a migration step cut short (MySQL commits DDL at once)
+// can be run again. appendOnly tables get a BRIN index on PostgreSQL: their
+// rows arrive in time order, so a tiny index finds the old pages.
+func (d Dialect) tableWithIndex(table, columns, indexed string, appendOnly bool) []string {
+	index := indexName(table, indexed)
+	switch d {
+	case MySQL:
+		return []string{"CREATE TABLE IF NOT EXISTS " + table + " (" + columns + ", INDEX " + index + " (" + indexed + "))"}
+	case Postgres:
+		using := ""
+		if appendOnly {
+			using = " USING BRIN"
+		}
+		return []string{
+			"CREATE TABLE IF NOT EXISTS " + table + " (" + columns + ")",
+			"CREATE INDEX IF NOT EXISTS " + index + " ON " + table + using + " (" + indexed + ")",
+		}
+	default:
+		return []string{
+			"CREATE TABLE IF NOT EXISTS " + table + " (" + columns + ")",
+			"CREATE INDEX IF NOT EXISTS " + index + " ON " + table + " (" + indexed + ")",
+		}
+	}
+}

@@ -1,0 +1,39 @@
+// Package metadata names the message metadata keys postroom reads and
+// writes. The bus sets them on every message it sends; the middlewares read
+// them by default. It imports nothing, so every package can share it.
+package metadata
+
+// Keys of the metadata postroom sets on every message it sends.
+const (
+	// MessageID is the message's ID, a time-ordered UUIDv7; it equals the
+	// Watermill UUID of the message.
+	MessageID = "postroom-message-id"
+	// MessageType is the stable name of the payload's type.
+	MessageType = "postroom-message-type"
+	// SentAt is when the message was sent, RFC 3339 with nanoseconds.
+	SentAt = "postroom-sent-at"
+	// SourceEndpoint is the endpoint that sent the message.
+	SourceEndpoint = "postroom-source-endpoint"
+	// CorrelationID is the ID of the conversation the message belongs to.
+	CorrelationID = "postroom-correlation-id"
+	// CausationID is the ID of the message whose handler sent this one.
+	CausationID = "postroom-causation-id"
+	// EntityID identifies the entity a versioned update is about.
+	EntityID = "postroom-entity-id"
+	// Version is the version of a versioned update, RFC 3339 with nanoseconds.
+	Version = "postroom-version"
+)
+
+// Keys set on a message moved to the error topic.
+const (
+	// ErrorReason is the error that made the last attempt fail.
+	ErrorReason = "postroom-error-reason"
+	// ErrorHandler is the handler that failed.
+	ErrorHandler = "postroom-error-handler"
+	// ErrorAttempts is how many attempts were made.
+	ErrorAttempts = "postroom-error-attempts"
+	// ErrorTopic is the topic the message was received from.
+	ErrorTopic = "postroom-error-topic"
+	// ErrorAt is when the message was moved, RFC 3339.
+	ErrorAt = "postroom-error-at"
+)

@@ -1,0 +1,31 @@
+// Package inbox makes a handler's side effects happen once per consumer
+// although the broker delivers at least once.
+//
+// # How it works
+//
+// The middleware returned by [New] runs inside a unit of work (package
+// unitofwork; it opens one if the message has none). It inserts the
+// message's key (consumer, source, message ID) into the inbox table with
+// INSERT … ON CONFLICT DO NOTHING (ON DUPLICATE KEY UPDATE on MySQL). One
+// row inserted: the handler runs and its writes commit with the key. No row:
+// the message was handled before; the transaction rolls back, the message is
+// acked and the handler is not called. A handler error or panic rolls the key
+// back with everything else, so the redelivery is handled; this is where
+// Watermill's in-memory Deduplicator, which records the key first, loses
+// messages.
+//
+// # Keys
+//
+// By default the consumer is the Watermill handler name, the message ID the
+// Watermill UUID and the source the sending endpoint (metadata
+// "postroom-source-endpoint", empty when absent). [Config.Key] takes the key
+// from anywhere else: metadata, or the payload (for EDI, the interchange
+// sender and control number). An empty or over-long ID is an
+// [*KeyError], which the bus sends to the error topic without retrying.
+//
+// # Retention
+//
+// Keys older than the retention are purged by the CleanupStore handler. A
+// retention shorter than the time within which the broker can redeliver lets
+// duplicates through; [CheckRetention] refuses such a configuration.
+package inbox

@@ -1,0 +1,123 @@
+package stale
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"gorm.io/gorm"
+
+	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/metadata"
+	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/middleware/unitofwork"
+)
+
+// Defaults of Config.
+const (
+	TableDefault   = dialect.WatermarksTableDefault
+	MaxSkewDefault = 5 * time.Minute
+)
+
+// Config configures the stale-update middleware.
+type Config struct {
+	// DB is the database of the watermark table and of the handler's writes. Required.
+	DB *gorm.DB
+	// Table is the watermark table. Defaults to "postroom_stale_watermarks".
+	Table string
+	// MessageType names the kind of update; watermarks are kept per message
+	// type and entity. Defaults to the metadata "postroom-message-type".
+	MessageType string
+	// Version takes the version from a message. Defaults to MetadataVersion.
+	Version VersionFunc
+	// MaxSkew is how far in the future a version may lie. Defaults to 5 minutes.
+	MaxSkew time.Duration
+	// Recorder counts stale updates per handler. Defaults to metrics.Discard.
+	Recorder metrics.Recorder
+	// Logger logs stale updates at debug level. Defaults to slog.Default().
+	Logger *slog.Logger
+	// Now is the clock for the skew check and updated_at. Defaults to time.Now.
+	Now func() time.Time
+}
+
+func (c Config) withDefaults() Config {
+	c.Table = cmp.Or(c.Table, TableDefault)
+	c.MaxSkew = cmp.Or(c.MaxSkew, MaxSkewDefault)
+	if c.Version == nil {
+		c.Version = MetadataVersion
+	}
+	if c.Recorder == nil {
+		c.Recorder = metrics.Discard{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if c.DB == nil {
+		errs = append(errs, errors.New("stale: Config.DB is nil: pass the *gorm.DB the handler writes to"))
+	}
+	if err := dialect.ValidateIdentifier(c.Table); err != nil {
+		errs = append(errs, fmt.Errorf("stale: Config.Table: %w", err))
+	}
+	if c.MaxSkew < 0 {
+		errs = append(errs, fmt.Errorf("stale: Config.MaxSkew %s is negative", c.MaxSkew))
+	}
+	return errors.Join(errs...)
+}
+
+// New returns the stale-update middleware.
+func New(cfg Config) (message.HandlerMiddleware, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	d, err := dialect.Of(cfg.DB)
+	if err != nil {
+		return nil, fmt.Errorf("stale: %w", err)
+	}
+	upsert := d.WatermarkUpsert(cfg.Table)
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		check := func(msg *message.Message) ([]*message.Message, error) {
+			ctx := msg.Context()
+			v, err := cfg.Version(msg)
+			if err != nil {
+				var ve *VersionError
+				if !errors.As(err, &ve) {
+					err = &VersionError{Reason: "version function failed", Err: err}
+				}
+				return nil, err
+			}
+			messageType := cmp.Or(cfg.MessageType, msg.Metadata.Get(metadata.MessageType))
+			now := cfg.Now()
+			if err := v.validate(messageType, msg.UUID, now, cfg.MaxSkew); err != nil {
+				return nil, err
+			}
+			res := unitofwork.Tx(ctx).Exec(upsert, messageType, v.EntityID, v.At.UnixNano(), msg.UUID, d.Time(now))
+			if res.Error != nil {
+				return nil, fmt.Errorf("stale: upsert watermark: %w", res.Error)
+			}
+			if res.RowsAffected == 0 {
+				unitofwork.RollbackOnly(ctx)
+				handler := message.HandlerNameFromCtx(ctx)
+				cfg.Recorder.Record(handler, metrics.Stale)
+				cfg.Logger.DebugContext(ctx, "stale: older update skipped", "handler", handler,
+					"message_type", messageType, "entity_id", v.EntityID, "version", v.At, "message_id", msg.UUID)
+				return nil, nil
+			}
+			return h(msg)
+		}
+		return func(msg *message.Message) ([]*message.Message, error) {
+			return unitofwork.Run(cfg.DB, msg, check)
+		}
+	}, nil
+}

@@ -1,0 +1,86 @@
+package stale
+
+import (
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/postroom/postroom/metadata"
+)
+
+// MaxEntityIDLength is the longest entity ID stored, in bytes.
+const MaxEntityIDLength = 200
+
+// Version says which entity a message updates and how new the update is.
+type Version struct {
+	EntityID string
+	At       time.Time
+}
+
+// VersionFunc takes the version from a message.
+type VersionFunc func(msg *message.Message) (Version, error)
+
+// MetadataVersion reads the entity ID and an RFC 3339 timestamp from the
+// metadata keys "postroom-entity-id" and "postroom-version".
+func MetadataVersion(msg *message.Message) (Version, error) {
+	id := msg.Metadata.Get(metadata.EntityID)
+	raw := msg.Metadata.Get(metadata.Version)
+	if raw == "" {
+		return Version{EntityID: id}, nil
+	}
+	at, err := time.Parse(time.RFC3339Nano, raw)
+	if err != nil {
+		return Version{}, &VersionError{Reason: fmt.Sprintf("version %q is not an RFC 3339 timestamp", raw), Err: err}
+	}
+	return Version{EntityID: id, At: at}, nil
+}
+
+// ErrBadVersion is the sentinel every [*VersionError] matches.
+var ErrBadVersion = errors.New("stale: bad version")
+
+// VersionError says why a message's version cannot be checked. It is
+// unrecoverable: the bus moves the message to the error topic at once.
+type VersionError struct {
+	Reason string
+	Err    error
+}
+
+func (e *VersionError) Error() string {
+	if e.Err != nil {
+		return "stale: bad version: " + e.Reason + ": " + e.Err.Error()
+	}
+	return "stale: bad version: " + e.Reason
+}
+
+// Is makes errors.Is(err, ErrBadVersion) true.
+func (e *VersionError) Is(target error) bool { return target == ErrBadVersion }
+
+// Unwrap returns the underlying error, if any.
+func (e *VersionError) Unwrap() error { return e.Err }
+
+// Unrecoverable tells the bus not to retry.
+func (e *VersionError) Unrecoverable() bool { return true }
+
+func (v Version) validate(messageType, messageID string, now time.Time, maxSkew time.Duration) error {
+	switch {
+	case v.EntityID == "":
+		return &VersionError{Reason: "entity ID is missing: send with bus.WithVersion or set Config.Version"}
+	case len(v.EntityID) > MaxEntityIDLength || !utf8.ValidString(v.EntityID):
+		return &VersionError{Reason: fmt.Sprintf("entity ID must be valid UTF-8 of at most %d bytes", MaxEntityIDLength)}
+	case v.At.IsZero():
+		return &VersionError{Reason: "version is missing: send with bus.WithVersion or set Config.Version"}
+	case v.At.Year() < 1678 || v.At.Year() > 2261:
+		return &VersionError{Reason: fmt.Sprintf("version %s is out of range", v.At.Format(time.RFC3339Nano))}
+	case v.At.After(now.Add(maxSkew)):
+		return &VersionError{Reason: fmt.Sprintf("version %s is more than %s in the future (now %s)",
+			v.At.Format(time.RFC3339Nano), maxSkew, now.UTC().Format(time.RFC3339Nano))}
+	case messageType == "":
+		return &VersionError{Reason: "message type is missing: set metadata postroom-message-type or Config.MessageType"}
+	case messageID == "" || len(messageID) > 200:
+		return &VersionError{Reason: "message ID must be set and at most 200 bytes (it breaks ties between equal versions)"}
+	}
+	return nil
+}

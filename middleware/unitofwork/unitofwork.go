@@ -1,0 +1,96 @@
+package unitofwork
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"gorm.io/gorm"
+)
+
+// ErrNoDB is returned by New when Config.DB is nil.
+var ErrNoDB = errors.New("unitofwork: Config.DB is nil: pass the *gorm.DB the handlers write to")
+
+// Config configures the unit-of-work middleware.
+type Config struct {
+	// DB is the database the transaction is opened on. Required.
+	DB *gorm.DB
+}
+
+type unitKey struct{}
+
+// unit is the state of one message's transaction.
+type unit struct {
+	tx           *gorm.DB
+	rollbackOnly bool
+}
+
+// New returns a middleware that runs each message in one transaction.
+func New(cfg Config) (message.HandlerMiddleware, error) {
+	if cfg.DB == nil {
+		return nil, ErrNoDB
+	}
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			return Run(cfg.DB, msg, h)
+		}
+	}, nil
+}
+
+// Run calls h for msg inside a new transaction on db, as the middleware does.
+// If msg's context already carries a unit of work, h joins it instead.
+func Run(db *gorm.DB, msg *message.Message, h message.HandlerFunc) (out []*message.Message, err error) {
+	parent := msg.Context()
+	if Active(parent) {
+		return h(msg)
+	}
+	tx := db.WithContext(parent).Begin()
+	if tx.Error != nil {
+		return nil, fmt.Errorf("unitofwork: begin: %w", tx.Error)
+	}
+	u := &unit{tx: tx}
+	msg.SetContext(context.WithValue(parent, unitKey{}, u))
+	committed := false
+	defer func() {
+		msg.SetContext(parent)
+		if !committed {
+			tx.Rollback() // on error, rollback-only and panic alike
+		}
+	}()
+	out, err = h(msg)
+	if err != nil || u.rollbackOnly {
+		return nil, err
+	}
+	if err := tx.Commit().Error; err != nil {
+		return nil, fmt.Errorf("unitofwork: commit: %w", err)
+	}
+	committed = true
+	return out, nil
+}
+
+// Active reports whether ctx carries a unit of work.
+func Active(ctx context.Context) bool {
+	_, ok := ctx.Value(unitKey{}).(*unit)
+	return ok
+}
+
+// Tx returns the transaction of the unit of work in ctx, bound to ctx, or
+// nil when there is none. Handlers write through it so that their writes
+// commit with the message.
+func Tx(ctx context.Context) *gorm.DB {
+	u, ok := ctx.Value(unitKey{}).(*unit)
+	if !ok {
+		return nil
+	}
+	return u.tx.WithContext(ctx)
+}
+
+// RollbackOnly marks the unit of work in ctx so that it rolls back even
+// though the handler chain returns nil: the message is acked and nothing it
+// wrote is kept. It does nothing when ctx carries no unit of work.
+func RollbackOnly(ctx context.Context) {
+	if u, ok := ctx.Value(unitKey{}).(*unit); ok {
+		u.rollbackOnly = true
+	}
+}

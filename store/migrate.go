@@ -1,0 +1,92 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/postroom/postroom/internal/dialect"
+)
+
+// Tables names postroom's tables; unset fields fall back to the defaults
+// ("postroom_inbox", "postroom_stale_watermarks", "postroom_schedules",
+// "postroom_migrations").
+type Tables = dialect.Tables
+
+// Plan returns, in order, the SQL statements that Migrate would run on a
+// database of db's dialect that has none of postroom's schema yet.
+func Plan(db *gorm.DB, tables Tables) ([]string, error) {
+	d, err := dialect.Of(db)
+	if err != nil {
+		return nil, err
+	}
+	if err := tables.Validate(); err != nil {
+		return nil, err
+	}
+	tables = tables.WithDefaults()
+	out := []string{d.MigrationsTable(tables)}
+	for _, m := range d.Migrations(tables) {
+		out = append(out, fmt.Sprintf("-- %d: %s", m.Version, m.Name))
+		out = append(out, m.Statements...)
+	}
+	return out, nil
+}
+
+// Migrate applies every migration that the database has not recorded yet,
+// under a lock so that several instances starting at once apply each step
+// once. It returns the versions it applied.
+func Migrate(ctx context.Context, db *gorm.DB, tables Tables) ([]int, error) {
+	d, err := dialect.Of(db)
+	if err != nil {
+		return nil, err
+	}
+	if err := tables.Validate(); err != nil {
+		return nil, err
+	}
+	tables = tables.WithDefaults()
+	var applied []int
+	err = db.WithContext(ctx).Connection(func(conn *gorm.DB) error {
+		lock, unlock := d.MigrationLock()
+		if lock != "" {
+			if err := conn.Exec(lock).Error; err != nil {
+				return fmt.Errorf("store: take migration lock: %w", err)
+			}
+			defer conn.Exec(unlock)
+		}
+		if err := conn.Exec(d.MigrationsTable(tables)).Error; err != nil {
+			return fmt.Errorf("store: create %s: %w", tables.Migrations, err)
+		}
+		var done []int
+		if err := conn.Raw("SELECT version FROM " + tables.Migrations).Scan(&done).Error; err != nil {
+			return fmt.Errorf("store: read %s: %w", tables.Migrations, err)
+		}
+		have := make(map[int]bool, len(done))
+		for _, v := range done {
+			have[v] = true
+		}
+		for _, m := range d.Migrations(tables) {
+			if have[m.Version] {
+				continue
+			}
+			// MySQL commits DDL at once; every statement is idempotent and
+			// the version row is written last, so a step cut short reruns.
+			err := conn.Transaction(func(tx *gorm.DB) error {
+				for _, stmt := range m.Statements {
+					if err := tx.Exec(stmt).Error; err != nil {
+						return fmt.Errorf("store: migration %d (%s): %w", m.Version, m.Name, err)
+					}
+				}
+				return tx.Exec("INSERT INTO "+tables.Migrations+" (version, name, applied_at) VALUES (?, ?, ?)",
+					m.Version, m.Name, d.Time(time.Now())).Error
+			})
+			if err != nil {
+				return err
+			}
+			applied = append(applied, m.Version)
+		}
+		return nil
+	})
+	return applied, err
+}

@@ -1,0 +1,118 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/glebarez/sqlite"
+	"gorm.io/driver/mysql"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+)
+
+// BusyTimeoutDefault is how long a SQLite statement waits for the writer lock.
+const BusyTimeoutDefault = 10 * time.Second
+
+// ErrBadDSN is returned for a DSN that names no supported database.
+var ErrBadDSN = errors.New("store: bad DSN")
+
+// Open opens the database named by dsn (see the package documentation for
+// the forms it takes). Errors never contain the DSN's password.
+func Open(dsn string) (*gorm.DB, error) {
+	if strings.TrimSpace(dsn) == "" {
+		return nil, fmt.Errorf("%w: empty (use postgres://…, mysql://…, a SQLite file or :memory:)", ErrBadDSN)
+	}
+	cfg := &gorm.Config{Logger: logger.Discard, SkipDefaultTransaction: true}
+	var (
+		db  *gorm.DB
+		err error
+	)
+	switch {
+	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
+		db, err = gorm.Open(postgres.Open(dsn), cfg)
+	case strings.HasPrefix(dsn, "mysql://"), strings.Contains(dsn, "@tcp("), strings.Contains(dsn, "@unix("):
+		db, err = gorm.Open(mysql.Open(mysqlDSN(strings.TrimPrefix(dsn, "mysql://"))), cfg)
+	default:
+		db, err = openSQLite(dsn, cfg)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", Redact(dsn), redactErr(err, dsn))
+	}
+	return db, nil
+}
+
+func mysqlDSN(dsn string) string {
+	if strings.Contains(dsn, "parseTime=") {
+		return dsn
+	}
+	if strings.Contains(dsn, "?") {
+		return dsn + "&parseTime=true"
+	}
+	return dsn + "?parseTime=true"
+}
+
+func openSQLite(dsn string, cfg *gorm.Config) (*gorm.DB, error) {
+	path := strings.TrimPrefix(strings.TrimPrefix(dsn, "sqlite://"), "sqlite:")
+	if path == ":memory:" {
+		path = "file::memory:"
+	}
+	sep := "?"
+	if strings.Contains(path, "?") {
+		sep = "&"
+	}
+	path += sep + fmt.Sprintf("_pragma=busy_timeout(%d)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)", BusyTimeoutDefault.Milliseconds())
+	db, err := gorm.Open(sqlite.Open(path), cfg)
+	if err != nil {
+		return nil, err
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		return nil, err
+	}
+	// One writer: a single connection serialises every transaction, so
+	// concurrent handlers wait their turn instead of failing with SQLITE_BUSY.
+	sqlDB.SetMaxOpenConns(1)
+	return db, nil
+}
+
+var mysqlPassword = regexp.MustCompile(`^([^:@/]*):([^@]*)@`)
+
+// Redact returns dsn with any password replaced by "xxxxx".
+func Redact(dsn string) string {
+	if u, err := url.Parse(dsn); err == nil && u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+			return u.String()
+		}
+		return dsn
+	}
+	if rest, ok := strings.CutPrefix(dsn, "mysql://"); ok {
+		return "mysql://" + mysqlPassword.ReplaceAllString(rest, "$1:xxxxx@")
+	}
+	return mysqlPassword.ReplaceAllString(dsn, "$1:xxxxx@")
+}
+
+// redactErr removes the DSN's password from a driver error's text.
+func redactErr(err error, dsn string) error {
+	pw := password(dsn)
+	if pw == "" || !strings.Contains(err.Error(), pw) {
+		return err
+	}
+	return errors.New(strings.ReplaceAll(err.Error(), pw, "xxxxx"))
+}
+
+func password(dsn string) string {
+	if u, err := url.Parse(dsn); err == nil && u.User != nil {
+		pw, _ := u.User.Password()
+		return pw
+	}
+	if m := mysqlPassword.FindStringSubmatch(strings.TrimPrefix(dsn, "mysql://")); m != nil {
+		return m[2]
+	}
+	return ""
+}
