@@ -35,4 +35,5 @@ require (
 	modernc.org/mathutil v1.5.0 // indirect
 	modernc.org/memory v1.5.0 // indirect
 	modernc.org/sqlite v1.23.1 // indirect
+	pgregory.net/rapid v1.3.0 // indirect
 )

@@ -1,0 +1,247 @@
+package stale_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+	"pgregory.net/rapid"
+
+	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/metadata"
+	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/middleware/inbox"
+	"github.com/postroom/postroom/middleware/stale"
+	"github.com/postroom/postroom/middleware/unitofwork"
+)
+
+var base = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+
+func update(id, entity string, at time.Time) *message.Message {
+	msg := message.NewMessage(id, nil)
+	msg.Metadata.Set(metadata.MessageType, "crm.CustomerUpdated")
+	msg.Metadata.Set(metadata.EntityID, entity)
+	msg.Metadata.Set(metadata.Version, at.Format(time.RFC3339Nano))
+	return msg
+}
+
+// entities is the business table: the state of each entity as last written.
+func entities(t *testing.T, db *gorm.DB) {
+	t.Helper()
+	require.NoError(t, db.Exec("CREATE TABLE entities (id VARCHAR(200) NOT NULL PRIMARY KEY, version_ns BIGINT NOT NULL, message_id VARCHAR(200) NOT NULL)").Error)
+}
+
+type state struct {
+	version int64
+	id      string
+}
+
+func (s state) newer(o state) bool {
+	return s.version > o.version || (s.version == o.version && s.id > o.id)
+}
+
+// applyUpdate writes the entity's new state and reports, through violation,
+// any update applied on top of a newer one.
+func applyUpdate(violation func(string)) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		tx := unitofwork.Tx(msg.Context())
+		entity := msg.Metadata.Get(metadata.EntityID)
+		at, _ := time.Parse(time.RFC3339Nano, msg.Metadata.Get(metadata.Version))
+		incoming := state{at.UnixNano(), msg.UUID}
+		var rows []struct {
+			VersionNs int64
+			MessageID string
+		}
+		if err := tx.Raw("SELECT version_ns, message_id FROM entities WHERE id = ?", entity).Scan(&rows).Error; err != nil {
+			return nil, err
+		}
+		if len(rows) == 1 && !incoming.newer(state{rows[0].VersionNs, rows[0].MessageID}) {
+			violation(fmt.Sprintf("%s: applied %v on top of %v", entity, incoming, rows[0]))
+		}
+		if err := tx.Exec("DELETE FROM entities WHERE id = ?", entity).Error; err != nil {
+			return nil, err
+		}
+		return nil, tx.Exec("INSERT INTO entities (id, version_ns, message_id) VALUES (?, ?, ?)", entity, incoming.version, incoming.id).Error
+	}
+}
+
+func newStale(t require.TestingT, db *gorm.DB, rec metrics.Recorder) message.HandlerMiddleware {
+	mw, err := stale.New(stale.Config{DB: db, Recorder: rec, Now: func() time.Time { return base.Add(time.Hour) }})
+	require.NoError(t, err)
+	return mw
+}
+
+// TestConvergesUnderAnyOrder is the property: random versioned updates of a
+// few entities, delivered in random order, with duplicates, by 1 to 8
+// concurrent consumers, end with every entity at its newest version, and no
+// update is ever applied on top of a newer one.
+func TestConvergesUnderAnyOrder(t *testing.T) {
+	for _, store := range testenv.Databases {
+		t.Run(store.Name, func(t *testing.T) {
+			t.Parallel()
+			db := store.Open(t)
+			entities(t, db)
+			if sqlDB, err := db.DB(); err == nil && store.Name != "sqlite" {
+				sqlDB.SetMaxOpenConns(16)
+			}
+			round := 0
+			rapid.Check(t, func(rt *rapid.T) {
+				round++
+				var mu sync.Mutex
+				var violations []string
+				h := newStale(rt, db, nil)(applyUpdate(func(v string) { mu.Lock(); violations = append(violations, v); mu.Unlock() }))
+
+				n := rapid.IntRange(1, 12).Draw(rt, "updates")
+				newest := map[string]state{}
+				var deliveries []*message.Message
+				for i := range n {
+					entity := fmt.Sprintf("r%d-e%d", round, rapid.IntRange(0, 2).Draw(rt, "entity"))
+					at := base.Add(time.Duration(rapid.IntRange(0, 4).Draw(rt, "second")) * time.Second)
+					id := fmt.Sprintf("m%02d-%d", rapid.IntRange(0, 99).Draw(rt, "id"), i)
+					s := state{at.UnixNano(), id}
+					if s.newer(newest[entity]) {
+						newest[entity] = s
+					}
+					for range rapid.IntRange(1, 3).Draw(rt, "copies") {
+						deliveries = append(deliveries, update(id, entity, at))
+					}
+				}
+				order := rapid.Permutation(deliveries).Draw(rt, "order")
+				consumers := rapid.IntRange(1, 8).Draw(rt, "consumers")
+				next := make(chan *message.Message)
+				errs := make(chan error, len(order))
+				var wg sync.WaitGroup
+				for range consumers {
+					wg.Go(func() {
+						for msg := range next {
+							// A failed attempt (a MariaDB deadlock between two
+							// first inserts) is redelivered, as the broker does.
+							var err error
+							for range 20 {
+								if _, err = h(msg.Copy()); err == nil {
+									break
+								}
+							}
+							if err != nil {
+								errs <- err
+							}
+						}
+					})
+				}
+				for _, msg := range order {
+					next <- msg
+				}
+				close(next)
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					rt.Fatalf("handler: %v", err)
+				}
+				if len(violations) > 0 {
+					rt.Fatalf("updates applied out of order: %v", violations)
+				}
+				for entity, want := range newest {
+					var got struct {
+						VersionNs int64
+						MessageID string
+					}
+					require.NoError(rt, db.Raw("SELECT version_ns, message_id FROM entities WHERE id = ?", entity).Scan(&got).Error)
+					if got.VersionNs != want.version || got.MessageID != want.id {
+						rt.Fatalf("%s ended at %+v, want %+v", entity, got, want)
+					}
+				}
+			})
+		})
+	}
+}
+
+func TestStaleUpdateIsSkippedAndCounted(t *testing.T) {
+	db := testenv.SQLite(t)
+	entities(t, db)
+	counters := &metrics.Counters{}
+	var applied []string
+	h := newStale(t, db, counters)(func(msg *message.Message) ([]*message.Message, error) {
+		applied = append(applied, msg.UUID)
+		return nil, nil
+	})
+	for _, msg := range []*message.Message{
+		update("b", "c-1", base.Add(2*time.Second)),
+		update("a", "c-1", base.Add(1*time.Second)), // older: skipped
+		update("c", "c-1", base.Add(2*time.Second)), // tie, larger ID: applied
+		update("b", "c-1", base.Add(2*time.Second)), // tie, smaller ID: skipped
+		update("d", "c-2", base),                    // another entity
+	} {
+		_, err := h(msg)
+		require.NoError(t, err)
+	}
+	require.Equal(t, []string{"b", "c", "d"}, applied)
+	require.EqualValues(t, 2, counters.Total(metrics.Stale))
+}
+
+func TestWithInboxInOneTransaction(t *testing.T) {
+	for _, store := range testenv.Databases {
+		t.Run(store.Name, func(t *testing.T) {
+			t.Parallel()
+			db := store.Open(t)
+			in, err := inbox.New(inbox.Config{DB: db, Consumer: "crm"})
+			require.NoError(t, err)
+			calls := 0
+			failNext := true
+			h := in(newStale(t, db, nil)(func(*message.Message) ([]*message.Message, error) {
+				calls++
+				if failNext {
+					failNext = false
+					return nil, errors.New("transient")
+				}
+				return nil, nil
+			}))
+			_, err = h(update("m2", "e", base.Add(time.Second)))
+			require.Error(t, err, "first attempt fails: watermark and inbox row roll back")
+			_, err = h(update("m2", "e", base.Add(time.Second)))
+			require.NoError(t, err)
+			_, err = h(update("m2", "e", base.Add(time.Second))) // duplicate and stale: skipped
+			require.NoError(t, err)
+			_, err = h(update("m1", "e", base)) // new key, stale
+			require.NoError(t, err)
+			require.Equal(t, 2, calls)
+			var inboxRows int64
+			require.NoError(t, db.Raw("SELECT COUNT(*) FROM postroom_inbox").Scan(&inboxRows).Error)
+			require.EqualValues(t, 1, inboxRows, "a stale update's inbox row rolls back with it")
+		})
+	}
+}
+
+func TestBadVersionsAreUnrecoverable(t *testing.T) {
+	db := testenv.SQLite(t)
+	called := false
+	h := newStale(t, db, nil)(func(*message.Message) ([]*message.Message, error) { called = true; return nil, nil })
+	now := base.Add(time.Hour)
+	noEntity := update("1", "", base)
+	noVersion := update("2", "e", base)
+	noVersion.Metadata.Set(metadata.Version, "")
+	unparseable := update("3", "e", base)
+	unparseable.Metadata.Set(metadata.Version, "yesterday")
+	future := update("4", "e", now.Add(6*time.Minute))
+	noType := update("5", "e", base)
+	noType.Metadata.Set(metadata.MessageType, "")
+	longEntity := update("6", strings.Repeat("e", 201), base)
+	for name, msg := range map[string]*message.Message{
+		"no entity": noEntity, "no version": noVersion, "unparseable": unparseable,
+		"far future": future, "no type": noType, "long entity": longEntity,
+	} {
+		_, err := h(msg)
+		require.ErrorIs(t, err, stale.ErrBadVersion, name)
+		var unrecoverable interface{ Unrecoverable() bool }
+		require.ErrorAs(t, err, &unrecoverable, name)
+	}
+	require.False(t, called)
+	_, err := h(update("7", "e", now.Add(4*time.Minute))) // within the skew
+	require.NoError(t, err)
+	require.True(t, called)
+}
