@@ -9,12 +9,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -177,4 +179,27 @@ func RequireAMQP(t testing.TB) string {
 	}
 	_ = conn.Close()
 	return AMQPURL()
+}
+
+// Logger returns a logger that writes to the test's log at warning level
+// and above, so a failing test shows what the bus said.
+// After the test's cleanups it writes to stderr, since a goroutine still
+// draining may log after the test has ended.
+func Logger(t testing.TB) *slog.Logger {
+	w := &testWriter{t: t}
+	t.Cleanup(func() { w.done.Store(true) })
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+type testWriter struct {
+	t    testing.TB
+	done atomic.Bool
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	if w.done.Load() {
+		return os.Stderr.Write(p)
+	}
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
 }

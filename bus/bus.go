@@ -1,0 +1,87 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"gorm.io/gorm"
+
+	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/middleware/unitofwork"
+	"github.com/postroom/postroom/transport"
+	"github.com/postroom/postroom/transport/gochannel"
+)
+
+// Bus is one endpoint: its handlers, its router and its transport.
+type Bus struct {
+	cfg    Config
+	router *message.Router
+	wmLog  watermill.LoggerAdapter
+
+	mu       sync.Mutex
+	handlers map[string]bool
+	running  bool
+}
+
+// New returns a bus; register handlers with Handle, then call Run.
+func New(cfg Config) (*Bus, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Transport == nil {
+		cfg.Transport = gochannel.New(gochannel.Config{})
+	}
+	wmLog := watermill.NewSlogLoggerWithLevelMapping(cfg.Logger, nil)
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 30 * time.Second}, wmLog)
+	if err != nil {
+		return nil, fmt.Errorf("bus: router: %w", err)
+	}
+	return &Bus{cfg: cfg, router: router, wmLog: wmLog, handlers: map[string]bool{}}, nil
+}
+
+// Endpoint returns the endpoint's name.
+func (b *Bus) Endpoint() string { return b.cfg.Endpoint }
+
+// DB returns the configured database, or nil.
+func (b *Bus) DB() *gorm.DB { return b.cfg.DB }
+
+// Transport returns the transport.
+func (b *Bus) Transport() transport.Transport { return b.cfg.Transport }
+
+// Counters returns the in-memory counters when Config.Recorder was left
+// unset (or is a *metrics.Counters), else nil.
+func (b *Bus) Counters() *metrics.Counters {
+	c, _ := b.cfg.Recorder.(*metrics.Counters)
+	return c
+}
+
+// Run handles messages until ctx is done or Close is called.
+func (b *Bus) Run(ctx context.Context) error {
+	b.mu.Lock()
+	if b.running {
+		b.mu.Unlock()
+		return errors.New("bus: Run called twice")
+	}
+	b.running = true
+	b.mu.Unlock()
+	return b.router.Run(ctx)
+}
+
+// Running is closed once every handler has subscribed.
+func (b *Bus) Running() <-chan struct{} { return b.router.Running() }
+
+// Close stops handling (waiting for messages in flight) and closes the transport.
+func (b *Bus) Close() error {
+	return errors.Join(b.router.Close(), b.cfg.Transport.Close())
+}
+
+// Tx returns the database transaction of the message being handled, for
+// the handler's business writes; they commit with the inbox key and the
+// watermark, or not at all. It is nil outside a transactional handler.
+func Tx(ctx context.Context) *gorm.DB { return unitofwork.Tx(ctx) }

@@ -1,0 +1,201 @@
+package bus_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/metadata"
+	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/transport"
+	"github.com/postroom/postroom/transport/amqp"
+	"github.com/postroom/postroom/transport/gochannel"
+	wsql "github.com/postroom/postroom/transport/sql"
+)
+
+type CreateInvoice struct {
+	OrderID string
+	Amount  int
+}
+
+func (CreateInvoice) MessageName() string { return "billing.CreateInvoice" }
+
+type OrderPlaced struct{ OrderID string }
+
+func (OrderPlaced) MessageName() string { return "sales.OrderPlaced" }
+
+// setup is one transport with the database its handlers write to.
+type setup struct {
+	name string
+	open func(t *testing.T) (*gorm.DB, func() transport.Transport)
+}
+
+var setups = []setup{
+	{"gochannel+sqlite", func(t *testing.T) (*gorm.DB, func() transport.Transport) {
+		tr := gochannel.New(gochannel.Config{})
+		return testenv.SQLite(t), func() transport.Transport { return tr }
+	}},
+	{"sql+postgres", func(t *testing.T) (*gorm.DB, func() transport.Transport) {
+		db := testenv.Postgres(t)
+		return db, func() transport.Transport {
+			tr, err := wsql.New(wsql.Config{DB: db, PollInterval: 20 * time.Millisecond})
+			require.NoError(t, err)
+			return tr
+		}
+	}},
+	{"amqp+postgres", func(t *testing.T) (*gorm.DB, func() transport.Transport) {
+		url := testenv.RequireAMQP(t)
+		return testenv.Postgres(t), func() transport.Transport {
+			tr, err := amqp.New(amqp.Config{URL: url})
+			require.NoError(t, err)
+			return tr
+		}
+	}},
+}
+
+// endpoint is a running bus and what reached its error topic.
+type endpoint struct {
+	*bus.Bus
+	errors chan *message.Message
+}
+
+// start runs b and collects its error topic.
+func start(t *testing.T, b *bus.Bus, errorTopic string) *endpoint {
+	t.Helper()
+	errSub, err := b.Transport().Subscriber(testenv.Name("errors_"))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	errs, err := errSub.Subscribe(ctx, errorTopic)
+	require.NoError(t, err)
+	ep := &endpoint{Bus: b, errors: make(chan *message.Message, 16)}
+	go func() {
+		for msg := range errs {
+			msg.Ack()
+			ep.errors <- msg
+		}
+	}()
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	select {
+	case <-b.Running():
+	case <-time.After(20 * time.Second):
+		t.Fatal("bus did not start")
+	}
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+		_ = b.Close()
+	})
+	return ep
+}
+
+func newBus(t *testing.T, s setup, db *gorm.DB, tr transport.Transport, errorTopic string) *bus.Bus {
+	t.Helper()
+	b, err := bus.New(bus.Config{
+		Endpoint:   testenv.Name("ep"),
+		Transport:  tr,
+		DB:         db,
+		ErrorTopic: errorTopic,
+		Retry:      bus.RetryPolicy{MaxRetries: 2, InitialBackoff: 5 * time.Millisecond},
+		Logger:     testenv.Logger(t),
+	})
+	require.NoError(t, err)
+	return b
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestBusScenarios(t *testing.T) {
+	for _, s := range setups {
+		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
+			db, newTransport := s.open(t)
+			errorTopic := testenv.Name("error_")
+			b := newBus(t, s, db, newTransport(), errorTopic)
+
+			var received sync.Map
+			require.NoError(t, bus.Handle(b, func(ctx context.Context, m *CreateInvoice) error {
+				received.Store(m.OrderID, m)
+				return bus.Tx(ctx).Exec("INSERT INTO invoices (order_id, amount) VALUES (?, ?)", m.OrderID, m.Amount).Error
+			}, bus.WithInbox()))
+			require.NoError(t, db.Exec("CREATE TABLE invoices (order_id VARCHAR(100) NOT NULL, amount INTEGER NOT NULL)").Error)
+
+			var panics atomic.Int32
+			require.NoError(t, bus.Handle(b, func(ctx context.Context, m *OrderPlaced) error {
+				if m.OrderID == "panic" {
+					panics.Add(1)
+					panic("customer record missing")
+				}
+				return nil
+			}))
+			ep := start(t, b, errorTopic)
+			ctx := context.Background()
+
+			t.Run("a command is handled once, with its identity in metadata", func(t *testing.T) {
+				id := uuid.Must(uuid.NewV7()).String()
+				for range 3 { // the same logical message sent three times
+					require.NoError(t, bus.Send(ctx, ep.Bus, &CreateInvoice{OrderID: "o-1", Amount: 42}, bus.WithMessageID(id)))
+				}
+				waitFor(t, "duplicates", func() bool { return ep.Counters().Total(metrics.Duplicate) == 2 })
+				var n int64
+				require.NoError(t, db.Raw("SELECT COUNT(*) FROM invoices WHERE order_id = 'o-1'").Scan(&n).Error)
+				require.EqualValues(t, 1, n)
+				require.EqualValues(t, 1, ep.Counters().Get("billing.CreateInvoice", metrics.Handled))
+			})
+
+			t.Run("a panicking handler ends in the error topic and the bus keeps running", func(t *testing.T) {
+				require.NoError(t, bus.Publish(ctx, ep.Bus, &OrderPlaced{OrderID: "panic"}))
+				failed := <-ep.errors
+				require.Contains(t, failed.Metadata.Get(metadata.ErrorReason), "customer record missing")
+				require.Equal(t, "sales.OrderPlaced", failed.Metadata.Get(metadata.ErrorHandler))
+				require.Equal(t, 3, bus.ErrorAttempts(failed))
+				require.EqualValues(t, 3, panics.Load())
+				require.Equal(t, "sales.OrderPlaced", failed.Metadata.Get(metadata.MessageType))
+				require.Equal(t, ep.Endpoint(), failed.Metadata.Get(metadata.SourceEndpoint))
+				id, err := uuid.Parse(failed.UUID)
+				require.NoError(t, err)
+				require.EqualValues(t, 7, id.Version(), "message IDs are UUIDv7")
+
+				require.NoError(t, bus.Send(ctx, ep.Bus, &CreateInvoice{OrderID: "o-2", Amount: 1}))
+				waitFor(t, "the next message", func() bool { _, ok := received.Load("o-2"); return ok })
+			})
+
+			t.Run("a malformed payload goes to the error topic without retries", func(t *testing.T) {
+				msg := message.NewMessage(uuid.NewString(), []byte("{not json"))
+				msg.Metadata.Set(metadata.MessageType, "sales.OrderPlaced")
+				require.NoError(t, ep.Transport().Publisher().Publish("sales.OrderPlaced", msg))
+				failed := <-ep.errors
+				require.Contains(t, failed.Metadata.Get(metadata.ErrorReason), "malformed sales.OrderPlaced payload")
+				require.Equal(t, 1, bus.ErrorAttempts(failed))
+			})
+
+			t.Run("a message without an ID goes to the error topic", func(t *testing.T) {
+				msg := message.NewMessage("", []byte(`{"OrderID":"o-3"}`))
+				msg.Metadata.Set(metadata.MessageType, "billing.CreateInvoice")
+				require.NoError(t, ep.Transport().Publisher().Publish("billing.CreateInvoice", msg))
+				failed := <-ep.errors
+				require.Contains(t, failed.Metadata.Get(metadata.ErrorReason), "message ID is empty")
+				_, handled := received.Load("o-3")
+				require.False(t, handled)
+			})
+		})
+	}
+}

@@ -1,0 +1,153 @@
+package bus
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/transport"
+)
+
+// Defaults of Config.
+const (
+	ErrorTopicDefault        = "error"
+	ConcurrencyDefault       = 1
+	InboxRetentionDefault    = 10 * 24 * time.Hour
+	RedeliveryWindowDefault  = time.Hour
+	CleanupIntervalDefault   = 12 * time.Hour
+	CleanupBatchSizeDefault  = 5000
+	MaxRetriesDefault        = 3
+	InitialBackoffDefault    = 100 * time.Millisecond
+	MaxBackoffDefault        = 5 * time.Second
+	BackoffMultiplierDefault = 2.0
+)
+
+// RetryPolicy says how often, and how far apart, a failing message is
+// retried in process before it goes to the error topic ("immediate
+// retries" in NServiceBus terms). Unrecoverable errors are not retried.
+type RetryPolicy struct {
+	// MaxRetries is the number of retries after the first attempt. Defaults
+	// to 3; set NoRetries for none.
+	MaxRetries int
+	// NoRetries turns retries off (MaxRetries 0 would mean the default).
+	NoRetries bool
+	// InitialBackoff is the wait before the first retry. Defaults to 100ms.
+	InitialBackoff time.Duration
+	// MaxBackoff caps the wait between retries. Defaults to 5s.
+	MaxBackoff time.Duration
+	// Multiplier grows the wait after each retry. Defaults to 2.
+	Multiplier float64
+}
+
+func (p RetryPolicy) withDefaults() RetryPolicy {
+	if p.NoRetries {
+		p.MaxRetries = 0
+	} else {
+		p.MaxRetries = cmp.Or(p.MaxRetries, MaxRetriesDefault)
+	}
+	p.InitialBackoff = cmp.Or(p.InitialBackoff, InitialBackoffDefault)
+	p.MaxBackoff = cmp.Or(p.MaxBackoff, MaxBackoffDefault)
+	p.Multiplier = cmp.Or(p.Multiplier, BackoffMultiplierDefault)
+	return p
+}
+
+// backoff returns the wait before retry n (1-based).
+func (p RetryPolicy) backoff(n int) time.Duration {
+	d := float64(p.InitialBackoff)
+	for range n - 1 {
+		d *= p.Multiplier
+	}
+	return min(time.Duration(d), p.MaxBackoff)
+}
+
+// Horizon is the longest time the retries of one delivery can take.
+func (p RetryPolicy) Horizon() time.Duration {
+	var total time.Duration
+	for n := 1; n <= p.MaxRetries; n++ {
+		total += p.backoff(n)
+	}
+	return total
+}
+
+// Config configures a bus.
+type Config struct {
+	// Endpoint names this service; it names its queues and is the source of
+	// the messages it sends. Required: letters, digits, '-', '_' and '.'.
+	Endpoint string
+	// Transport carries the messages. Defaults to an in-memory gochannel
+	// transport.
+	Transport transport.Transport
+	// DB is the database of handlers' transactions, the inbox and the
+	// watermarks. Required when any handler uses Transactional, Inbox or Stale.
+	DB *gorm.DB
+	// Logger logs the bus's work. Defaults to slog.Default().
+	Logger *slog.Logger
+	// Retry is the in-process retry policy. Defaults to 3 retries from 100ms
+	// doubling to at most 5s.
+	Retry RetryPolicy
+	// ErrorTopic receives messages that failed every attempt. Defaults to "error".
+	ErrorTopic string
+	// Concurrency is how many messages each handler handles at once, on
+	// transports whose subscriptions compete. Defaults to 1.
+	Concurrency int
+	// Marshaler turns payloads into bytes. Defaults to JSON.
+	Marshaler Marshaler
+	// Recorder counts what happens to messages. Defaults to a
+	// *metrics.Counters, readable through Bus.Counters.
+	Recorder metrics.Recorder
+	// InboxRetention is how long inbox keys are kept. Defaults to 10 days.
+	InboxRetention time.Duration
+	// RedeliveryWindow is how long after a first delivery the broker may
+	// still deliver the same message again (an unacked message after a
+	// crash, a replay from the error topic). With the retry horizon it is
+	// the shortest retention the bus accepts. Defaults to 1 hour.
+	RedeliveryWindow time.Duration
+	// Now is the clock. Defaults to time.Now.
+	Now func() time.Time
+}
+
+var endpointName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$`)
+
+func (c Config) withDefaults() Config {
+	c.ErrorTopic = cmp.Or(c.ErrorTopic, ErrorTopicDefault)
+	c.Concurrency = cmp.Or(c.Concurrency, ConcurrencyDefault)
+	c.InboxRetention = cmp.Or(c.InboxRetention, InboxRetentionDefault)
+	c.RedeliveryWindow = cmp.Or(c.RedeliveryWindow, RedeliveryWindowDefault)
+	c.Retry = c.Retry.withDefaults()
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Marshaler == nil {
+		c.Marshaler = JSON{}
+	}
+	if c.Recorder == nil {
+		c.Recorder = &metrics.Counters{}
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if !endpointName.MatchString(c.Endpoint) {
+		errs = append(errs, fmt.Errorf("bus: Config.Endpoint %q: use 1 to 40 letters, digits, '-', '_' or '.'", c.Endpoint))
+	}
+	if !topicName.MatchString(c.ErrorTopic) {
+		errs = append(errs, fmt.Errorf("bus: Config.ErrorTopic %q: use letters, digits, '-', '_' or '.'", c.ErrorTopic))
+	}
+	if c.Concurrency < 1 {
+		errs = append(errs, fmt.Errorf("bus: Config.Concurrency %d: must be at least 1", c.Concurrency))
+	}
+	if c.Retry.MaxRetries < 0 || c.Retry.InitialBackoff < 0 || c.Retry.MaxBackoff < 0 || c.Retry.Multiplier < 1 {
+		errs = append(errs, errors.New("bus: Config.Retry: retries and backoffs must not be negative and the multiplier at least 1"))
+	}
+	return errors.Join(errs...)
+}

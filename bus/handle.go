@@ -1,0 +1,225 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/postroom/postroom/metadata"
+	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/middleware/inbox"
+	"github.com/postroom/postroom/middleware/stale"
+	"github.com/postroom/postroom/middleware/unitofwork"
+)
+
+// HandlerOption configures one handler.
+type HandlerOption func(*handlerConfig)
+
+type handlerConfig struct {
+	name        string
+	transaction bool
+	inbox       bool
+	inboxKey    inbox.KeyFunc
+	stale       bool
+	version     stale.VersionFunc
+	concurrency int
+}
+
+// Named names the handler. It defaults to the message name; two handlers of
+// one message type in one endpoint need distinct names. The name is the
+// inbox's consumer, so keep it stable.
+func Named(name string) HandlerOption { return func(c *handlerConfig) { c.name = name } }
+
+// WithTransaction runs the handler in a database transaction that Tx(ctx)
+// returns; it commits when the handler returns nil.
+func WithTransaction() HandlerOption { return func(c *handlerConfig) { c.transaction = true } }
+
+// WithInbox makes the handler's effects happen once per message: the
+// inbox key commits with the handler's transaction, and a duplicate is
+// acked without calling the handler. Implies WithTransaction.
+func WithInbox() HandlerOption { return func(c *handlerConfig) { c.inbox = true } }
+
+// WithInboxKey is WithInbox with the key taken by k (for EDI: the
+// interchange sender and control number).
+func WithInboxKey(k inbox.KeyFunc) HandlerOption {
+	return func(c *handlerConfig) { c.inbox, c.inboxKey = true, k }
+}
+
+// WithStale drops an update older than one already applied to the same
+// entity (see WithVersion). Implies WithTransaction.
+func WithStale() HandlerOption { return func(c *handlerConfig) { c.stale = true } }
+
+// WithStaleVersion is WithStale with the version taken by v.
+func WithStaleVersion(v stale.VersionFunc) HandlerOption {
+	return func(c *handlerConfig) { c.stale, c.version = true, v }
+}
+
+// WithConcurrency overrides Config.Concurrency for this handler.
+func WithConcurrency(n int) HandlerOption { return func(c *handlerConfig) { c.concurrency = n } }
+
+// HandlerFunc handles one message of type T. Returning an error rolls back
+// its transaction and retries the message.
+type HandlerFunc[T any] func(ctx context.Context, m *T) error
+
+// Handle registers fn for messages of type T: commands sent to this
+// endpoint and events published by anyone. Call it before Run.
+func Handle[T any](b *Bus, fn HandlerFunc[T], opts ...HandlerOption) error {
+	name := MessageName[T]()
+	hc := handlerConfig{name: name, concurrency: b.cfg.Concurrency}
+	for _, o := range opts {
+		o(&hc)
+	}
+	if err := b.reserve(hc.name); err != nil {
+		return err
+	}
+	h, err := b.chain(hc, typed(b, fn))
+	if err != nil {
+		return err
+	}
+	group := topicOf(b.cfg.Endpoint + "." + hc.name)
+	sub, err := b.cfg.Transport.Subscriber(group)
+	if err != nil {
+		return fmt.Errorf("bus: handler %s: %w", hc.name, err)
+	}
+	subscriptions := 1
+	if b.cfg.Transport.Competing() {
+		subscriptions = max(hc.concurrency, 1)
+	}
+	for _, topic := range []string{commandTopic(b.cfg.Endpoint, name), eventTopic(name)} {
+		for i := range subscriptions {
+			routerName := fmt.Sprintf("%s@%s#%d", hc.name, topic, i)
+			b.router.AddNoPublisherHandler(routerName, topic, sub, func(msg *message.Message) error {
+				return b.deliver(hc.name, topic, msg, h)
+			})
+		}
+	}
+	return nil
+}
+
+func (b *Bus) reserve(name string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.running:
+		return fmt.Errorf("bus: handler %s registered after Run: register every handler first", name)
+	case b.handlers[name]:
+		return fmt.Errorf("bus: two handlers named %s: give one a distinct name with bus.Named", name)
+	}
+	b.handlers[name] = true
+	return nil
+}
+
+// chain wraps the typed handler in the unit of work, inbox and stale check
+// the options ask for; a handler with none of them pays for none.
+func (b *Bus) chain(hc handlerConfig, h message.HandlerFunc) (message.HandlerFunc, error) {
+	if !hc.transaction && !hc.inbox && !hc.stale {
+		return h, nil
+	}
+	if b.cfg.DB == nil {
+		return nil, fmt.Errorf("bus: handler %s uses a transaction, the inbox or the stale check: set Config.DB", hc.name)
+	}
+	rec := namedRecorder{hc.name, b.cfg.Recorder}
+	if hc.stale {
+		mw, err := stale.New(stale.Config{DB: b.cfg.DB, Version: hc.version, Recorder: rec, Logger: b.cfg.Logger, Now: b.cfg.Now})
+		if err != nil {
+			return nil, err
+		}
+		h = mw(h)
+	}
+	if hc.inbox {
+		horizon := b.cfg.Retry.Horizon() + b.cfg.RedeliveryWindow
+		if err := inbox.CheckRetention(b.cfg.InboxRetention, horizon); err != nil {
+			return nil, fmt.Errorf("bus: handler %s: %w", hc.name, err)
+		}
+		mw, err := inbox.New(inbox.Config{DB: b.cfg.DB, Consumer: hc.name, Key: hc.inboxKey, Recorder: rec, Logger: b.cfg.Logger, Now: b.cfg.Now})
+		if err != nil {
+			return nil, err
+		}
+		h = mw(h)
+	}
+	mw, err := unitofwork.New(unitofwork.Config{DB: b.cfg.DB})
+	if err != nil {
+		return nil, err
+	}
+	return mw(h), nil
+}
+
+// typed decodes the payload and calls fn with the message's context.
+func typed[T any](b *Bus, fn HandlerFunc[T]) message.HandlerFunc {
+	name := MessageName[T]()
+	return func(msg *message.Message) ([]*message.Message, error) {
+		if got := msg.Metadata.Get(metadata.MessageType); got != "" && got != name {
+			return nil, &unrecoverableError{fmt.Errorf("bus: unknown message type %q on the topic of %s", got, name)}
+		}
+		var m T
+		if err := b.cfg.Marshaler.Unmarshal(msg.Payload, &m); err != nil {
+			return nil, &unrecoverableError{fmt.Errorf("bus: malformed %s payload: %w", msg.Metadata.Get(metadata.MessageType), err)}
+		}
+		ctx := msg.Context()
+		if err := fn(ctx, &m); err != nil {
+			return nil, err
+		}
+		if in := incomingFrom(ctx); in != nil {
+			in.ran = true
+		}
+		return nil, nil
+	}
+}
+
+// namedRecorder records under the bus handler's name.
+type namedRecorder struct {
+	name string
+	rec  metrics.Recorder
+}
+
+func (r namedRecorder) Record(_ string, e metrics.Event) { r.rec.Record(r.name, e) }
+
+// incoming is the bus's state for the message being handled.
+type incoming struct {
+	msg      *message.Message
+	outgoing []outgoing
+	ran      bool
+}
+
+type outgoing struct {
+	topic string
+	msg   *message.Message
+}
+
+func (in *incoming) correlationID() string {
+	if id := in.msg.Metadata.Get(metadata.CorrelationID); id != "" {
+		return id
+	}
+	return in.msg.UUID
+}
+
+type incomingKey struct{}
+
+func incomingFrom(ctx context.Context) *incoming {
+	in, _ := ctx.Value(incomingKey{}).(*incoming)
+	return in
+}
+
+// unrecoverableError is an error retrying cannot fix.
+type unrecoverableError struct{ err error }
+
+func (e *unrecoverableError) Error() string       { return e.err.Error() }
+func (e *unrecoverableError) Unwrap() error       { return e.err }
+func (e *unrecoverableError) Unrecoverable() bool { return true }
+
+// IsUnrecoverable reports whether err, or an error it wraps, says retrying
+// cannot help (it has a method Unrecoverable() bool that returns true). Such
+// a message goes to the error topic without retries.
+func IsUnrecoverable(err error) bool {
+	var u interface{ Unrecoverable() bool }
+	return errors.As(err, &u) && u.Unrecoverable()
+}
+
+// ErrorAttempts returns the attempt count of a message from the error topic.
+func ErrorAttempts(msg *message.Message) int {
+	n, _ := strconv.Atoi(msg.Metadata.Get(metadata.ErrorAttempts))
+	return n
+}

@@ -1,0 +1,68 @@
+package bus
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"reflect"
+	"regexp"
+	"strings"
+)
+
+// Namer is implemented by a message type that declares its stable name,
+// which survives moving or renaming the Go type.
+type Namer interface {
+	MessageName() string
+}
+
+// MessageName returns the stable name of T: its MessageName method if it
+// has one, else its full import path and type name
+// ("github.com/acme/billing/events.InvoiceCreated"), which two packages of
+// the same name cannot share.
+func MessageName[T any]() string {
+	var zero T
+	if n, ok := any(zero).(Namer); ok {
+		return n.MessageName()
+	}
+	if n, ok := any(&zero).(Namer); ok {
+		return n.MessageName()
+	}
+	t := reflect.TypeFor[T]()
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.PkgPath() == "" {
+		return t.String()
+	}
+	return t.PkgPath() + "." + t.Name()
+}
+
+var (
+	topicName   = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
+	notTopicish = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
+)
+
+// maxTopicLength keeps a topic short enough for every transport's names
+// (watermill-sql prefixes tables with "watermill_offsets_"; PostgreSQL cuts
+// identifiers at 63 bytes).
+const maxTopicLength = 40
+
+// topicOf turns a name into a topic every transport accepts: letters,
+// digits, '-', '_' and '.', at most 40 bytes; a longer name keeps its head
+// and ends in a hash of the whole, so distinct names stay distinct.
+func topicOf(name string) string {
+	t := strings.Trim(notTopicish.ReplaceAllString(name, "-"), "-")
+	if len(t) <= maxTopicLength && t == name {
+		return t
+	}
+	sum := sha256.Sum256([]byte(name))
+	head := t[max(0, len(t)-(maxTopicLength-9)):]
+	return strings.TrimLeft(head, "-.") + "-" + hex.EncodeToString(sum[:4])
+}
+
+// eventTopic is where events of a type are published.
+func eventTopic(messageName string) string { return topicOf(messageName) }
+
+// commandTopic is where commands of a type are sent to an endpoint.
+func commandTopic(endpoint, messageName string) string {
+	return topicOf(endpoint + ".cmd." + messageName)
+}

@@ -1,0 +1,111 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/postroom/postroom/metadata"
+	"github.com/postroom/postroom/metrics"
+)
+
+// ErrPanic wraps a handler's panic.
+var ErrPanic = errors.New("bus: handler panicked")
+
+// deliver runs one delivery: attempts with backoff, then the error topic.
+// It returns an error (a nack: the broker delivers again) only when the
+// message could not be moved to the error topic or the bus is closing, so
+// nothing is lost.
+func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.HandlerFunc) error {
+	b.cfg.Recorder.Record(handler, metrics.Received)
+	policy := b.cfg.Retry
+	var err error
+	attempts := 0
+	for attempt := 0; attempt <= policy.MaxRetries; attempt++ {
+		if attempt > 0 {
+			b.cfg.Recorder.Record(handler, metrics.Retried)
+			select {
+			case <-time.After(policy.backoff(attempt)):
+			case <-msg.Context().Done():
+				return fmt.Errorf("bus: %s: closing during retries: %w", handler, err)
+			}
+		}
+		attempts++
+		var ran bool
+		ran, err = b.attempt(msg, h)
+		if err == nil {
+			if ran {
+				b.cfg.Recorder.Record(handler, metrics.Handled)
+			}
+			return nil
+		}
+		b.cfg.Logger.Warn("bus: attempt failed", "handler", handler, "message_id", msg.UUID, "attempt", attempts, "error", err)
+		if IsUnrecoverable(err) {
+			break
+		}
+	}
+	return b.moveToErrorTopic(handler, topic, msg, attempts, err)
+}
+
+// attempt runs the handler chain once, turning a panic into an error, and
+// dispatches the messages the handler sent once it has committed.
+func (b *Bus) attempt(msg *message.Message, h message.HandlerFunc) (ran bool, err error) {
+	parent := msg.Context()
+	in := &incoming{msg: msg}
+	msg.SetContext(context.WithValue(parent, incomingKey{}, in))
+	defer func() {
+		msg.SetContext(parent)
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: %v", ErrPanic, r)
+			b.cfg.Logger.Error("bus: handler panicked", "message_id", msg.UUID, "panic", r, "stack", string(debug.Stack()))
+		}
+	}()
+	if _, err = h(msg); err != nil {
+		return false, err
+	}
+	for _, out := range in.outgoing {
+		if err := b.publishCommitted(msg.Context(), out); err != nil {
+			return in.ran, err
+		}
+	}
+	return in.ran, nil
+}
+
+// publishCommitted publishes a message whose handler has committed. Running
+// the handler again would not send it (the inbox skips the duplicate), so
+// it keeps trying until the bus closes; only the outbox closes that window.
+func (b *Bus) publishCommitted(ctx context.Context, out outgoing) error {
+	for n := 1; ; n++ {
+		err := b.cfg.Transport.Publisher().Publish(out.topic, out.msg)
+		if err == nil {
+			return nil
+		}
+		b.cfg.Logger.Warn("bus: dispatch after commit failed, retrying", "topic", out.topic, "message_id", out.msg.UUID, "error", err)
+		select {
+		case <-time.After(b.cfg.Retry.withDefaults().backoff(min(n, 10))):
+		case <-ctx.Done():
+			return fmt.Errorf("bus: dispatch to %s after commit: %w", out.topic, err)
+		}
+	}
+}
+
+func (b *Bus) moveToErrorTopic(handler, topic string, msg *message.Message, attempts int, reason error) error {
+	failed := msg.Copy()
+	failed.Metadata.Set(metadata.ErrorReason, reason.Error())
+	failed.Metadata.Set(metadata.ErrorHandler, handler)
+	failed.Metadata.Set(metadata.ErrorAttempts, strconv.Itoa(attempts))
+	failed.Metadata.Set(metadata.ErrorTopic, topic)
+	failed.Metadata.Set(metadata.ErrorAt, b.cfg.Now().UTC().Format(time.RFC3339Nano))
+	if err := b.cfg.Transport.Publisher().Publish(b.cfg.ErrorTopic, failed); err != nil {
+		return fmt.Errorf("bus: move %s to the error topic: %w (after: %v)", msg.UUID, err, reason)
+	}
+	b.cfg.Recorder.Record(handler, metrics.Failed)
+	b.cfg.Logger.Error("bus: message moved to the error topic", "handler", handler, "message_id", msg.UUID,
+		"attempts", attempts, "error_topic", b.cfg.ErrorTopic, "reason", reason)
+	return nil
+}

@@ -1,0 +1,111 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+
+	"github.com/postroom/postroom/metadata"
+)
+
+// SendOption sets something on an outgoing message.
+type SendOption func(*message.Message)
+
+// WithVersion marks the message as a versioned update of one entity, for
+// handlers that use the stale-update check.
+func WithVersion(entityID string, at time.Time) SendOption {
+	return func(m *message.Message) {
+		m.Metadata.Set(metadata.EntityID, entityID)
+		m.Metadata.Set(metadata.Version, at.UTC().Format(time.RFC3339Nano))
+	}
+}
+
+// WithMessageID sets the message ID instead of a new UUIDv7, for a sender
+// that must send the same logical message again (a retried upload, a
+// scheduled slot) and have it deduplicated.
+func WithMessageID(id string) SendOption {
+	return func(m *message.Message) {
+		m.UUID = id
+		m.Metadata.Set(metadata.MessageID, id)
+	}
+}
+
+// WithMetadata sets one metadata entry.
+func WithMetadata(key, value string) SendOption {
+	return func(m *message.Message) { m.Metadata.Set(key, value) }
+}
+
+// To sends a command to another endpoint instead of this one.
+func To(endpoint string) SendOption {
+	return func(m *message.Message) { m.Metadata.Set(destinationKey, endpoint) }
+}
+
+const destinationKey = "postroom-destination"
+
+// Send sends a command to the one endpoint that owns it: this endpoint, or
+// the one named with To. Inside a handler it is dispatched after the
+// handler's transaction commits, and not at all if it rolls back.
+func Send[T any](ctx context.Context, b *Bus, cmd *T, opts ...SendOption) error {
+	msg, err := b.newMessage(ctx, MessageName[T](), cmd, opts)
+	if err != nil {
+		return err
+	}
+	dest := msg.Metadata.Get(destinationKey)
+	if dest == "" {
+		dest = b.cfg.Endpoint
+	}
+	delete(msg.Metadata, destinationKey)
+	return b.dispatch(ctx, commandTopic(dest, MessageName[T]()), msg)
+}
+
+// Publish publishes an event to every endpoint that handles it. Inside a
+// handler it is dispatched after the handler's transaction commits.
+func Publish[T any](ctx context.Context, b *Bus, event *T, opts ...SendOption) error {
+	msg, err := b.newMessage(ctx, MessageName[T](), event, opts)
+	if err != nil {
+		return err
+	}
+	return b.dispatch(ctx, eventTopic(MessageName[T]()), msg)
+}
+
+func (b *Bus) newMessage(ctx context.Context, name string, payload any, opts []SendOption) (*message.Message, error) {
+	body, err := b.cfg.Marshaler.Marshal(payload)
+	if err != nil {
+		return nil, fmt.Errorf("bus: marshal %s: %w", name, err)
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return nil, fmt.Errorf("bus: message ID: %w", err)
+	}
+	msg := message.NewMessage(id.String(), body)
+	msg.Metadata.Set(metadata.MessageID, msg.UUID)
+	msg.Metadata.Set(metadata.MessageType, name)
+	msg.Metadata.Set(metadata.SentAt, b.cfg.Now().UTC().Format(time.RFC3339Nano))
+	msg.Metadata.Set(metadata.SourceEndpoint, b.cfg.Endpoint)
+	msg.Metadata.Set("content-type", b.cfg.Marshaler.ContentType())
+	if in := incomingFrom(ctx); in != nil {
+		msg.Metadata.Set(metadata.CorrelationID, in.correlationID())
+		msg.Metadata.Set(metadata.CausationID, in.msg.UUID)
+	} else {
+		msg.Metadata.Set(metadata.CorrelationID, msg.UUID)
+	}
+	for _, o := range opts {
+		o(msg)
+	}
+	return msg, nil
+}
+
+// dispatch publishes now, or after commit when ctx is a handler's.
+func (b *Bus) dispatch(ctx context.Context, topic string, msg *message.Message) error {
+	if in := incomingFrom(ctx); in != nil {
+		in.outgoing = append(in.outgoing, outgoing{topic, msg})
+		return nil
+	}
+	if err := b.cfg.Transport.Publisher().Publish(topic, msg); err != nil {
+		return fmt.Errorf("bus: publish to %s: %w", topic, err)
+	}
+	return nil
+}

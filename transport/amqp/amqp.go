@@ -1,0 +1,80 @@
+// Package amqp is the RabbitMQ transport: watermill-amqp with durable
+// fanout exchanges (one per topic), a durable queue per topic and group,
+// persistent messages and a prefetch of one. Several subscriptions of one
+// group compete for the queue's messages, in one process or many.
+// watermill-amqp reconnects after the connection drops.
+//
+// A nack makes RabbitMQ redeliver at once, so the bus retries in process
+// with backoff and moves a message that keeps failing to the error topic.
+package amqp
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// Config configures the RabbitMQ transport.
+type Config struct {
+	// URL is the broker's AMQP URL. Required (POSTROOM_AMQP_URL in the commands).
+	URL string
+	// Logger is Watermill's logger. Defaults to watermill.NopLogger.
+	Logger watermill.LoggerAdapter
+}
+
+// Transport is the RabbitMQ transport.
+type Transport struct {
+	cfg       Config
+	publisher *amqp.Publisher
+
+	mu          sync.Mutex
+	subscribers []*amqp.Subscriber
+}
+
+// New connects a publisher to the broker.
+func New(cfg Config) (*Transport, error) {
+	if cfg.URL == "" {
+		return nil, errors.New("amqp: Config.URL is empty: set POSTROOM_AMQP_URL, e.g. amqp://guest:guest@127.0.0.1:5672/")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = watermill.NopLogger{}
+	}
+	pub, err := amqp.NewPublisher(amqp.NewDurablePubSubConfig(cfg.URL, nil), cfg.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("amqp: connect publisher: %w", err)
+	}
+	return &Transport{cfg: cfg, publisher: pub}, nil
+}
+
+// Publisher returns the publisher.
+func (t *Transport) Publisher() message.Publisher { return t.publisher }
+
+// Subscriber returns a subscriber whose queue for a topic is "<topic>_<group>".
+func (t *Transport) Subscriber(group string) (message.Subscriber, error) {
+	sub, err := amqp.NewSubscriber(amqp.NewDurablePubSubConfig(t.cfg.URL, amqp.GenerateQueueNameTopicNameWithSuffix(group)), t.cfg.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("amqp: connect subscriber: %w", err)
+	}
+	t.mu.Lock()
+	t.subscribers = append(t.subscribers, sub)
+	t.mu.Unlock()
+	return sub, nil
+}
+
+// Competing is true: subscriptions of one group share the queue.
+func (t *Transport) Competing() bool { return true }
+
+// Close closes the publisher and every subscriber.
+func (t *Transport) Close() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	errs := []error{t.publisher.Close()}
+	for _, s := range t.subscribers {
+		errs = append(errs, s.Close())
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,128 @@
+// Package sql is the database-only transport: watermill-sql on PostgreSQL
+// or MySQL/MariaDB, one table per topic and an offsets table per topic with
+// a row per group. Subscriptions of one group take turns (the offsets row
+// is locked while a message is handled), so they compete safely.
+//
+// watermill-sql commits the subscriber's own transaction even after a nack;
+// postroom never puts business writes in it: handlers write through their
+// unit of work.
+package sql
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"gorm.io/gorm"
+
+	"github.com/postroom/postroom/internal/dialect"
+)
+
+// PollIntervalDefault is how long a subscriber waits when it found no message.
+const PollIntervalDefault = 100 * time.Millisecond
+
+// Config configures the SQL transport.
+type Config struct {
+	// DB is the PostgreSQL or MySQL database. Required.
+	DB *gorm.DB
+	// PollInterval is how long a subscriber waits when it found no message. Defaults to 100ms.
+	PollInterval time.Duration
+	// Logger is Watermill's logger. Defaults to watermill.NopLogger.
+	Logger watermill.LoggerAdapter
+}
+
+// Transport is the SQL transport.
+type Transport struct {
+	cfg       Config
+	db        wsql.Beginner
+	schema    wsql.SchemaAdapter
+	offsets   wsql.OffsetsAdapter
+	publisher *wsql.Publisher
+
+	mu          sync.Mutex
+	subscribers []*wsql.Subscriber
+}
+
+// New returns a SQL transport on cfg.DB.
+func New(cfg Config) (*Transport, error) {
+	if cfg.DB == nil {
+		return nil, errors.New("sql: Config.DB is nil: pass the PostgreSQL or MySQL *gorm.DB")
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = PollIntervalDefault
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = watermill.NopLogger{}
+	}
+	d, err := dialect.Of(cfg.DB)
+	if err != nil {
+		return nil, fmt.Errorf("sql: %w", err)
+	}
+	t := &Transport{cfg: cfg}
+	switch d {
+	case dialect.Postgres:
+		// Binary payloads: the marshaler is pluggable, and a malformed
+		// message must still reach the handler, and so the error topic.
+		t.schema = wsql.DefaultPostgreSQLSchema{GeneratePayloadType: binary("BYTEA"), SubscribeBatchSize: 1}
+		t.offsets = wsql.DefaultPostgreSQLOffsetsAdapter{}
+	case dialect.MySQL:
+		t.schema = wsql.DefaultMySQLSchema{GeneratePayloadType: binary("LONGBLOB"), SubscribeBatchSize: 1}
+		t.offsets = wsql.DefaultMySQLOffsetsAdapter{}
+	default:
+		return nil, fmt.Errorf("sql: the SQL transport needs PostgreSQL or MySQL, not %s: use the gochannel transport with SQLite", d)
+	}
+	sqlDB, err := cfg.DB.DB()
+	if err != nil {
+		return nil, fmt.Errorf("sql: %w", err)
+	}
+	t.db = wsql.BeginnerFromStdSQL(sqlDB)
+	t.publisher, err = wsql.NewPublisher(t.db, wsql.PublisherConfig{SchemaAdapter: t.schema, AutoInitializeSchema: true}, cfg.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("sql: publisher: %w", err)
+	}
+	return t, nil
+}
+
+// Publisher returns the publisher.
+func (t *Transport) Publisher() message.Publisher { return t.publisher }
+
+// Subscriber returns a subscriber of consumer group group.
+func (t *Transport) Subscriber(group string) (message.Subscriber, error) {
+	sub, err := wsql.NewSubscriber(t.db, wsql.SubscriberConfig{
+		ConsumerGroup:    group,
+		PollInterval:     t.cfg.PollInterval,
+		ResendInterval:   t.cfg.PollInterval,
+		SchemaAdapter:    t.schema,
+		OffsetsAdapter:   t.offsets,
+		InitializeSchema: true,
+	}, t.cfg.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("sql: subscriber: %w", err)
+	}
+	t.mu.Lock()
+	t.subscribers = append(t.subscribers, sub)
+	t.mu.Unlock()
+	return sub, nil
+}
+
+// Competing is true: subscriptions of one group share its offsets.
+func (t *Transport) Competing() bool { return true }
+
+// Close closes the publisher and every subscriber.
+func (t *Transport) Close() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	errs := []error{t.publisher.Close()}
+	for _, s := range t.subscribers {
+		errs = append(errs, s.Close())
+	}
+	return errors.Join(errs...)
+}
+
+func binary(columnType string) func(string) string {
+	return func(string) string { return columnType }
+}
