@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Runs every example and checks its output.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=$(go run ./examples/quickstart)
+echo "$out"
+echo "$out" | grep -Eq '^summary: received=[0-9]+ handled=[0-9]+ duplicates=[1-9][0-9]* stale=[1-9][0-9]* errors=[1-9][0-9]*$' \
+  || { echo "examples: quickstart did not print the expected summary line"; exit 1; }
+echo "examples: quickstart ok"
