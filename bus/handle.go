@@ -91,7 +91,7 @@ func Handle[T any](b *Bus, fn HandlerFunc[T], opts ...HandlerOption) error {
 	for _, topic := range []string{commandTopic(b.cfg.Endpoint, name), eventTopic(name)} {
 		for i := range subscriptions {
 			routerName := fmt.Sprintf("%s@%s#%d", hc.name, topic, i)
-			b.router.AddNoPublisherHandler(routerName, topic, sub, func(msg *message.Message) error {
+			b.router.AddConsumerHandler(routerName, topic, sub, func(msg *message.Message) error {
 				return b.deliver(hc.name, topic, msg, h)
 			})
 		}

@@ -1,0 +1,24 @@
+// Package scheduler runs durable schedules stored in the database, safely
+// on any number of instances.
+//
+// A [Schedule] fires every interval or on a cron expression. Schedules are
+// defined in code; [Scheduler.Define] stores a new one and keeps the state
+// (next run, pause) of one that exists, so a restart resets nothing. Each
+// tick, an instance reads the due schedules and claims a due slot with a
+// compare-and-set on next_run_at, in the same transaction as the emit: only
+// the instance whose UPDATE affected a row emits, so a slot fires once
+// whatever the number of instances and restarts. [EmitFunc] gets that
+// transaction (for an outbox) and the slot time, from which the bus derives a
+// deterministic message ID ([SlotID]), so a repeat is absorbed by the inbox.
+//
+// # Missed slots
+//
+// When an instance finds more than one slot due (all instances were down),
+// the schedule's [MissedPolicy] decides: [RunOnce] (the default) emits one
+// slot and continues on the schedule, [Skip] emits none of the missed slots,
+// and [CatchUp] emits each missed slot, at most CatchUpLimit of them (the
+// most recent).
+//
+// The clock is injectable ([Config.Now]), so a month of schedules runs in
+// milliseconds in tests. This package never imports the bus.
+package scheduler

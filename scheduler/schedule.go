@@ -1,0 +1,108 @@
+package scheduler
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/robfig/cron/v3"
+)
+
+// MissedPolicy says what to do with slots that passed while no instance ran.
+type MissedPolicy int
+
+const (
+	// RunOnce emits one slot for all the missed ones, then continues on the schedule.
+	RunOnce MissedPolicy = iota
+	// Skip emits none of the missed slots; the next slot on the schedule fires.
+	Skip
+	// CatchUp emits every missed slot, at most Schedule.CatchUpLimit of them.
+	CatchUp
+)
+
+// CatchUpLimitDefault bounds the slots CatchUp emits at once.
+const CatchUpLimitDefault = 100
+
+// Schedule is one named, recurring task.
+type Schedule struct {
+	// Name identifies the schedule across restarts and instances. Required.
+	Name string
+	// Every fires at multiples of this interval since the Unix epoch, so all
+	// instances agree on the slots. Set Every or Cron.
+	Every time.Duration
+	// Cron fires on a five-field cron expression, in UTC. Set Every or Cron.
+	Cron string
+	// Missed is the policy for missed slots. Defaults to RunOnce.
+	Missed MissedPolicy
+	// CatchUpLimit bounds the slots CatchUp emits. Defaults to 100.
+	CatchUpLimit int
+
+	cron cron.Schedule
+}
+
+func (s *Schedule) prepare() error {
+	var errs []error
+	if s.Name == "" || len(s.Name) > 150 {
+		errs = append(errs, errors.New("scheduler: Schedule.Name must have 1 to 150 bytes"))
+	}
+	switch {
+	case (s.Every > 0) == (s.Cron != ""):
+		errs = append(errs, fmt.Errorf("scheduler: schedule %q: set exactly one of Every (positive) and Cron", s.Name))
+	case s.Cron != "":
+		c, err := cron.ParseStandard(s.Cron)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("scheduler: schedule %q: cron %q: %w", s.Name, s.Cron, err))
+		}
+		s.cron = c
+	case s.Every < time.Second:
+		errs = append(errs, fmt.Errorf("scheduler: schedule %q: Every %s is shorter than a second", s.Name, s.Every))
+	}
+	if s.CatchUpLimit == 0 {
+		s.CatchUpLimit = CatchUpLimitDefault
+	}
+	return errors.Join(errs...)
+}
+
+// spec is the stored text of the schedule's timing.
+func (s *Schedule) spec() string {
+	if s.Cron != "" {
+		return "cron " + s.Cron
+	}
+	return "every " + s.Every.String()
+}
+
+// next returns the first slot strictly after t.
+func (s *Schedule) next(t time.Time) time.Time {
+	t = t.UTC()
+	if s.cron != nil {
+		return s.cron.Next(t)
+	}
+	return t.Truncate(s.Every).Add(s.Every)
+}
+
+// slots returns what to emit for a due slot at time now, and the next slot.
+func (s *Schedule) slots(due, now time.Time) (emit []time.Time, next time.Time) {
+	next = s.next(now)
+	following := s.next(due)
+	if !following.After(now) { // more than one slot is due: some were missed
+		switch s.Missed {
+		case Skip:
+			return nil, next
+		case CatchUp:
+			for t := due; !t.IsZero() && !t.After(now); t = s.next(t) {
+				emit = append(emit, t)
+			}
+			if len(emit) > s.CatchUpLimit {
+				emit = emit[len(emit)-s.CatchUpLimit:]
+			}
+			return emit, next
+		}
+	}
+	return []time.Time{due}, next
+}
+
+// SlotID is the deterministic message ID of a schedule's slot, the same on
+// every instance, so the inbox absorbs a repeated emit.
+func SlotID(name string, slot time.Time) string {
+	return "schedule:" + name + ":" + slot.UTC().Format(time.RFC3339)
+}

@@ -1,0 +1,180 @@
+package scheduler_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/scheduler"
+)
+
+// clock is a fake clock shared by several schedulers.
+type clock struct{ ns atomic.Int64 }
+
+func (c *clock) Now() time.Time          { return time.Unix(0, c.ns.Load()).UTC() }
+func (c *clock) Set(t time.Time)         { c.ns.Store(t.UnixNano()) }
+func (c *clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+// recordEmit writes each emitted slot in the claiming transaction.
+func recordEmit(ctx context.Context, tx *gorm.DB, s scheduler.Schedule, slot time.Time) error {
+	return tx.Exec("INSERT INTO emits (name, slot) VALUES (?, ?)", s.Name, slot.UTC().Format(time.RFC3339)).Error
+}
+
+func emitsTable(t *testing.T, db *gorm.DB) {
+	require.NoError(t, db.Exec("CREATE TABLE emits (name VARCHAR(100) NOT NULL, slot VARCHAR(40) NOT NULL)").Error)
+}
+
+func emitted(t *testing.T, db *gorm.DB, name string) map[string]int {
+	var rows []struct{ Slot string }
+	require.NoError(t, db.Raw("SELECT slot FROM emits WHERE name = ?", name).Scan(&rows).Error)
+	out := map[string]int{}
+	for _, r := range rows {
+		out[r.Slot]++
+	}
+	return out
+}
+
+func newScheduler(t *testing.T, db *gorm.DB, c *clock, instance string, schedules ...scheduler.Schedule) *scheduler.Scheduler {
+	s, err := scheduler.New(scheduler.Config{DB: db, Schedules: schedules, Emit: recordEmit, Instance: instance, Now: c.Now, Logger: testenv.Logger(t)})
+	require.NoError(t, err)
+	require.NoError(t, s.Define(context.Background()))
+	return s
+}
+
+// TestOneEmitPerSlotAcrossInstancesAndRestarts runs three schedulers on
+// one PostgreSQL through 30 simulated days, ticking concurrently, restarted
+// every few simulated days: every slot fires exactly once.
+func TestOneEmitPerSlotAcrossInstancesAndRestarts(t *testing.T) {
+	db := testenv.Postgres(t)
+	emitsTable(t, db)
+	if sqlDB, err := db.DB(); err == nil {
+		sqlDB.SetMaxOpenConns(8)
+	}
+	start := time.Date(2026, 3, 1, 0, 17, 0, 0, time.UTC)
+	c := &clock{}
+	c.Set(start)
+	hourly := scheduler.Schedule{Name: "hourly", Every: time.Hour, Missed: scheduler.CatchUp}
+	halfHourly := scheduler.Schedule{Name: "cron", Cron: "*/30 * * * *", Missed: scheduler.CatchUp}
+	boot := func() []*scheduler.Scheduler {
+		var out []*scheduler.Scheduler
+		for i := range 3 {
+			out = append(out, newScheduler(t, db, c, fmt.Sprintf("instance-%d", i), hourly, halfHourly))
+		}
+		return out
+	}
+	instances := boot()
+	rng := rand.New(rand.NewPCG(1, 2))
+	end := start.Add(30 * 24 * time.Hour)
+	for rounds := 0; c.Now().Before(end); rounds++ {
+		c.Advance(time.Duration(rng.IntN(80)) * time.Minute)
+		if rounds%97 == 96 {
+			instances = boot() // a restart: new processes, the same table
+		}
+		var wg sync.WaitGroup
+		for _, s := range instances {
+			wg.Go(func() {
+				_, err := s.Tick(context.Background())
+				require.NoError(t, err)
+			})
+		}
+		wg.Wait()
+	}
+	for _, tc := range []struct {
+		name string
+		step time.Duration
+	}{{"hourly", time.Hour}, {"cron", 30 * time.Minute}} {
+		got := emitted(t, db, tc.name)
+		want := 0
+		for slot := start.Truncate(tc.step).Add(tc.step); !slot.After(c.Now()); slot = slot.Add(tc.step) {
+			want++
+			require.Equal(t, 1, got[slot.Format(time.RFC3339)], "%s slot %s", tc.name, slot)
+		}
+		require.Len(t, got, want, "%s: no slot outside the schedule", tc.name)
+	}
+}
+
+func TestMissedSlotPolicies(t *testing.T) {
+	start := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC) // 10:00, next slot 11:00
+	for _, tc := range []struct {
+		policy scheduler.MissedPolicy
+		want   []string
+	}{
+		{scheduler.RunOnce, []string{"2026-03-01T11:00:00Z"}},
+		{scheduler.Skip, nil},
+		{scheduler.CatchUp, []string{"2026-03-01T13:00:00Z", "2026-03-01T14:00:00Z", "2026-03-01T15:00:00Z"}},
+	} {
+		t.Run(fmt.Sprint(tc.policy), func(t *testing.T) {
+			db := testenv.SQLite(t)
+			emitsTable(t, db)
+			c := &clock{}
+			c.Set(start)
+			s := newScheduler(t, db, c, "a", scheduler.Schedule{Name: "job", Every: time.Hour, Missed: tc.policy, CatchUpLimit: 3})
+			c.Set(start.Add(5*time.Hour + 30*time.Minute)) // 15:30: slots 11:00 to 15:00 missed
+			_, err := s.Tick(context.Background())
+			require.NoError(t, err)
+			got := emitted(t, db, "job")
+			require.Len(t, got, len(tc.want))
+			for _, slot := range tc.want {
+				require.Equal(t, 1, got[slot], slot)
+			}
+			// Whatever the policy, the schedule then continues: 16:00 fires.
+			c.Set(start.Add(6 * time.Hour))
+			n, err := s.Tick(context.Background())
+			require.NoError(t, err)
+			require.Equal(t, 1, n)
+			require.Equal(t, 1, emitted(t, db, "job")["2026-03-01T16:00:00Z"])
+		})
+	}
+}
+
+func TestPauseResumeTriggerAndRestart(t *testing.T) {
+	db := testenv.SQLite(t)
+	emitsTable(t, db)
+	c := &clock{}
+	start := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+	c.Set(start)
+	job := scheduler.Schedule{Name: "job", Every: time.Hour, Missed: scheduler.Skip}
+	s := newScheduler(t, db, c, "a", job)
+	ctl, err := scheduler.NewControl(db, "")
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	require.NoError(t, ctl.Pause(ctx, "job"))
+	c.Set(start.Add(time.Hour))
+	n, err := s.Tick(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "a paused schedule does not fire")
+
+	require.NoError(t, ctl.Resume(ctx, "job"))
+	n, err = s.Tick(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+
+	require.NoError(t, ctl.Trigger(ctx, "job", c.Now().Add(time.Minute)))
+	c.Advance(time.Minute)
+	s = newScheduler(t, db, c, "b", job) // a restart keeps the triggered state
+	n, err = s.Tick(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "a triggered schedule fires at once")
+	require.Error(t, ctl.Pause(ctx, "nope"))
+}
+
+func TestBadSchedulesAreRefused(t *testing.T) {
+	db := testenv.SQLite(t)
+	_, err := scheduler.New(scheduler.Config{DB: db, Emit: recordEmit, Schedules: []scheduler.Schedule{
+		{Name: "both", Every: time.Hour, Cron: "* * * * *"},
+		{Name: "bad cron", Cron: "every tuesday"},
+		{Name: "", Every: time.Hour},
+	}})
+	require.ErrorContains(t, err, "exactly one of Every")
+	require.ErrorContains(t, err, "every tuesday")
+	require.ErrorContains(t, err, "Schedule.Name")
+}
