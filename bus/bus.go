@@ -12,6 +12,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/scheduler"
 	"github.com/postroom/postroom/middleware/unitofwork"
 	"github.com/postroom/postroom/transport"
 	"github.com/postroom/postroom/transport/gochannel"
@@ -24,8 +25,9 @@ type Bus struct {
 	wmLog  watermill.LoggerAdapter
 
 	mu       sync.Mutex
-	handlers map[string]bool
-	running  bool
+	handlers     map[string]bool
+	running      bool
+	needsCleanup bool
 }
 
 // New returns a bus; register handlers with Handle, then call Run.
@@ -68,9 +70,31 @@ func (b *Bus) Run(ctx context.Context) error {
 		b.mu.Unlock()
 		return errors.New("bus: Run called twice")
 	}
+	cleanup := b.needsCleanup && !b.cfg.Cleanup.Disabled
+	b.mu.Unlock()
+	var sched *scheduler.Scheduler
+	if cleanup {
+		var err error
+		if sched, err = b.scheduleCleanup(); err != nil {
+			return err
+		}
+		if err := sched.Define(ctx); err != nil {
+			return fmt.Errorf("bus: %w (has `postroom migrate` run?)", err)
+		}
+	}
+	b.mu.Lock()
 	b.running = true
 	b.mu.Unlock()
-	return b.router.Run(ctx)
+	if sched == nil {
+		return b.router.Run(ctx)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- sched.Run(ctx) }()
+	err := b.router.Run(ctx)
+	cancel()
+	return errors.Join(err, <-done)
 }
 
 // Running is closed once every handler has subscribed.

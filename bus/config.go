@@ -108,8 +108,22 @@ type Config struct {
 	// crash, a replay from the error topic). With the retry horizon it is
 	// the shortest retention the bus accepts. Defaults to 1 hour.
 	RedeliveryWindow time.Duration
+	// Cleanup schedules CleanupStore, which purges inbox keys and watermarks
+	// older than InboxRetention. It is on as soon as a handler uses the
+	// inbox or the stale check.
+	Cleanup CleanupConfig
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
+}
+
+// CleanupConfig configures the scheduled CleanupStore.
+type CleanupConfig struct {
+	// Disabled turns the schedule off (purge some other way, or the tables grow forever).
+	Disabled bool
+	// Interval is how often it runs, on one instance per slot. Defaults to 12 hours.
+	Interval time.Duration
+	// BatchSize is the most rows one DELETE removes. Defaults to 5000.
+	BatchSize int
 }
 
 var endpointName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$`)
@@ -120,6 +134,8 @@ func (c Config) withDefaults() Config {
 	c.InboxRetention = cmp.Or(c.InboxRetention, InboxRetentionDefault)
 	c.RedeliveryWindow = cmp.Or(c.RedeliveryWindow, RedeliveryWindowDefault)
 	c.Retry = c.Retry.withDefaults()
+	c.Cleanup.Interval = cmp.Or(c.Cleanup.Interval, CleanupIntervalDefault)
+	c.Cleanup.BatchSize = cmp.Or(c.Cleanup.BatchSize, CleanupBatchSizeDefault)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

@@ -129,6 +129,9 @@ func (b *Bus) chain(hc handlerConfig, h message.HandlerFunc) (message.HandlerFun
 		}
 		h = mw(h)
 	}
+	b.mu.Lock()
+	b.needsCleanup = true
+	b.mu.Unlock()
 	if hc.inbox {
 		horizon := b.cfg.Retry.Horizon() + b.cfg.RedeliveryWindow
 		if err := inbox.CheckRetention(b.cfg.InboxRetention, horizon); err != nil {

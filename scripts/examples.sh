@@ -6,4 +6,6 @@ out=$(go run ./examples/quickstart)
 echo "$out"
 echo "$out" | grep -Eq '^summary: received=[0-9]+ handled=[0-9]+ duplicates=[1-9][0-9]* stale=[1-9][0-9]* errors=[1-9][0-9]*$' \
   || { echo "examples: quickstart did not print the expected summary line"; exit 1; }
+echo "$out" | grep -Eq "^cleanup: inbox keys before=[1-9][0-9]* after=0$" \
+  || { echo "examples: quickstart cleanup did not empty the inbox"; exit 1; }
 echo "examples: quickstart ok"

@@ -1,7 +1,7 @@
 // Command quickstart runs an invoice flow on the embedded default: a SQLite
 // file and the in-memory transport, no server needed. It shows a duplicate
 // skipped by the inbox, a stale update rejected, a failing message moved to
-// the error topic, and ends with a summary line.
+// the error topic, a CleanupStore run, and ends with a summary line.
 package main
 
 import (
@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/handlers"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/store"
 )
@@ -134,6 +135,17 @@ func run() error {
 	if err != nil {
 		return err
 	}
+
+	// CleanupStore, which the bus also schedules every 12 hours: here with
+	// a cut-off in the future, so every inbox key and watermark goes.
+	var keysBefore, keysAfter int64
+	db.Raw("SELECT COUNT(*) FROM postroom_inbox").Scan(&keysBefore)
+	if err := step(func() error {
+		return bus.Send(ctx, b, &handlers.CleanupStore{Before: time.Now().Add(time.Minute), BatchSize: 100})
+	}); err != nil {
+		return err
+	}
+	db.Raw("SELECT COUNT(*) FROM postroom_inbox").Scan(&keysAfter)
 	stop()
 	if err := b.Close(); err != nil {
 		return err
@@ -145,6 +157,7 @@ func run() error {
 	db.Raw("SELECT address FROM customers WHERE id = 'c-1'").Scan(&address)
 	fmt.Printf("invoices created: %d (order-1 delivered twice, created once)\n", invoices)
 	fmt.Printf("customer c-1 address: %s (the older update was rejected)\n", address)
+	fmt.Printf("cleanup: inbox keys before=%d after=%d\n", keysBefore, keysAfter)
 	fmt.Printf("summary: received=%d handled=%d duplicates=%d stale=%d errors=%d\n",
 		c.Total(metrics.Received), c.Total(metrics.Handled), c.Total(metrics.Duplicate), c.Total(metrics.Stale), c.Total(metrics.Failed))
 	return nil

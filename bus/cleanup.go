@@ -1,0 +1,42 @@
+package bus
+
+import (
+	"context"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/postroom/postroom/handlers"
+	"github.com/postroom/postroom/scheduler"
+)
+
+// scheduleCleanup registers the CleanupStore handler and returns the
+// scheduler that sends CleanupStore to this endpoint every interval, on one
+// instance per slot. The slot's message ID is deterministic.
+func (b *Bus) scheduleCleanup() (*scheduler.Scheduler, error) {
+	cleanup, err := handlers.NewCleanup(handlers.CleanupConfig{DB: b.cfg.DB, Logger: b.cfg.Logger, Now: b.cfg.Now})
+	if err != nil {
+		return nil, err
+	}
+	if err := Handle(b, cleanup.Handle); err != nil {
+		return nil, err
+	}
+	return scheduler.New(scheduler.Config{
+		DB:     b.cfg.DB,
+		Logger: b.cfg.Logger,
+		Now:    b.cfg.Now,
+		Schedules: []scheduler.Schedule{{
+			Name:  "postroom.cleanup." + b.cfg.Endpoint,
+			Every: b.cfg.Cleanup.Interval,
+		}},
+		Emit: func(ctx context.Context, _ *gorm.DB, s scheduler.Schedule, slot time.Time) error {
+			// Published before the claim commits: if the commit fails, the
+			// slot fires again with the same ID, and a repeat only deletes
+			// nothing more.
+			return Send(context.WithoutCancel(ctx), b, &handlers.CleanupStore{
+				Retention: b.cfg.InboxRetention,
+				BatchSize: b.cfg.Cleanup.BatchSize,
+			}, WithMessageID(scheduler.SlotID(s.Name, slot)))
+		},
+	})
+}

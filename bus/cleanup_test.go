@@ -1,0 +1,47 @@
+package bus_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/transport/gochannel"
+)
+
+// TestCleanupIsScheduledWithTheInbox: a bus with an inbox handler purges
+// expired inbox keys on its own once the cleanup slot comes.
+func TestCleanupIsScheduledWithTheInbox(t *testing.T) {
+	db := testenv.SQLite(t)
+	d, err := dialect.Of(db)
+	require.NoError(t, err)
+	var now atomic.Int64
+	t0 := time.Date(2026, 6, 1, 11, 30, 0, 0, time.UTC)
+	now.Store(t0.UnixNano())
+	clock := func() time.Time { return time.Unix(0, now.Load()).UTC() }
+	old, recent := t0.Add(-11*24*time.Hour), t0.Add(-time.Hour)
+	require.NoError(t, db.Exec(d.InboxInsert("postroom_inbox"), "c", "", "old", "t", d.Time(old)).Error)
+	require.NoError(t, db.Exec(d.InboxInsert("postroom_inbox"), "c", "", "recent", "t", d.Time(recent)).Error)
+
+	b, err := bus.New(bus.Config{Endpoint: "billing", Transport: gochannel.New(gochannel.Config{}), DB: db,
+		Logger: testenv.Logger(t), Now: clock, Cleanup: bus.CleanupConfig{Interval: time.Hour}})
+	require.NoError(t, err)
+	require.NoError(t, bus.Handle(b, func(context.Context, *CreateInvoice) error { return nil }, bus.WithInbox()))
+	start(t, b, "error")
+	var ids []string
+	require.NoError(t, db.Raw("SELECT message_id FROM postroom_inbox ORDER BY message_id").Scan(&ids).Error)
+	require.Equal(t, []string{"old", "recent"}, ids, "nothing purged before the slot")
+
+	now.Store(t0.Add(45 * time.Minute).UnixNano()) // past the 12:00 slot
+	waitFor(t, "the scheduled cleanup", func() bool {
+		ids = nil
+		require.NoError(t, db.Raw("SELECT message_id FROM postroom_inbox ORDER BY message_id").Scan(&ids).Error)
+		return len(ids) == 1
+	})
+	require.Equal(t, []string{"recent"}, ids)
+}

@@ -1,0 +1,57 @@
+package handlers_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/postroom/postroom/handlers"
+	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/testenv"
+)
+
+func count(t *testing.T, db *gorm.DB, query string) int64 {
+	var n int64
+	require.NoError(t, db.Raw(query).Scan(&n).Error)
+	return n
+}
+
+func TestCleanupDeletesExactlyTheOldRowsInBatches(t *testing.T) {
+	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	cutoff := now.Add(-240 * time.Hour)
+	for _, store := range testenv.Databases {
+		t.Run(store.Name, func(t *testing.T) {
+			t.Parallel()
+			db := store.Open(t)
+			d, err := dialect.Of(db)
+			require.NoError(t, err)
+			// 23 old and 7 recent rows in each table; one exactly at the cut-off (kept).
+			for i := range 30 {
+				at := cutoff.Add(-time.Duration(i+1) * time.Minute)
+				if i >= 23 {
+					at = cutoff.Add(time.Duration(i-23) * time.Microsecond)
+				}
+				require.NoError(t, db.Exec(d.InboxInsert("postroom_inbox"), "c", "s", fmt.Sprint(i), "t", d.Time(at)).Error)
+				require.NoError(t, db.Exec(d.WatermarkUpsert("postroom_stale_watermarks"), "t", fmt.Sprint(i), 1, "m", d.Time(at)).Error)
+			}
+			c, err := handlers.NewCleanup(handlers.CleanupConfig{DB: db, Now: func() time.Time { return now }, Logger: testenv.Logger(t)})
+			require.NoError(t, err)
+			res, err := c.Purge(context.Background(), handlers.CleanupStore{Retention: 240 * time.Hour, BatchSize: 5})
+			require.NoError(t, err)
+			require.EqualValues(t, 23, res.Inbox)
+			require.EqualValues(t, 23, res.Watermarks)
+			require.Equal(t, 10, res.Batches, "5 batches of 5 rows and a short one per table")
+			require.EqualValues(t, 7, count(t, db, "SELECT COUNT(*) FROM postroom_inbox"))
+			require.EqualValues(t, 7, count(t, db, "SELECT COUNT(*) FROM postroom_stale_watermarks"))
+			require.Zero(t, count(t, db, "SELECT COUNT(*) FROM postroom_inbox WHERE CAST(message_id AS INTEGER) < 23"), "every old row went, no recent one")
+
+			again, err := c.Purge(context.Background(), handlers.CleanupStore{Before: cutoff})
+			require.NoError(t, err)
+			require.Zero(t, again.Inbox+again.Watermarks, "a repeat deletes nothing more")
+		})
+	}
+}
