@@ -12,8 +12,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/metrics"
-	"github.com/postroom/postroom/scheduler"
 	"github.com/postroom/postroom/middleware/unitofwork"
+	"github.com/postroom/postroom/scheduler"
 	"github.com/postroom/postroom/transport"
 	"github.com/postroom/postroom/transport/gochannel"
 )
@@ -24,7 +24,7 @@ type Bus struct {
 	router *message.Router
 	wmLog  watermill.LoggerAdapter
 
-	mu       sync.Mutex
+	mu           sync.Mutex
 	handlers     map[string]bool
 	running      bool
 	needsCleanup bool
