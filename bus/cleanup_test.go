@@ -45,3 +45,11 @@ func TestCleanupIsScheduledWithTheInbox(t *testing.T) {
 	})
 	require.Equal(t, []string{"recent"}, ids)
 }
+
+func TestShortRetentionIsRefused(t *testing.T) {
+	b, err := bus.New(bus.Config{Endpoint: "billing", DB: testenv.SQLite(t), InboxRetention: 30 * time.Minute})
+	require.NoError(t, err)
+	err = bus.Handle(b, func(context.Context, *CreateInvoice) error { return nil }, bus.WithInbox())
+	require.ErrorContains(t, err, "retention 30m0s is shorter than the retry and redelivery horizon")
+	require.ErrorContains(t, err, "raise the retention")
+}
