@@ -14,6 +14,7 @@ import (
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/middleware/unitofwork"
 	"github.com/postroom/postroom/scheduler"
+	"github.com/postroom/postroom/store"
 	"github.com/postroom/postroom/transport"
 	"github.com/postroom/postroom/transport/gochannel"
 )
@@ -35,6 +36,14 @@ func New(cfg Config) (*Bus, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	if cfg.Migrate {
+		if cfg.DB == nil {
+			return nil, errors.New("bus: Config.Migrate needs Config.DB")
+		}
+		if _, err := store.Migrate(context.Background(), cfg.DB, store.Tables{}); err != nil {
+			return nil, fmt.Errorf("bus: %w", err)
+		}
 	}
 	if cfg.Transport == nil {
 		cfg.Transport = gochannel.New(gochannel.Config{})

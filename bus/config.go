@@ -108,6 +108,9 @@ type Config struct {
 	// crash, a replay from the error topic). With the retry horizon it is
 	// the shortest retention the bus accepts. Defaults to 1 hour.
 	RedeliveryWindow time.Duration
+	// Migrate applies postroom's migrations to DB in New (the same as
+	// `postroom migrate`). Defaults to false: migrations are explicit.
+	Migrate bool
 	// Cleanup schedules CleanupStore, which purges inbox keys and watermarks
 	// older than InboxRetention. It is on as soon as a handler uses the
 	// inbox or the stale check.

@@ -16,12 +16,10 @@ import (
 type Tables = dialect.Tables
 
 // Plan returns, in order, the SQL statements that Migrate would run on a
-// database of db's dialect that has none of postroom's schema yet.
-func Plan(db *gorm.DB, tables Tables) ([]string, error) {
-	d, err := dialect.Of(db)
-	if err != nil {
-		return nil, err
-	}
+// database of dsn's kind that has none of postroom's schema yet. It does
+// not connect.
+func Plan(dsn string, tables Tables) ([]string, error) {
+	d := dialectOfDSN(dsn)
 	if err := tables.Validate(); err != nil {
 		return nil, err
 	}
@@ -58,33 +56,35 @@ func Migrate(ctx context.Context, db *gorm.DB, tables Tables) ([]int, error) {
 		if err := conn.Exec(d.MigrationsTable(tables)).Error; err != nil {
 			return fmt.Errorf("store: create %s: %w", tables.Migrations, err)
 		}
-		var done []int
-		if err := conn.Raw("SELECT version FROM " + tables.Migrations).Scan(&done).Error; err != nil {
-			return fmt.Errorf("store: read %s: %w", tables.Migrations, err)
-		}
-		have := make(map[int]bool, len(done))
-		for _, v := range done {
-			have[v] = true
-		}
 		for _, m := range d.Migrations(tables) {
-			if have[m.Version] {
-				continue
-			}
+			ran := false
+			// The check and the step share one transaction, so on SQLite
+			// (no advisory lock) two processes still apply a step once.
 			// MySQL commits DDL at once; every statement is idempotent and
 			// the version row is written last, so a step cut short reruns.
 			err := conn.Transaction(func(tx *gorm.DB) error {
+				var n int64
+				if err := tx.Raw("SELECT COUNT(*) FROM "+tables.Migrations+" WHERE version = ?", m.Version).Scan(&n).Error; err != nil {
+					return fmt.Errorf("store: read %s: %w", tables.Migrations, err)
+				}
+				if n > 0 {
+					return nil
+				}
 				for _, stmt := range m.Statements {
 					if err := tx.Exec(stmt).Error; err != nil {
 						return fmt.Errorf("store: migration %d (%s): %w", m.Version, m.Name, err)
 					}
 				}
+				ran = true
 				return tx.Exec("INSERT INTO "+tables.Migrations+" (version, name, applied_at) VALUES (?, ?, ?)",
 					m.Version, m.Name, d.Time(time.Now())).Error
 			})
 			if err != nil {
 				return err
 			}
-			applied = append(applied, m.Version)
+			if ran {
+				applied = append(applied, m.Version)
+			}
 		}
 		return nil
 	})

@@ -13,6 +13,8 @@ import (
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
+
+	"github.com/postroom/postroom/internal/dialect"
 )
 
 // BusyTimeoutDefault is how long a SQLite statement waits for the writer lock.
@@ -32,18 +34,42 @@ func Open(dsn string) (*gorm.DB, error) {
 		db  *gorm.DB
 		err error
 	)
-	switch {
-	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
+	switch dialectOfDSN(dsn) {
+	case dialect.Postgres:
 		db, err = gorm.Open(postgres.Open(dsn), cfg)
-	case strings.HasPrefix(dsn, "mysql://"), strings.Contains(dsn, "@tcp("), strings.Contains(dsn, "@unix("):
+	case dialect.MySQL:
 		db, err = gorm.Open(mysql.Open(mysqlDSN(strings.TrimPrefix(dsn, "mysql://"))), cfg)
 	default:
 		db, err = openSQLite(dsn, cfg)
 	}
 	if err != nil {
+		if db != nil {
+			_ = Close(db)
+		}
 		return nil, fmt.Errorf("store: open %s: %w", Redact(dsn), redactErr(err, dsn))
 	}
 	return db, nil
+}
+
+// Close closes db's connection pool.
+func Close(db *gorm.DB) error {
+	sqlDB, err := db.DB()
+	if err != nil {
+		return err
+	}
+	return sqlDB.Close()
+}
+
+// dialectOfDSN tells the kind of database a DSN names.
+func dialectOfDSN(dsn string) dialect.Dialect {
+	switch {
+	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
+		return dialect.Postgres
+	case strings.HasPrefix(dsn, "mysql://"), strings.Contains(dsn, "@tcp("), strings.Contains(dsn, "@unix("):
+		return dialect.MySQL
+	default:
+		return dialect.SQLite
+	}
 }
 
 func mysqlDSN(dsn string) string {
@@ -65,14 +91,16 @@ func openSQLite(dsn string, cfg *gorm.Config) (*gorm.DB, error) {
 	if strings.Contains(path, "?") {
 		sep = "&"
 	}
-	path += sep + fmt.Sprintf("_pragma=busy_timeout(%d)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)", BusyTimeoutDefault.Milliseconds())
+	// _txlock=immediate: a transaction takes the write lock at BEGIN, so two
+	// processes never deadlock upgrading a read to a write.
+	path += sep + fmt.Sprintf("_txlock=immediate&_pragma=busy_timeout(%d)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)", BusyTimeoutDefault.Milliseconds())
 	db, err := gorm.Open(sqlite.Open(path), cfg)
 	if err != nil {
-		return nil, err
+		return db, err
 	}
 	sqlDB, err := db.DB()
 	if err != nil {
-		return nil, err
+		return db, err
 	}
 	// One writer: a single connection serialises every transaction, so
 	// concurrent handlers wait their turn instead of failing with SQLITE_BUSY.

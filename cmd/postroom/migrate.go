@@ -1,0 +1,62 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/postroom/postroom/store"
+)
+
+func newMigrate(opts *options) *cobra.Command {
+	var print bool
+	cmd := &cobra.Command{
+		Use:   "migrate",
+		Short: "Create or upgrade postroom's tables (inbox, stale watermarks, schedules)",
+		Long: `migrate applies every schema version the database has not recorded yet,
+under a lock, so several instances may run it at once. With --print it
+only prints the SQL of every version for this kind of database (for a DBA
+to review or apply), without connecting.`,
+		Example: `  postroom migrate --dsn postgres://postgres@127.0.0.1:5432/app?sslmode=disable
+  postroom migrate --print --dsn mysql://root@tcp(127.0.0.1:3306)/app`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if opts.dsn == "" {
+				return errors.New("no database: pass --dsn or set POSTROOM_DSN")
+			}
+			if print {
+				stmts, err := store.Plan(opts.dsn, opts.tables)
+				if err != nil {
+					return err
+				}
+				for _, s := range stmts {
+					if strings.HasPrefix(s, "--") {
+						fmt.Fprintln(cmd.OutOrStdout(), s)
+						continue
+					}
+					fmt.Fprintln(cmd.OutOrStdout(), s+";")
+				}
+				return nil
+			}
+			db, err := store.Open(opts.dsn)
+			if err != nil {
+				return err
+			}
+			defer store.Close(db)
+			applied, err := store.Migrate(cmd.Context(), db, opts.tables)
+			if err != nil {
+				return err
+			}
+			if len(applied) == 0 {
+				fmt.Fprintln(cmd.OutOrStdout(), "migrate: up to date")
+				return nil
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "migrate: applied versions %v\n", applied)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&print, "print", false, "print the SQL instead of running it")
+	return cmd
+}

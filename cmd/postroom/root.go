@@ -1,0 +1,36 @@
+package main
+
+import (
+	"cmp"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/postroom/postroom/store"
+)
+
+// options are the flags every subcommand shares.
+type options struct {
+	dsn    string
+	tables store.Tables
+}
+
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	opts := &options{}
+	root := &cobra.Command{
+		Use:           "postroom",
+		Short:         "Operate postroom: its schema, inboxes, schedules and failed messages",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.PersistentFlags().StringVar(&opts.dsn, "dsn", cmp.Or(os.Getenv("POSTROOM_DSN"), os.Getenv("POSTROOM_POSTGRES_DSN")),
+		"database: postgres://…, mysql://…, a SQLite file or :memory: (env POSTROOM_DSN, then POSTROOM_POSTGRES_DSN)")
+	root.PersistentFlags().StringVar(&opts.tables.Inbox, "inbox-table", "", "inbox table (default postroom_inbox)")
+	root.PersistentFlags().StringVar(&opts.tables.Watermarks, "watermarks-table", "", "watermark table (default postroom_stale_watermarks)")
+	root.PersistentFlags().StringVar(&opts.tables.Schedules, "schedules-table", "", "schedules table (default postroom_schedules)")
+	root.AddCommand(newMigrate(opts))
+	return root
+}

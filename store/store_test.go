@@ -1,0 +1,83 @@
+package store_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/store"
+)
+
+func TestMigrateIsIdempotentAndSafeConcurrently(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		dsn  func(testing.TB) string
+	}{
+		{"postgres", testenv.PostgresSchemaDSN},
+		{"mariadb", testenv.MySQLDatabaseDSN},
+		{"sqlite", testenv.SQLiteDSN},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dsn := tc.dsn(t)
+			var wg sync.WaitGroup
+			applied := make(chan []int, 4)
+			for range 4 { // four instances starting at once
+				wg.Go(func() {
+					db, err := store.Open(dsn)
+					require.NoError(t, err)
+					defer store.Close(db)
+					versions, err := store.Migrate(context.Background(), db, store.Tables{})
+					require.NoError(t, err)
+					applied <- versions
+				})
+			}
+			wg.Wait()
+			close(applied)
+			var all []int
+			for v := range applied {
+				all = append(all, v...)
+			}
+			require.ElementsMatch(t, []int{1, 2, 3}, all, "each version applied exactly once")
+		})
+	}
+}
+
+func TestBadTableNamesAreRefused(t *testing.T) {
+	db, err := store.Open(":memory:")
+	require.NoError(t, err)
+	defer store.Close(db)
+	_, err = store.Migrate(context.Background(), db, store.Tables{Inbox: "inbox; DROP TABLE users", Schedules: "1bad"})
+	require.ErrorContains(t, err, `bad table name "inbox; DROP TABLE users"`)
+	require.ErrorContains(t, err, `bad table name "1bad"`)
+	_, err = store.Migrate(context.Background(), db, store.Tables{Inbox: "app.inbox"})
+	require.Error(t, err, "SQLite has no schema app")
+}
+
+func TestPlanNamesTheDialect(t *testing.T) {
+	pg, err := store.Plan("postgres://u@h/db", store.Tables{Inbox: "ops.inbox"})
+	require.NoError(t, err)
+	require.Contains(t, strings.Join(pg, "\n"), "CREATE TABLE IF NOT EXISTS ops.inbox")
+	require.Contains(t, strings.Join(pg, "\n"), "USING BRIN")
+	my, err := store.Plan("mysql://root@tcp(h:3306)/db", store.Tables{})
+	require.NoError(t, err)
+	require.Contains(t, strings.Join(my, "\n"), "DATETIME(6)")
+}
+
+func TestPasswordsNeverShow(t *testing.T) {
+	require.Equal(t, "postgres://app:xxxxx@db:5432/x", store.Redact("postgres://app:s3cret@db:5432/x"))
+	require.Equal(t, "mysql://app:xxxxx@tcp(db:3306)/x", store.Redact("mysql://app:s3cret@tcp(db:3306)/x"))
+	require.Equal(t, "app:xxxxx@tcp(db:3306)/x", store.Redact("app:s3cret@tcp(db:3306)/x"))
+	_, err := store.Open("postgres://app:s3cret@127.0.0.1:1/x?sslmode=disable&connect_timeout=2")
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "s3cret")
+	_, err = store.Open("app:s3cret@tcp(127.0.0.1:1)/x?timeout=2s")
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "s3cret")
+	_, err = store.Open("")
+	require.ErrorIs(t, err, store.ErrBadDSN)
+}
