@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/metrics"
@@ -108,6 +109,9 @@ type Config struct {
 	// crash, a replay from the error topic). With the retry horizon it is
 	// the shortest retention the bus accepts. Defaults to 1 hour.
 	RedeliveryWindow time.Duration
+	// Middleware wraps every delivery, outside recoverability: it sees the
+	// outcome the broker will get (nil: ack). For tracing, metrics, tests.
+	Middleware []message.HandlerMiddleware
 	// Migrate applies postroom's migrations to DB in New (the same as
 	// `postroom migrate`). Defaults to false: migrations are explicit.
 	Migrate bool

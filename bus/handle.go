@@ -89,10 +89,17 @@ func Handle[T any](b *Bus, fn HandlerFunc[T], opts ...HandlerOption) error {
 		subscriptions = max(hc.concurrency, 1)
 	}
 	for _, topic := range []string{commandTopic(b.cfg.Endpoint, name), eventTopic(name)} {
+		var delivery message.HandlerFunc = func(msg *message.Message) ([]*message.Message, error) {
+			return nil, b.deliver(hc.name, topic, msg, h)
+		}
+		for i := len(b.cfg.Middleware) - 1; i >= 0; i-- {
+			delivery = b.cfg.Middleware[i](delivery)
+		}
 		for i := range subscriptions {
 			routerName := fmt.Sprintf("%s@%s#%d", hc.name, topic, i)
 			b.router.AddConsumerHandler(routerName, topic, sub, func(msg *message.Message) error {
-				return b.deliver(hc.name, topic, msg, h)
+				_, err := delivery(msg)
+				return err
 			})
 		}
 	}

@@ -1,0 +1,90 @@
+package bus_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/store"
+	"github.com/postroom/postroom/transport/amqp"
+)
+
+// The consumer process of the process tests: this test binary, re-run with
+// these variables set. Its failpoint exists only in the test binary.
+const (
+	childEnv     = "POSTROOM_TEST_CHILD"
+	childDSN     = "POSTROOM_TEST_CHILD_DSN"
+	childAMQP    = "POSTROOM_TEST_CHILD_AMQP"
+	childEP      = "POSTROOM_TEST_CHILD_ENDPOINT"
+	childCrashAt = "POSTROOM_TEST_CHILD_CRASH_AT" // SIGKILL self after the Nth handled message commits, before its ack
+)
+
+// Work is the message the consumer processes handle.
+type Work struct{ N int }
+
+func (Work) MessageName() string { return "test.Work" }
+
+func runConsumer() int {
+	fail := func(err error) int { fmt.Fprintln(os.Stderr, "consumer:", err); return 2 }
+	db, err := store.Open(os.Getenv(childDSN))
+	if err != nil {
+		return fail(err)
+	}
+	tr, err := amqp.New(amqp.Config{URL: os.Getenv(childAMQP)})
+	if err != nil {
+		return fail(err)
+	}
+	crashAt, _ := strconv.Atoi(os.Getenv(childCrashAt))
+	counters := &metrics.Counters{}
+	// The failpoint: after the handler's transaction has committed and
+	// before the router acks.
+	crashAfterCommit := func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			out, err := h(msg)
+			if err == nil && crashAt > 0 && counters.Total(metrics.Handled) >= uint64(crashAt) {
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {}
+			}
+			return out, err
+		}
+	}
+	b, err := bus.New(bus.Config{
+		Endpoint:    os.Getenv(childEP),
+		Transport:   tr,
+		DB:          db,
+		Concurrency: 2,
+		Recorder:    counters,
+		Middleware:  []message.HandlerMiddleware{crashAfterCommit},
+		Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Cleanup:     bus.CleanupConfig{Disabled: true},
+	})
+	if err != nil {
+		return fail(err)
+	}
+	err = bus.Handle(b, func(ctx context.Context, w *Work) error {
+		return bus.Tx(ctx).Exec("INSERT INTO effects (message_id, n) VALUES (?, ?)", strconv.Itoa(w.N), w.N).Error
+	}, bus.WithInbox())
+	if err != nil {
+		return fail(err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	<-b.Running()
+	fmt.Println("ready")
+	if err := <-done; err != nil {
+		return fail(err)
+	}
+	_ = b.Close()
+	fmt.Printf("counters handled=%d duplicates=%d\n", counters.Total(metrics.Handled), counters.Total(metrics.Duplicate))
+	return 0
+}

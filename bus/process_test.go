@@ -1,0 +1,168 @@
+package bus_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/transport/amqp"
+)
+
+// consumer is one consumer process.
+type consumer struct {
+	cmd   *exec.Cmd
+	lines chan string
+}
+
+func startConsumer(t *testing.T, dsn, url, endpoint string, crashAt int) *consumer {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=consumer", childDSN+"="+dsn, childAMQP+"="+url,
+		childEP+"="+endpoint, fmt.Sprintf("%s=%d", childCrashAt, crashAt))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	c := &consumer{cmd: cmd, lines: make(chan string, 16)}
+	go func() {
+		s := bufio.NewScanner(out)
+		for s.Scan() {
+			c.lines <- s.Text()
+		}
+		close(c.lines)
+	}()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	select {
+	case line := <-c.lines:
+		require.Equal(t, "ready", line)
+	case <-time.After(30 * time.Second):
+		t.Fatal("consumer process did not start")
+	}
+	return c
+}
+
+// stop sends SIGTERM and returns the process's counters line.
+func (c *consumer) stop(t *testing.T) (handled, duplicates int) {
+	t.Helper()
+	require.NoError(t, c.cmd.Process.Signal(syscall.SIGTERM))
+	for line := range c.lines {
+		if strings.HasPrefix(line, "counters ") {
+			_, err := fmt.Sscanf(line, "counters handled=%d duplicates=%d", &handled, &duplicates)
+			require.NoError(t, err)
+		}
+	}
+	require.NoError(t, c.cmd.Wait())
+	return handled, duplicates
+}
+
+type processSetup struct {
+	dsn, url, endpoint string
+	db                 *gorm.DB
+	sender             *bus.Bus
+}
+
+func newProcessSetup(t *testing.T) processSetup {
+	dsn := testenv.PostgresSchemaDSN(t)
+	url := testenv.RequireAMQP(t)
+	db := testenv.Migrated(t, dsn, "PostgreSQL")
+	require.NoError(t, db.Exec("CREATE TABLE effects (message_id VARCHAR(100) NOT NULL, n INTEGER NOT NULL)").Error)
+	tr, err := amqp.New(amqp.Config{URL: url})
+	require.NoError(t, err)
+	sender, err := bus.New(bus.Config{Endpoint: "sender", Transport: tr, Logger: testenv.Logger(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sender.Close() })
+	return processSetup{dsn: dsn, url: url, endpoint: testenv.Name("proc"), db: db, sender: sender}
+}
+
+// send sends Work n with message ID "work-n".
+func (p processSetup) send(t *testing.T, n int) {
+	require.NoError(t, bus.Send(context.Background(), p.sender, &Work{N: n}, bus.To(p.endpoint), bus.WithMessageID(fmt.Sprintf("work-%d", n))))
+}
+
+// effects returns how many effect rows exist and how many distinct messages they are for.
+func (p processSetup) effects(t *testing.T) (rows, distinct int64) {
+	require.NoError(t, p.db.Raw("SELECT COUNT(*), COUNT(DISTINCT n) FROM effects").Row().Scan(&rows, &distinct))
+	return rows, distinct
+}
+
+func (p processSetup) waitForEffects(t *testing.T, want int64) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("%d effects", want), func() bool { _, d := p.effects(t); return d >= want })
+}
+
+// TestCrashAfterCommitBeforeAck: a consumer process is killed with SIGKILL
+// after its transaction commits and before the broker gets the ack. RabbitMQ
+// delivers the message again to the restarted process, whose inbox skips
+// it: every message has exactly one effect.
+func TestCrashAfterCommitBeforeAck(t *testing.T) {
+	p := newProcessSetup(t)
+	first := startConsumer(t, p.dsn, p.url, p.endpoint, 5)
+	const messages = 20
+	for n := range messages {
+		p.send(t, n)
+	}
+	err := first.cmd.Wait()
+	require.Error(t, err)
+	status, ok := first.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	require.True(t, ok && status.Signaled() && status.Signal() == syscall.SIGKILL, "the failpoint killed the process: %v", err)
+
+	second := startConsumer(t, p.dsn, p.url, p.endpoint, 0)
+	p.waitForEffects(t, messages)
+	_, duplicates := second.stop(t)
+	rows, distinct := p.effects(t)
+	require.EqualValues(t, messages, distinct, "no message lost")
+	require.EqualValues(t, messages, rows, "no message applied twice")
+	require.GreaterOrEqual(t, duplicates, 1, "the message in flight at the kill was redelivered and skipped")
+}
+
+// TestCompetingConsumerProcesses: three processes compete on one RabbitMQ
+// queue, two subscriptions each; 30% of the messages are sent twice. Each
+// message has exactly one effect, and the work was shared.
+func TestCompetingConsumerProcesses(t *testing.T) {
+	p := newProcessSetup(t)
+	var consumers []*consumer
+	for range 3 {
+		consumers = append(consumers, startConsumer(t, p.dsn, p.url, p.endpoint, 0))
+	}
+	const messages = 200
+	var wg sync.WaitGroup
+	for part := range 4 { // four senders at once
+		wg.Go(func() {
+			for n := part; n < messages; n += 4 {
+				p.send(t, n)
+				if n%10 < 3 {
+					p.send(t, n) // a re-published duplicate
+				}
+			}
+		})
+	}
+	wg.Wait()
+	p.waitForEffects(t, messages)
+	totalHandled, totalDuplicates, busy := 0, 0, 0
+	for _, c := range consumers {
+		handled, duplicates := c.stop(t)
+		totalHandled += handled
+		totalDuplicates += duplicates
+		if handled > 0 {
+			busy++
+		}
+	}
+	rows, distinct := p.effects(t)
+	require.EqualValues(t, messages, distinct)
+	require.EqualValues(t, messages, rows, "no message applied twice")
+	require.Equal(t, messages, totalHandled)
+	require.Equal(t, 60, totalDuplicates)
+	require.GreaterOrEqual(t, busy, 2, "the processes shared the queue")
+}
