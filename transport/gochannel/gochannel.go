@@ -1,21 +1,29 @@
-// Package gochannel is the embedded, in-memory transport: Watermill's
-// GoChannel pub/sub. Messages live only in the process; a message published
-// to a topic nobody subscribes to is dropped. Each subscription receives
-// every message of its topic, so a handler runs with a concurrency of one.
+// Package gochannel is the embedded, in-memory transport, on Watermill's
+// GoChannel pub/sub. Messages live only in the process: a message published
+// to a topic nobody subscribes to is dropped, and messages in flight are
+// lost when the process stops.
+//
+// Queue groups are built on top: each (group, topic) has one GoChannel
+// subscription whose messages are shared by the group's subscriptions
+// (competing consumers), so a handler can run with a concurrency above one.
+// A nacked message is delivered again at once to the same subscription.
 package gochannel
 
 import (
+	"context"
+	"sync"
+
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 )
 
-// OutputBufferDefault is the buffer of each subscription's channel.
+// OutputBufferDefault is the buffer of each GoChannel subscription.
 const OutputBufferDefault = 64
 
 // Config configures the in-memory transport.
 type Config struct {
-	// OutputBuffer is the buffer of each subscription's channel. Defaults to 64.
+	// OutputBuffer is the buffer of each GoChannel subscription. Defaults to 64.
 	OutputBuffer int64
 	// Logger is Watermill's logger. Defaults to watermill.NopLogger.
 	Logger watermill.LoggerAdapter
@@ -24,7 +32,15 @@ type Config struct {
 // Transport is the in-memory transport.
 type Transport struct {
 	pubsub *gochannel.GoChannel
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	queues map[queueKey]chan *message.Message
+	pumps  sync.WaitGroup
 }
+
+type queueKey struct{ group, topic string }
 
 // New returns an in-memory transport.
 func New(cfg Config) *Transport {
@@ -34,17 +50,119 @@ func New(cfg Config) *Transport {
 	if cfg.Logger == nil {
 		cfg.Logger = watermill.NopLogger{}
 	}
-	return &Transport{pubsub: gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: cfg.OutputBuffer}, cfg.Logger)}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Transport{
+		pubsub: gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: cfg.OutputBuffer}, cfg.Logger),
+		ctx:    ctx,
+		cancel: cancel,
+		queues: map[queueKey]chan *message.Message{},
+	}
 }
 
 // Publisher returns the pub/sub.
 func (t *Transport) Publisher() message.Publisher { return t.pubsub }
 
-// Subscriber returns the pub/sub; groups do not exist in memory.
-func (t *Transport) Subscriber(string) (message.Subscriber, error) { return t.pubsub, nil }
+// Subscriber returns a subscriber of one queue group.
+func (t *Transport) Subscriber(group string) (message.Subscriber, error) {
+	return &groupSubscriber{t: t, group: group}, nil
+}
 
-// Competing is false: every subscription gets every message.
-func (t *Transport) Competing() bool { return false }
+// Competing is true: subscriptions of one group share its messages.
+func (t *Transport) Competing() bool { return true }
 
-// Close closes the pub/sub.
-func (t *Transport) Close() error { return t.pubsub.Close() }
+// Close stops every queue and closes the pub/sub.
+func (t *Transport) Close() error {
+	t.cancel()
+	err := t.pubsub.Close()
+	t.pumps.Wait()
+	return err
+}
+
+// queue returns the channel a group's subscriptions to topic share,
+// subscribing to the pub/sub the first time.
+func (t *Transport) queue(group, topic string) (chan *message.Message, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	key := queueKey{group, topic}
+	if q, ok := t.queues[key]; ok {
+		return q, nil
+	}
+	upstream, err := t.pubsub.Subscribe(t.ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	q := make(chan *message.Message)
+	t.queues[key] = q
+	t.pumps.Add(1)
+	go func() {
+		defer t.pumps.Done()
+		for msg := range upstream {
+			select {
+			case q <- msg: // a subscription of the group took it
+				msg.Ack()
+			case <-t.ctx.Done():
+				msg.Nack()
+				return
+			}
+		}
+	}()
+	return q, nil
+}
+
+type groupSubscriber struct {
+	t     *Transport
+	group string
+}
+
+// Subscribe returns one competing subscription of the group to topic.
+func (s *groupSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	q, err := s.t.queue(s.group, topic)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan *message.Message)
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case msg := <-q:
+				if !deliver(ctx, s.t.ctx, msg, out) {
+					return
+				}
+			case <-ctx.Done():
+				return
+			case <-s.t.ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+// deliver hands msg to the subscription until it is acked, again after
+// each nack. It reports false when the subscription or transport closed.
+func deliver(ctx, transportCtx context.Context, msg *message.Message, out chan<- *message.Message) bool {
+	for {
+		m := msg.Copy()
+		m.SetContext(ctx)
+		select {
+		case out <- m:
+		case <-ctx.Done():
+			return false
+		case <-transportCtx.Done():
+			return false
+		}
+		select {
+		case <-m.Acked():
+			return true
+		case <-m.Nacked():
+		case <-ctx.Done():
+			return false
+		case <-transportCtx.Done():
+			return false
+		}
+	}
+}
+
+// Close does nothing: subscriptions end with their context or the transport.
+func (s *groupSubscriber) Close() error { return nil }
