@@ -118,3 +118,21 @@ func (b *Bus) Close() error {
 // the handler's business writes; they commit with the inbox key and the
 // watermark, or not at all. It is nil outside a transactional handler.
 func Tx(ctx context.Context) *gorm.DB { return unitofwork.Tx(ctx) }
+
+// MessageID returns the ID of the message being handled, or "" outside a
+// handler. It is stable across redeliveries: pass it as the idempotency key
+// of a call to an external system.
+func MessageID(ctx context.Context) string {
+	if in := incomingFrom(ctx); in != nil {
+		return in.msg.UUID
+	}
+	return ""
+}
+
+// Metadata returns the metadata of the message being handled, or nil.
+func Metadata(ctx context.Context) map[string]string {
+	if in := incomingFrom(ctx); in != nil {
+		return in.msg.Metadata
+	}
+	return nil
+}

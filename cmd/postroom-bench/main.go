@@ -1,0 +1,49 @@
+// Command postroom-bench measures postroom side by side with the database's
+// own ceiling (the same SQL through pgx), the naive way and Watermill's
+// Deduplicator, on PostgreSQL, in one run, and ends with a line of ratios.
+//
+//	go run ./cmd/postroom-bench [-quick] [-postgres DSN]
+package main
+
+import (
+	"cmp"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"runtime/pprof"
+
+	"github.com/postroom/postroom/internal/bench"
+)
+
+func main() {
+	quick := flag.Bool("quick", false, "a run under a minute: fewer messages, one round")
+	dsn := flag.String("postgres", cmp.Or(os.Getenv("POSTROOM_POSTGRES_DSN"), "postgres://postgres@127.0.0.1:5432/postroom_test?sslmode=disable"),
+		"PostgreSQL DSN (env POSTROOM_POSTGRES_DSN)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "postroom-bench:", err)
+			os.Exit(1)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "postroom-bench:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	cfg := bench.Config{PostgresDSN: *dsn, Messages: 8000, Rounds: 3, Out: os.Stdout}
+	if *quick {
+		cfg.Messages, cfg.Rounds = 2000, 1
+	}
+	fmt.Printf("postroom-bench: %d messages per measurement at concurrency 8 (%d at 1), median of %d rounds\n",
+		cfg.Messages, max(cfg.Messages/4, 1), cfg.Rounds)
+	if _, err := bench.Run(context.Background(), cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "postroom-bench:", err)
+		pprof.StopCPUProfile()
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,193 @@
+// Package bench measures postroom against the database's own ceiling, the
+// naive way and Watermill's in-memory Deduplicator, side by side in one run
+// on PostgreSQL, and prints the ratios. cmd/postroom-bench runs it.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/url"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/postroom/postroom/store"
+)
+
+// Kind is one way of handling a message.
+type Kind string
+
+// The kinds measured.
+const (
+	Plain        Kind = "plain"        // business insert in its own transaction
+	Inbox        Kind = "inbox"        // + inbox key in the same transaction
+	InboxStale   Kind = "inbox+stale"  // + watermark upsert in the same transaction
+	Naive        Kind = "naive"        // SELECT to check, insert, INSERT the key afterwards; no unique key
+	Deduplicator Kind = "deduplicator" // Watermill's in-memory Deduplicator around the plain handler
+)
+
+// Config configures a run.
+type Config struct {
+	// PostgresDSN is the database; the run works in a schema of its own and drops it.
+	PostgresDSN string
+	// Messages per measurement at concurrency 8; a quarter of that at concurrency 1.
+	Messages int64
+	// Rounds repeats every measurement; the median counts.
+	Rounds int
+	// Out receives the table.
+	Out io.Writer
+}
+
+// Result is the throughput of one kind, path and concurrency.
+type Result struct {
+	Path        string // "raw" (pgx) or "bus"
+	Kind        Kind
+	Concurrency int
+	PerSecond   float64
+}
+
+// Run measures everything and prints a table and the ratio line.
+func Run(ctx context.Context, cfg Config) ([]Result, error) {
+	schema := fmt.Sprintf("bench_%d", time.Now().UnixNano())
+	admin, err := store.Open(cfg.PostgresDSN)
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close(admin)
+	if err := admin.Exec("CREATE SCHEMA " + schema).Error; err != nil {
+		return nil, err
+	}
+	defer admin.Exec("DROP SCHEMA " + schema + " CASCADE")
+	dsn, err := withSearchPath(cfg.PostgresDSN, schema)
+	if err != nil {
+		return nil, err
+	}
+	db, err := store.Open(dsn)
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close(db)
+	if sqlDB, err := db.DB(); err == nil {
+		sqlDB.SetMaxOpenConns(16)
+		sqlDB.SetMaxIdleConns(16)
+	}
+	if _, err := store.Migrate(ctx, db, store.Tables{}); err != nil {
+		return nil, err
+	}
+	for _, stmt := range []string{createBusiness, createProcessed} {
+		if err := db.Exec(stmt).Error; err != nil {
+			return nil, err
+		}
+	}
+	pool, err := pgxpool.New(ctx, dsn+"&pool_max_conns=16")
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+
+	var results []Result
+	for _, conc := range []int{1, 8} {
+		n := cfg.Messages
+		if conc == 1 {
+			n = max(cfg.Messages/4, 1)
+		}
+		for _, kind := range []Kind{Plain, Inbox, InboxStale, Naive} {
+			r, err := median(cfg.Rounds, func() (time.Duration, error) {
+				if err := db.Exec(truncateAll).Error; err != nil {
+					return 0, err
+				}
+				return runRaw(ctx, pool, rawOps[kind], conc, n)
+			})
+			if err != nil {
+				return nil, fmt.Errorf("raw %s: %w", kind, err)
+			}
+			results = append(results, Result{"raw", kind, conc, float64(n) / r.Seconds()})
+			progress(cfg.Out, results)
+		}
+		for _, kind := range []Kind{Plain, Inbox, InboxStale, Naive, Deduplicator} {
+			r, err := median(cfg.Rounds, func() (time.Duration, error) {
+				if err := db.Exec(truncateAll).Error; err != nil {
+					return 0, err
+				}
+				return runE2E(ctx, db, kind, conc, n)
+			})
+			if err != nil {
+				return nil, fmt.Errorf("bus %s: %w", kind, err)
+			}
+			results = append(results, Result{"bus", kind, conc, float64(n) / r.Seconds()})
+			progress(cfg.Out, results)
+		}
+	}
+	report(cfg.Out, results)
+	return results, nil
+}
+
+func progress(out io.Writer, results []Result) {
+	r := results[len(results)-1]
+	fmt.Fprintf(out, "  measured %s %s at concurrency %d: %.0f msg/s\n", r.Path, r.Kind, r.Concurrency, r.PerSecond)
+}
+
+func median(rounds int, f func() (time.Duration, error)) (time.Duration, error) {
+	var ds []time.Duration
+	for range max(rounds, 1) {
+		d, err := f()
+		if err != nil {
+			return 0, err
+		}
+		ds = append(ds, d)
+	}
+	slices.Sort(ds)
+	return ds[len(ds)/2], nil
+}
+
+func withSearchPath(dsn, schema string) (string, error) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "", err
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}
+
+func find(results []Result, path string, kind Kind, conc int) float64 {
+	for _, r := range results {
+		if r.Path == path && r.Kind == kind && r.Concurrency == conc {
+			return r.PerSecond
+		}
+	}
+	return 0
+}
+
+// Ratios computes the figures of the ratio line at concurrency 8.
+func Ratios(results []Result) map[string]float64 {
+	raw := func(k Kind) float64 { return find(results, "raw", k, 8) }
+	e2e := func(k Kind) float64 { return find(results, "bus", k, 8) }
+	inboxPlain := e2e(Inbox) / e2e(Plain)
+	staleInbox := e2e(InboxStale) / e2e(Inbox)
+	return map[string]float64{
+		"inbox/plain":       inboxPlain,
+		"inbox_share":       inboxPlain / (raw(Inbox) / raw(Plain)),
+		"stale/inbox":       staleInbox,
+		"stale_share":       staleInbox / (raw(InboxStale) / raw(Inbox)),
+		"framework/ceiling": e2e(Inbox) / raw(Inbox),
+	}
+}
+
+func report(out io.Writer, results []Result) {
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "path\tkind\tconcurrency\tmsg/s\t")
+	for _, r := range results {
+		fmt.Fprintf(w, "%s\t%s\t%d\t%.0f\t\n", r.Path, r.Kind, r.Concurrency, r.PerSecond)
+	}
+	w.Flush()
+	r := Ratios(results)
+	fmt.Fprintf(out, "raw sql at concurrency 8: inbox/plain=%.2f stale/inbox=%.2f\n",
+		find(results, "raw", Inbox, 8)/find(results, "raw", Plain, 8), find(results, "raw", InboxStale, 8)/find(results, "raw", Inbox, 8))
+	fmt.Fprintf(out, "ratios: inbox/plain=%.2f inbox_share=%.2f stale/inbox=%.2f stale_share=%.2f framework/ceiling=%.2f\n",
+		r["inbox/plain"], r["inbox_share"], r["stale/inbox"], r["stale_share"], r["framework/ceiling"])
+}
