@@ -17,6 +17,10 @@ import (
 	"github.com/postroom/postroom/internal/dialect"
 )
 
+// MaxIdleConnsDefault is how many idle connections a PostgreSQL or MySQL
+// pool keeps (database/sql keeps 2).
+const MaxIdleConnsDefault = 16
+
 // BusyTimeoutDefault is how long a SQLite statement waits for the writer lock.
 const BusyTimeoutDefault = 10 * time.Second
 
@@ -41,6 +45,14 @@ func Open(dsn string) (*gorm.DB, error) {
 		db, err = gorm.Open(mysql.Open(mysqlDSN(strings.TrimPrefix(dsn, "mysql://"))), cfg)
 	default:
 		db, err = openSQLite(dsn, cfg)
+	}
+	if err == nil && dialectOfDSN(dsn) != dialect.SQLite {
+		// database/sql keeps 2 idle connections by default: under a
+		// concurrency above that, connections would be opened and closed
+		// per message.
+		if sqlDB, e := db.DB(); e == nil {
+			sqlDB.SetMaxIdleConns(MaxIdleConnsDefault)
+		}
 	}
 	if err != nil {
 		if db != nil {

@@ -35,9 +35,9 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	cfg := bench.Config{PostgresDSN: *dsn, Messages: 8000, Rounds: 3, Out: os.Stdout}
+	cfg := bench.Config{PostgresDSN: *dsn, Messages: 8000, Rounds: 3, PurgeRows: 1_000_000, Out: os.Stdout}
 	if *quick {
-		cfg.Messages, cfg.Rounds = 2000, 1
+		cfg.Messages, cfg.Rounds, cfg.PurgeRows = 2000, 1, 200_000
 	}
 	fmt.Printf("postroom-bench: %d messages per measurement at concurrency 8 (%d at 1), median of %d rounds\n",
 		cfg.Messages, max(cfg.Messages/4, 1), cfg.Rounds)

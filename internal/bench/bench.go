@@ -37,6 +37,8 @@ type Config struct {
 	Messages int64
 	// Rounds repeats every measurement; the median counts.
 	Rounds int
+	// PurgeRows is how many expired inbox rows the cleanup run purges (0: skip it).
+	PurgeRows int64
 	// Out receives the table.
 	Out io.Writer
 }
@@ -122,6 +124,17 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		}
 	}
 	report(cfg.Out, results)
+	ratios := Ratios(results)
+	line := fmt.Sprintf("ratios: inbox/plain=%.2f inbox_share=%.2f stale/inbox=%.2f stale_share=%.2f framework/ceiling=%.2f",
+		ratios["inbox/plain"], ratios["inbox_share"], ratios["stale/inbox"], ratios["stale_share"], ratios["framework/ceiling"])
+	if cfg.PurgeRows > 0 {
+		p, err := runPurge(ctx, db, cfg.PurgeRows, cfg.Messages, cfg.Out)
+		if err != nil {
+			return nil, fmt.Errorf("purge: %w", err)
+		}
+		line += fmt.Sprintf(" purge_p99/base=%.2f", float64(p.DuringP99)/float64(p.BaseP99))
+	}
+	fmt.Fprintln(cfg.Out, line)
 	return results, nil
 }
 
@@ -185,9 +198,6 @@ func report(out io.Writer, results []Result) {
 		fmt.Fprintf(w, "%s\t%s\t%d\t%.0f\t\n", r.Path, r.Kind, r.Concurrency, r.PerSecond)
 	}
 	w.Flush()
-	r := Ratios(results)
 	fmt.Fprintf(out, "raw sql at concurrency 8: inbox/plain=%.2f stale/inbox=%.2f\n",
 		find(results, "raw", Inbox, 8)/find(results, "raw", Plain, 8), find(results, "raw", InboxStale, 8)/find(results, "raw", Inbox, 8))
-	fmt.Fprintf(out, "ratios: inbox/plain=%.2f inbox_share=%.2f stale/inbox=%.2f stale_share=%.2f framework/ceiling=%.2f\n",
-		r["inbox/plain"], r["inbox_share"], r["stale/inbox"], r["stale_share"], r["framework/ceiling"])
 }

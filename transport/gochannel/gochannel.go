@@ -23,7 +23,8 @@ const OutputBufferDefault = 64
 
 // Config configures the in-memory transport.
 type Config struct {
-	// OutputBuffer is the buffer of each GoChannel subscription. Defaults to 64.
+	// OutputBuffer is the buffer of each GoChannel subscription and of each
+	// group's queue. Defaults to 64.
 	OutputBuffer int64
 	// Logger is Watermill's logger. Defaults to watermill.NopLogger.
 	Logger watermill.LoggerAdapter
@@ -32,6 +33,7 @@ type Config struct {
 // Transport is the in-memory transport.
 type Transport struct {
 	pubsub *gochannel.GoChannel
+	buffer int64
 	ctx    context.Context
 	cancel context.CancelFunc
 
@@ -53,6 +55,7 @@ func New(cfg Config) *Transport {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Transport{
 		pubsub: gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: cfg.OutputBuffer}, cfg.Logger),
+		buffer: cfg.OutputBuffer,
 		ctx:    ctx,
 		cancel: cancel,
 		queues: map[queueKey]chan *message.Message{},
@@ -91,14 +94,17 @@ func (t *Transport) queue(group, topic string) (chan *message.Message, error) {
 	if err != nil {
 		return nil, err
 	}
-	q := make(chan *message.Message)
+	// Buffered: the pump acks the GoChannel at once and the group's next
+	// message is waiting when a subscription finishes one, instead of a
+	// chain of goroutine wake-ups per message.
+	q := make(chan *message.Message, t.buffer)
 	t.queues[key] = q
 	t.pumps.Add(1)
 	go func() {
 		defer t.pumps.Done()
 		for msg := range upstream {
 			select {
-			case q <- msg: // a subscription of the group took it
+			case q <- msg: // queued for the group's subscriptions
 				msg.Ack()
 			case <-t.ctx.Done():
 				msg.Nack()
