@@ -90,38 +90,51 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	}
 	defer pool.Close()
 
-	var results []Result
+	// Every round measures every case once, in the same order, and the
+	// median of the rounds counts: drift over the run (autovacuum, a noisy
+	// neighbour) touches every case alike.
+	type key struct {
+		path string
+		kind Kind
+		conc int
+	}
+	var order []key
 	for _, conc := range []int{1, 8} {
-		n := cfg.Messages
-		if conc == 1 {
-			n = max(cfg.Messages/4, 1)
-		}
 		for _, kind := range []Kind{Plain, Inbox, InboxStale, Naive} {
-			r, err := median(cfg.Rounds, func() (time.Duration, error) {
-				if err := db.Exec(truncateAll).Error; err != nil {
-					return 0, err
-				}
-				return runRaw(ctx, pool, rawOps[kind], conc, n)
-			})
-			if err != nil {
-				return nil, fmt.Errorf("raw %s: %w", kind, err)
-			}
-			results = append(results, Result{"raw", kind, conc, float64(n) / r.Seconds()})
-			progress(cfg.Out, results)
+			order = append(order, key{"raw", kind, conc})
 		}
 		for _, kind := range []Kind{Plain, Inbox, InboxStale, Naive, Deduplicator} {
-			r, err := median(cfg.Rounds, func() (time.Duration, error) {
-				if err := db.Exec(truncateAll).Error; err != nil {
-					return 0, err
-				}
-				return runE2E(ctx, db, kind, conc, n)
-			})
-			if err != nil {
-				return nil, fmt.Errorf("bus %s: %w", kind, err)
-			}
-			results = append(results, Result{"bus", kind, conc, float64(n) / r.Seconds()})
-			progress(cfg.Out, results)
+			order = append(order, key{"bus", kind, conc})
 		}
+	}
+	times := map[key][]time.Duration{}
+	for round := range max(cfg.Rounds, 1) {
+		fmt.Fprintf(cfg.Out, "  round %d of %d\n", round+1, max(cfg.Rounds, 1))
+		for _, k := range order {
+			n := cfg.Messages
+			if k.conc == 1 {
+				n = max(cfg.Messages/4, 1)
+			}
+			if err := db.Exec(truncateAll).Error; err != nil {
+				return nil, err
+			}
+			var d time.Duration
+			if k.path == "raw" {
+				d, err = runRaw(ctx, pool, rawOps[k.kind], k.conc, n)
+			} else {
+				d, err = runE2E(ctx, db, k.kind, k.conc, n)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("%s %s: %w", k.path, k.kind, err)
+			}
+			times[k] = append(times[k], time.Duration(float64(d)/float64(n)*float64(cfg.Messages)))
+		}
+	}
+	var results []Result
+	for _, k := range order {
+		ds := times[k]
+		slices.Sort(ds)
+		results = append(results, Result{k.path, k.kind, k.conc, float64(cfg.Messages) / ds[len(ds)/2].Seconds()})
 	}
 	report(cfg.Out, results)
 	ratios := Ratios(results)
@@ -136,24 +149,6 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	}
 	fmt.Fprintln(cfg.Out, line)
 	return results, nil
-}
-
-func progress(out io.Writer, results []Result) {
-	r := results[len(results)-1]
-	fmt.Fprintf(out, "  measured %s %s at concurrency %d: %.0f msg/s\n", r.Path, r.Kind, r.Concurrency, r.PerSecond)
-}
-
-func median(rounds int, f func() (time.Duration, error)) (time.Duration, error) {
-	var ds []time.Duration
-	for range max(rounds, 1) {
-		d, err := f()
-		if err != nil {
-			return 0, err
-		}
-		ds = append(ds, d)
-	}
-	slices.Sort(ds)
-	return ds[len(ds)/2], nil
 }
 
 func withSearchPath(dsn, schema string) (string, error) {

@@ -24,7 +24,10 @@ func (Work) MessageName() string { return "bench.Work" }
 
 // runE2E sends n messages through a bus on gochannel and db, handled by a
 // handler of kind at the given concurrency, and returns the time from the
-// first send until every message has been handled.
+// moment handling starts until every message has been handled. The messages
+// are all sent first, behind a gate, so the time is the framework's
+// handling, as the raw runs time only the database work (producing the
+// messages is the senders' cost, elsewhere in production).
 func runE2E(ctx context.Context, db *gorm.DB, kind Kind, concurrency int, n int64) (time.Duration, error) {
 	cfg := bus.Config{
 		Endpoint:    "bench",
@@ -34,6 +37,13 @@ func runE2E(ctx context.Context, db *gorm.DB, kind Kind, concurrency int, n int6
 		Logger:      slog.New(slog.DiscardHandler),
 		Cleanup:     bus.CleanupConfig{Disabled: true},
 	}
+	gate := make(chan struct{})
+	cfg.Middleware = append(cfg.Middleware, func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			<-gate
+			return h(msg)
+		}
+	})
 	var opts []bus.HandlerOption
 	handler := func(ctx context.Context, w *Work) error {
 		return bus.Tx(ctx).Exec(insertBusinessGorm, bus.MessageID(ctx), w.I).Error
@@ -66,7 +76,7 @@ func runE2E(ctx context.Context, db *gorm.DB, kind Kind, concurrency int, n int6
 			KeyFactory: func(m *message.Message) (string, error) { return m.UUID, nil },
 			Repository: repo,
 		}
-		cfg.Middleware = []message.HandlerMiddleware{dedup.Middleware}
+		cfg.Middleware = append(cfg.Middleware, dedup.Middleware)
 		opts = append(opts, bus.WithTransaction())
 	}
 	b, err := bus.New(cfg)
@@ -83,7 +93,6 @@ func runE2E(ctx context.Context, db *gorm.DB, kind Kind, concurrency int, n int6
 	<-b.Running()
 
 	counters := b.Counters()
-	start := time.Now()
 	now := time.Now()
 	for i := range n {
 		var send []bus.SendOption
@@ -94,6 +103,8 @@ func runE2E(ctx context.Context, db *gorm.DB, kind Kind, concurrency int, n int6
 			return 0, err
 		}
 	}
+	start := time.Now()
+	close(gate)
 	deadline := time.Now().Add(10 * time.Minute)
 	// Settled, not handled: at concurrency above one a stale run may see an
 	// entity's newer update first and skip the older one.
