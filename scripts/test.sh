@@ -21,5 +21,8 @@ go run "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION" ./...
 echo "test: go test -race"
 go test -race -count=1 -timeout 10m ./...
 
+echo "test: a short fuzz run of the EDI envelope parser (seeds in the test)"
+go test -run '^$' -fuzz '^FuzzParseInterchange$' -fuzztime 10s ./middleware/inbox/
+
 echo "test: examples"
 bash scripts/examples.sh

@@ -1,11 +1,6 @@
 package bench
 
-import (
-	"strconv"
-	"strings"
-
-	"github.com/postroom/postroom/internal/dialect"
-)
+import "github.com/postroom/postroom/internal/dialect"
 
 // entities is how many entities the stale runs update, round robin.
 const entities = 1000
@@ -17,24 +12,10 @@ var (
 	createBusiness  = "CREATE TABLE business (id BIGSERIAL PRIMARY KEY, message_id VARCHAR(200) NOT NULL, amount BIGINT NOT NULL)"
 	createProcessed = "CREATE TABLE processed (message_id VARCHAR(200) NOT NULL); CREATE INDEX processed_id ON processed (message_id)"
 	insertBusiness  = "INSERT INTO business (message_id, amount) VALUES ($1, $2)"
-	insertInbox     = numbered(dialect.Postgres.InboxInsert(dialect.InboxTableDefault))
-	upsertWatermark = numbered(dialect.Postgres.WatermarkUpsert(dialect.WatermarksTableDefault))
+	insertInbox     = dialect.Postgres.Native(dialect.Postgres.InboxInsert(dialect.InboxTableDefault))
+	upsertWatermark = dialect.Postgres.Native(dialect.Postgres.WatermarkUpsert(dialect.WatermarksTableDefault))
 	selectProcessed = "SELECT COUNT(*) FROM processed WHERE message_id = $1"
 	insertProcessed = "INSERT INTO processed (message_id) VALUES ($1)"
 	truncateAll     = "TRUNCATE business, processed, postroom_inbox, postroom_stale_watermarks"
 )
 
-// numbered turns ? placeholders into PostgreSQL's $1, $2, ….
-func numbered(query string) string {
-	var b strings.Builder
-	n := 0
-	for _, r := range query {
-		if r == '?' {
-			n++
-			b.WriteString("$" + strconv.Itoa(n))
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
+	"strings"
 
 	"gorm.io/gorm"
 )
@@ -52,4 +54,24 @@ func ValidateIdentifier(name string) error {
 		return fmt.Errorf("%w %q: use letters, digits and underscores only (optionally schema.table), at most 63 characters each", ErrBadIdentifier, name)
 	}
 	return nil
+}
+
+// Native rewrites a query written with ? placeholders into the driver's own
+// ($1, $2, … on PostgreSQL), for statements run without gorm. postroom's
+// statements never contain a literal question mark.
+func (d Dialect) Native(query string) string {
+	if d != Postgres {
+		return query
+	}
+	var b strings.Builder
+	n := 0
+	for _, r := range query {
+		if r == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }

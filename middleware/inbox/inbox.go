@@ -79,7 +79,7 @@ func New(cfg Config) (message.HandlerMiddleware, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
-	insert := d.InboxInsert(cfg.Table)
+	insert := d.Native(d.InboxInsert(cfg.Table))
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		claim := func(msg *message.Message) ([]*message.Message, error) {
 			ctx := msg.Context()
@@ -91,12 +91,12 @@ func New(cfg Config) (message.HandlerMiddleware, error) {
 			if err := key.validate(consumer); err != nil {
 				return nil, err
 			}
-			res := unitofwork.Tx(ctx).Exec(insert, consumer, key.Source, key.MessageID,
+			rows, err := unitofwork.Exec(ctx, insert, consumer, key.Source, key.MessageID,
 				msg.Metadata.Get(metadata.MessageType), d.Time(cfg.Now()))
-			if res.Error != nil {
-				return nil, fmt.Errorf("inbox: claim key: %w", res.Error)
+			if err != nil {
+				return nil, fmt.Errorf("inbox: claim key: %w", err)
 			}
-			if res.RowsAffected == 0 {
+			if rows == 0 {
 				unitofwork.RollbackOnly(ctx)
 				cfg.Recorder.Record(consumer, metrics.Duplicate)
 				cfg.Logger.DebugContext(ctx, "inbox: duplicate skipped",

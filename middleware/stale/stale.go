@@ -85,7 +85,7 @@ func New(cfg Config) (message.HandlerMiddleware, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stale: %w", err)
 	}
-	upsert := d.WatermarkUpsert(cfg.Table)
+	upsert := d.Native(d.WatermarkUpsert(cfg.Table))
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		check := func(msg *message.Message) ([]*message.Message, error) {
 			ctx := msg.Context()
@@ -102,11 +102,11 @@ func New(cfg Config) (message.HandlerMiddleware, error) {
 			if err := v.validate(messageType, msg.UUID, now, cfg.MaxSkew); err != nil {
 				return nil, err
 			}
-			res := unitofwork.Tx(ctx).Exec(upsert, messageType, v.EntityID, v.At.UnixNano(), msg.UUID, d.Time(now))
-			if res.Error != nil {
-				return nil, fmt.Errorf("stale: upsert watermark: %w", res.Error)
+			rows, err := unitofwork.Exec(ctx, upsert, messageType, v.EntityID, v.At.UnixNano(), msg.UUID, d.Time(now))
+			if err != nil {
+				return nil, fmt.Errorf("stale: upsert watermark: %w", err)
 			}
-			if res.RowsAffected == 0 {
+			if rows == 0 {
 				unitofwork.RollbackOnly(ctx)
 				handler := message.HandlerNameFromCtx(ctx)
 				cfg.Recorder.Record(handler, metrics.Stale)

@@ -94,3 +94,23 @@ func RollbackOnly(ctx context.Context) {
 		u.rollbackOnly = true
 	}
 }
+
+// ErrNoUnit is returned by Exec when ctx carries no unit of work.
+var ErrNoUnit = errors.New("unitofwork: no unit of work in the context: wrap the handler with the unit-of-work middleware")
+
+// Exec runs one statement in the transaction of the unit of work in ctx,
+// straight on the driver, without gorm's statement builder: the per-message
+// statements of the inbox and stale check use it. The query must use the
+// driver's own placeholders ($1 on PostgreSQL, ? elsewhere). It returns the
+// number of rows affected.
+func Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	u, ok := ctx.Value(unitKey{}).(*unit)
+	if !ok {
+		return 0, ErrNoUnit
+	}
+	res, err := u.tx.Statement.ConnPool.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
