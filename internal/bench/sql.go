@@ -18,4 +18,3 @@ var (
 	insertProcessed = "INSERT INTO processed (message_id) VALUES ($1)"
 	truncateAll     = "TRUNCATE business, processed, postroom_inbox, postroom_stale_watermarks"
 )
-
