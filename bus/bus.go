@@ -13,6 +13,7 @@ import (
 
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/middleware/unitofwork"
+	"github.com/postroom/postroom/outbox"
 	"github.com/postroom/postroom/scheduler"
 	"github.com/postroom/postroom/store"
 	"github.com/postroom/postroom/transport"
@@ -24,6 +25,7 @@ type Bus struct {
 	cfg    Config
 	router *message.Router
 	wmLog  watermill.LoggerAdapter
+	outbox *outbox.Outbox
 
 	mu           sync.Mutex
 	handlers     map[string]bool
@@ -53,7 +55,16 @@ func New(cfg Config) (*Bus, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bus: router: %w", err)
 	}
-	return &Bus{cfg: cfg, router: router, wmLog: wmLog, handlers: map[string]bool{}}, nil
+	b := &Bus{cfg: cfg, router: router, wmLog: wmLog, handlers: map[string]bool{}}
+	if cfg.Outbox {
+		if cfg.DB == nil {
+			return nil, errors.New("bus: Config.Outbox needs Config.DB (PostgreSQL or MySQL)")
+		}
+		if b.outbox, err = outbox.New(outbox.Config{DB: cfg.DB, Destination: cfg.Transport.Publisher(), Logger: wmLog}); err != nil {
+			return nil, fmt.Errorf("bus: %w", err)
+		}
+	}
+	return b, nil
 }
 
 // Endpoint returns the endpoint's name.
@@ -81,6 +92,12 @@ func (b *Bus) Run(ctx context.Context) error {
 	}
 	cleanup := b.needsCleanup && !b.cfg.Cleanup.Disabled
 	b.mu.Unlock()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var background []func() error
+	if b.outbox != nil {
+		background = append(background, func() error { return b.outbox.Run(ctx) })
+	}
 	var sched *scheduler.Scheduler
 	if cleanup {
 		var err error
@@ -91,19 +108,22 @@ func (b *Bus) Run(ctx context.Context) error {
 			return fmt.Errorf("bus: %w (has `postroom migrate` run?)", err)
 		}
 	}
+	if sched != nil {
+		background = append(background, func() error { return sched.Run(ctx) })
+	}
 	b.mu.Lock()
 	b.running = true
 	b.mu.Unlock()
-	if sched == nil {
-		return b.router.Run(ctx)
+	done := make(chan error, len(background))
+	for _, run := range background {
+		go func() { done <- run() }()
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- sched.Run(ctx) }()
-	err := b.router.Run(ctx)
+	errs := []error{b.router.Run(ctx)}
 	cancel()
-	return errors.Join(err, <-done)
+	for range background {
+		errs = append(errs, <-done)
+	}
+	return errors.Join(errs...)
 }
 
 // Running is closed once every handler has subscribed.
@@ -111,7 +131,11 @@ func (b *Bus) Running() <-chan struct{} { return b.router.Running() }
 
 // Close stops handling (waiting for messages in flight) and closes the transport.
 func (b *Bus) Close() error {
-	return errors.Join(b.router.Close(), b.cfg.Transport.Close())
+	errs := []error{b.router.Close()}
+	if b.outbox != nil {
+		errs = append(errs, b.outbox.Close())
+	}
+	return errors.Join(append(errs, b.cfg.Transport.Close())...)
 }
 
 // Tx returns the database transaction of the message being handled, for

@@ -29,14 +29,23 @@ func (b *Bus) scheduleCleanup() (*scheduler.Scheduler, error) {
 			Name:  "postroom.cleanup." + b.cfg.Endpoint,
 			Every: b.cfg.Cleanup.Interval,
 		}},
-		Emit: func(ctx context.Context, _ *gorm.DB, s scheduler.Schedule, slot time.Time) error {
-			// Published before the claim commits: if the commit fails, the
-			// slot fires again with the same ID, and a repeat only deletes
-			// nothing more.
-			return Send(context.WithoutCancel(ctx), b, &handlers.CleanupStore{
+		Emit: func(ctx context.Context, tx *gorm.DB, s scheduler.Schedule, slot time.Time) error {
+			msg, err := b.newMessage(ctx, MessageName[handlers.CleanupStore](), &handlers.CleanupStore{
 				Retention: b.cfg.InboxRetention,
 				BatchSize: b.cfg.Cleanup.BatchSize,
-			}, WithMessageID(scheduler.SlotID(s.Name, slot)))
+			}, []SendOption{WithMessageID(scheduler.SlotID(s.Name, slot))})
+			if err != nil {
+				return err
+			}
+			topic := commandTopic(b.cfg.Endpoint, MessageName[handlers.CleanupStore]())
+			if b.outbox != nil {
+				// Claimed and emitted in one transaction.
+				return b.outbox.Publish(ctx, tx, topic, msg)
+			}
+			// Published before the claim commits: if the commit fails, the
+			// slot fires again with the same ID, and a repeat deletes
+			// nothing more.
+			return b.cfg.Transport.Publisher().Publish(topic, msg)
 		},
 	})
 }

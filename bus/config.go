@@ -112,6 +112,12 @@ type Config struct {
 	// Middleware wraps every delivery, outside recoverability: it sees the
 	// outcome the broker will get (nil: ack). For tracing, metrics, tests.
 	Middleware []message.HandlerMiddleware
+	// Outbox commits the messages a handler sends with its transaction and
+	// relays them to the transport after commit (package outbox). Needs DB on
+	// PostgreSQL or MySQL. Defaults to false: messages sent in a handler are
+	// dispatched right after its commit, and lost if the process dies in
+	// between.
+	Outbox bool
 	// Migrate applies postroom's migrations to DB in New (the same as
 	// `postroom migrate`). Defaults to false: migrations are explicit.
 	Migrate bool

@@ -9,8 +9,11 @@ import (
 
 func TestMain(m *testing.M) {
 	// The process tests re-run this test binary as a consumer process.
-	if os.Getenv(childEnv) == "consumer" {
+	switch os.Getenv(childEnv) {
+	case "consumer":
 		os.Exit(runConsumer())
+	case "outbox":
+		os.Exit(runOutboxSender())
 	}
 	goleak.VerifyTestMain(m)
 }

@@ -2,6 +2,7 @@ package bus_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/store"
+	"github.com/postroom/postroom/transport"
 	"github.com/postroom/postroom/transport/amqp"
 )
 
@@ -73,6 +75,74 @@ func runConsumer() int {
 		return bus.Tx(ctx).Exec("INSERT INTO effects (message_id, n) VALUES (?, ?)", strconv.Itoa(w.N), w.N).Error
 	}, bus.WithInbox())
 	if err != nil {
+		return fail(err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	<-b.Running()
+	fmt.Println("ready")
+	if err := <-done; err != nil {
+		return fail(err)
+	}
+	_ = b.Close()
+	fmt.Printf("counters handled=%d duplicates=%d\n", counters.Total(metrics.Handled), counters.Total(metrics.Duplicate))
+	return 0
+}
+
+// brokenPublisher is the relay's failpoint: in crash mode the broker
+// refuses every publish, so the outbox cannot relay before the kill.
+type brokenPublisher struct{ message.Publisher }
+
+func (brokenPublisher) Publish(string, ...*message.Message) error {
+	return errors.New("failpoint: broker unreachable")
+}
+
+type failingTransport struct{ transport.Transport }
+
+func (t failingTransport) Publisher() message.Publisher { return brokenPublisher{t.Transport.Publisher()} }
+
+// runOutboxSender handles Order by publishing two Shipped through the
+// outbox; with a crash point it dies after the first commit, before any
+// relay.
+func runOutboxSender() int {
+	fail := func(err error) int { fmt.Fprintln(os.Stderr, "outbox sender:", err); return 2 }
+	db, err := store.Open(os.Getenv(childDSN))
+	if err != nil {
+		return fail(err)
+	}
+	var tr transport.Transport
+	tr, err = amqp.New(amqp.Config{URL: os.Getenv(childAMQP)})
+	if err != nil {
+		return fail(err)
+	}
+	crash := os.Getenv(childCrashAt) != "0"
+	if crash {
+		tr = failingTransport{tr}
+	}
+	counters := &metrics.Counters{}
+	crashAfterCommit := func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			out, err := h(msg)
+			if err == nil && crash && counters.Total(metrics.Handled) > 0 {
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {}
+			}
+			return out, err
+		}
+	}
+	var b *bus.Bus
+	b, err = bus.New(bus.Config{
+		Endpoint: os.Getenv(childEP), Transport: tr, DB: db, Outbox: true, Recorder: counters,
+		Middleware: []message.HandlerMiddleware{crashAfterCommit},
+		Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 1})),
+		Cleanup:    bus.CleanupConfig{Disabled: true},
+	})
+	if err != nil {
+		return fail(err)
+	}
+	if err := bus.Handle(b, shipTwice(&b, false), bus.WithInbox()); err != nil {
 		return fail(err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)

@@ -28,8 +28,13 @@ type consumer struct {
 
 func startConsumer(t *testing.T, dsn, url, endpoint string, crashAt int) *consumer {
 	t.Helper()
+	return startChild(t, "consumer", dsn, url, endpoint, crashAt)
+}
+
+func startChild(t *testing.T, mode, dsn, url, endpoint string, crashAt int) *consumer {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"=consumer", childDSN+"="+dsn, childAMQP+"="+url,
+	cmd.Env = append(os.Environ(), childEnv+"="+mode, childDSN+"="+dsn, childAMQP+"="+url,
 		childEP+"="+endpoint, fmt.Sprintf("%s=%d", childCrashAt, crashAt))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
@@ -165,4 +170,47 @@ func TestCompetingConsumerProcesses(t *testing.T) {
 	require.Equal(t, messages, totalHandled)
 	require.Equal(t, 60, totalDuplicates)
 	require.GreaterOrEqual(t, busy, 2, "the processes shared the queue")
+}
+
+// TestOutboxSurvivesAKillBetweenCommitAndRelay: a handler sends two events
+// through the outbox, and its process is killed with SIGKILL after COMMIT
+// and before the relay (the broker refuses the relay until then). After a
+// restart both events reach the downstream endpoint exactly once, counted
+// behind its inbox, and the redelivered order is skipped, not re-sent.
+func TestOutboxSurvivesAKillBetweenCommitAndRelay(t *testing.T) {
+	p := newProcessSetup(t)
+	require.NoError(t, p.db.Exec("CREATE TABLE shipped (order_id VARCHAR(50) NOT NULL, parcel INTEGER NOT NULL)").Error)
+	tr, err := amqp.New(amqp.Config{URL: p.url})
+	require.NoError(t, err)
+	downstream, err := bus.New(bus.Config{Endpoint: testenv.Name("shipping"), Transport: tr, DB: p.db, Logger: testenv.Logger(t),
+		Cleanup: bus.CleanupConfig{Disabled: true}})
+	require.NoError(t, err)
+	require.NoError(t, bus.Handle(downstream, func(ctx context.Context, s *Shipped) error {
+		return bus.Tx(ctx).Exec("INSERT INTO shipped (order_id, parcel) VALUES (?, ?)", s.OrderID, s.Parcel).Error
+	}, bus.WithInbox()))
+	start(t, downstream, "error")
+
+	first := startChild(t, "outbox", p.dsn, p.url, p.endpoint, 1)
+	require.NoError(t, bus.Send(context.Background(), p.sender, &Order{ID: "o-1"}, bus.To(p.endpoint)))
+	err = first.cmd.Wait()
+	status, ok := first.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	require.True(t, ok && status.Signaled() && status.Signal() == syscall.SIGKILL, "killed after commit: %v", err)
+	var queued int64
+	require.NoError(t, p.db.Raw("SELECT COUNT(*) FROM watermill_postroom_outbox").Scan(&queued).Error)
+	require.EqualValues(t, 2, queued, "both events committed to the outbox with the handler")
+	shipped := func() (n int64) {
+		require.NoError(t, p.db.Raw("SELECT COUNT(*) FROM shipped").Scan(&n).Error)
+		return n
+	}
+	require.Zero(t, shipped(), "nothing relayed before the kill")
+
+	second := startChild(t, "outbox", p.dsn, p.url, p.endpoint, 0)
+	waitFor(t, "both events downstream", func() bool { return shipped() >= 2 })
+	time.Sleep(time.Second) // room for a wrong third
+	_, duplicates := second.stop(t)
+	require.EqualValues(t, 2, shipped(), "each event exactly once")
+	var distinct int64
+	require.NoError(t, p.db.Raw("SELECT COUNT(DISTINCT parcel) FROM shipped").Scan(&distinct).Error)
+	require.EqualValues(t, 2, distinct)
+	require.Equal(t, 1, duplicates, "the redelivered order was skipped by the inbox")
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/postroom/postroom/metadata"
+	"github.com/postroom/postroom/middleware/unitofwork"
 )
 
 // SendOption sets something on an outgoing message.
@@ -98,9 +99,13 @@ func (b *Bus) newMessage(ctx context.Context, name string, payload any, opts []S
 	return msg, nil
 }
 
-// dispatch publishes now, or after commit when ctx is a handler's.
+// dispatch publishes msg. In a handler it goes through the outbox in the
+// handler's transaction when there is one, else it waits for the commit.
 func (b *Bus) dispatch(ctx context.Context, topic string, msg *message.Message) error {
 	if in := incomingFrom(ctx); in != nil {
+		if b.outbox != nil && unitofwork.Active(ctx) {
+			return b.outbox.Publish(ctx, unitofwork.Tx(ctx), topic, msg)
+		}
 		in.outgoing = append(in.outgoing, outgoing{topic, msg})
 		return nil
 	}
