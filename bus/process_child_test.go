@@ -101,7 +101,9 @@ func (brokenPublisher) Publish(string, ...*message.Message) error {
 
 type failingTransport struct{ transport.Transport }
 
-func (t failingTransport) Publisher() message.Publisher { return brokenPublisher{t.Transport.Publisher()} }
+func (t failingTransport) Publisher() message.Publisher {
+	return brokenPublisher{t.Transport.Publisher()}
+}
 
 // runOutboxSender handles Order by publishing two Shipped through the
 // outbox; with a crash point it dies after the first commit, before any
