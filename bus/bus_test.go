@@ -2,6 +2,7 @@ package bus_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -101,12 +102,13 @@ func start(t *testing.T, b *bus.Bus, errorTopic string) *endpoint {
 func newBus(t *testing.T, s setup, db *gorm.DB, tr transport.Transport, errorTopic string) *bus.Bus {
 	t.Helper()
 	b, err := bus.New(bus.Config{
-		Endpoint:   testenv.Name("ep"),
-		Transport:  tr,
-		DB:         db,
-		ErrorTopic: errorTopic,
-		Retry:      bus.RetryPolicy{MaxRetries: 2, InitialBackoff: 5 * time.Millisecond},
-		Logger:     testenv.Logger(t),
+		Endpoint:        testenv.Name("ep"),
+		Transport:       tr,
+		DB:              db,
+		ErrorTopic:      errorTopic,
+		Retry:           bus.RetryPolicy{MaxRetries: 2, InitialBackoff: 5 * time.Millisecond},
+		Logger:          testenv.Logger(t),
+		MaxPayloadBytes: 64 << 10,
 	})
 	require.NoError(t, err)
 	return b
@@ -186,6 +188,36 @@ func TestBusScenarios(t *testing.T) {
 				require.Contains(t, failed.Metadata.Get(metadata.ErrorReason), "malformed sales.OrderPlaced payload")
 				require.Equal(t, 1, bus.ErrorAttempts(failed))
 			})
+
+			t.Run("an unknown message type goes to the error topic", func(t *testing.T) {
+				msg := message.NewMessage(uuid.NewString(), []byte(`{}`))
+				msg.Metadata.Set(metadata.MessageType, "sales.OrderCancelled")
+				require.NoError(t, ep.Transport().Publisher().Publish("sales.OrderPlaced", msg))
+				failed := <-ep.errors
+				require.Contains(t, failed.Metadata.Get(metadata.ErrorReason), `unknown message type "sales.OrderCancelled"`)
+				require.Equal(t, 1, bus.ErrorAttempts(failed))
+			})
+
+			t.Run("a payload over the limit goes to the error topic", func(t *testing.T) {
+				big := []byte(`{"OrderID":"` + strings.Repeat("x", 100<<10) + `"}`)
+				msg := message.NewMessage(uuid.NewString(), big)
+				msg.Metadata.Set(metadata.MessageType, "sales.OrderPlaced")
+				require.NoError(t, ep.Transport().Publisher().Publish("sales.OrderPlaced", msg))
+				failed := <-ep.errors
+				require.Contains(t, failed.Metadata.Get(metadata.ErrorReason), "over the limit of 65536")
+				require.Equal(t, len(big), len(failed.Payload), "the payload is kept for a replay")
+			})
+
+			if s.name != "sql+postgres" { // watermill-sql stores metadata as JSON, which makes it valid UTF-8
+				t.Run("metadata that is not UTF-8 goes to the error topic", func(t *testing.T) {
+					msg := message.NewMessage(uuid.NewString(), []byte(`{"OrderID":"o-9"}`))
+					msg.Metadata.Set(metadata.MessageType, "sales.OrderPlaced")
+					msg.Metadata.Set("x-customer", "M\xfcller")
+					require.NoError(t, ep.Transport().Publisher().Publish("sales.OrderPlaced", msg))
+					failed := <-ep.errors
+					require.Contains(t, failed.Metadata.Get(metadata.ErrorReason), `metadata "x-customer" is not valid UTF-8`)
+				})
+			}
 
 			t.Run("a message without an ID goes to the error topic", func(t *testing.T) {
 				msg := message.NewMessage("", []byte(`{"OrderID":"o-3"}`))

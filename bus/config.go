@@ -23,6 +23,7 @@ const (
 	RedeliveryWindowDefault  = time.Hour
 	CleanupIntervalDefault   = 12 * time.Hour
 	CleanupBatchSizeDefault  = 5000
+	MaxPayloadBytesDefault   = 1 << 20
 	MaxRetriesDefault        = 3
 	InitialBackoffDefault    = 100 * time.Millisecond
 	MaxBackoffDefault        = 5 * time.Second
@@ -97,6 +98,9 @@ type Config struct {
 	// Concurrency is how many messages each handler handles at once, on
 	// transports whose subscriptions compete. Defaults to 1.
 	Concurrency int
+	// MaxPayloadBytes is the largest payload a handler accepts; a larger one
+	// goes to the error topic unhandled. Defaults to 1 MiB.
+	MaxPayloadBytes int
 	// Marshaler turns payloads into bytes. Defaults to JSON.
 	Marshaler Marshaler
 	// Recorder counts what happens to messages. Defaults to a
@@ -144,6 +148,7 @@ var endpointName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$`)
 func (c Config) withDefaults() Config {
 	c.ErrorTopic = cmp.Or(c.ErrorTopic, ErrorTopicDefault)
 	c.Concurrency = cmp.Or(c.Concurrency, ConcurrencyDefault)
+	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, MaxPayloadBytesDefault)
 	c.InboxRetention = cmp.Or(c.InboxRetention, InboxRetentionDefault)
 	c.RedeliveryWindow = cmp.Or(c.RedeliveryWindow, RedeliveryWindowDefault)
 	c.Retry = c.Retry.withDefaults()

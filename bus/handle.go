@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -161,6 +162,9 @@ func (b *Bus) chain(hc handlerConfig, h message.HandlerFunc) (message.HandlerFun
 func typed[T any](b *Bus, fn HandlerFunc[T]) message.HandlerFunc {
 	name := MessageName[T]()
 	return func(msg *message.Message) ([]*message.Message, error) {
+		if err := b.checkInput(msg); err != nil {
+			return nil, err
+		}
 		if got := msg.Metadata.Get(metadata.MessageType); got != "" && got != name {
 			return nil, &unrecoverableError{fmt.Errorf("bus: unknown message type %q on the topic of %s", got, name)}
 		}
@@ -177,6 +181,20 @@ func typed[T any](b *Bus, fn HandlerFunc[T]) message.HandlerFunc {
 		}
 		return nil, nil
 	}
+}
+
+// checkInput refuses what no attempt can handle: a payload over the limit,
+// metadata that is not valid UTF-8.
+func (b *Bus) checkInput(msg *message.Message) error {
+	if len(msg.Payload) > b.cfg.MaxPayloadBytes {
+		return &unrecoverableError{fmt.Errorf("bus: payload of %d bytes is over the limit of %d (Config.MaxPayloadBytes)", len(msg.Payload), b.cfg.MaxPayloadBytes)}
+	}
+	for k, v := range msg.Metadata {
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return &unrecoverableError{fmt.Errorf("bus: metadata %q is not valid UTF-8", k)}
+		}
+	}
+	return nil
 }
 
 // namedRecorder records under the bus handler's name.

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -96,7 +98,13 @@ func (b *Bus) publishCommitted(ctx context.Context, out outgoing) error {
 
 func (b *Bus) moveToErrorTopic(handler, topic string, msg *message.Message, attempts int, reason error) error {
 	failed := msg.Copy()
-	failed.Metadata.Set(metadata.ErrorReason, reason.Error())
+	for k, v := range failed.Metadata { // a broker may refuse invalid UTF-8
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			delete(failed.Metadata, k)
+			failed.Metadata.Set(strings.ToValidUTF8(k, "\uFFFD"), strings.ToValidUTF8(v, "\uFFFD"))
+		}
+	}
+	failed.Metadata.Set(metadata.ErrorReason, strings.ToValidUTF8(reason.Error(), "\uFFFD"))
 	failed.Metadata.Set(metadata.ErrorHandler, handler)
 	failed.Metadata.Set(metadata.ErrorAttempts, strconv.Itoa(attempts))
 	failed.Metadata.Set(metadata.ErrorTopic, topic)
