@@ -160,3 +160,15 @@ func Metadata(ctx context.Context) map[string]string {
 	}
 	return nil
 }
+
+// ErrNoOutbox is returned by OutboxBacklog when Config.Outbox is off.
+var ErrNoOutbox = errors.New("bus: no outbox: set Config.Outbox")
+
+// OutboxBacklog reports the messages committed to the outbox and not yet
+// relayed, and the age of the oldest, for a gauge or an alert.
+func (b *Bus) OutboxBacklog(ctx context.Context) (outbox.Backlog, error) {
+	if b.outbox == nil {
+		return outbox.Backlog{}, ErrNoOutbox
+	}
+	return b.outbox.Backlog(ctx)
+}

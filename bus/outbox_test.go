@@ -63,6 +63,9 @@ func TestOutboxSendsWithTheCommitAndNothingOnRollback(t *testing.T) {
 				require.NoError(t, db.Raw("SELECT COUNT(*) FROM watermill_postroom_outbox").Scan(&outboxRows).Error)
 				require.Zero(t, outboxRows, "a rolled-back handler left nothing in the outbox")
 				require.Zero(t, ep.Counters().Get("test.Shipped", metrics.Received), "nothing was sent")
+				backlog, err := ep.OutboxBacklog(context.Background())
+				require.NoError(t, err)
+				require.Zero(t, backlog.Messages)
 				return
 			}
 			waitFor(t, "both events", func() bool { return ep.Counters().Get("test.Shipped", metrics.Handled) == 2 })

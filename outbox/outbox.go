@@ -93,7 +93,7 @@ func New(cfg Config) (*Outbox, error) {
 		return nil, fmt.Errorf("outbox: %w", err)
 	}
 	o.sub, err = wsql.NewSubscriber(wsql.BeginnerFromStdSQL(sqlDB), wsql.SubscriberConfig{
-		ConsumerGroup:  "postroom_relay",
+		ConsumerGroup:  relayGroup,
 		PollInterval:   cfg.PollInterval,
 		ResendInterval: cfg.PollInterval,
 		SchemaAdapter:  o.schema,

@@ -1,0 +1,86 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+	"gorm.io/gorm"
+
+	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/middleware/unitofwork"
+	"github.com/postroom/postroom/outbox"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestReturnedMessagesCommitThenRelay, on PostgreSQL and MariaDB: messages
+// a plain Watermill handler returns are queued with its transaction (none on
+// rollback), show in the backlog, and are relayed with their own IDs.
+func TestReturnedMessagesCommitThenRelay(t *testing.T) {
+	for _, db := range []struct {
+		name string
+		open func(testing.TB) *gorm.DB
+	}{{"postgres", testenv.Postgres}, {"mariadb", testenv.MySQL}} {
+		t.Run(db.name, func(t *testing.T) {
+			gorm := db.open(t)
+			broker := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
+			defer broker.Close()
+			o, err := outbox.New(outbox.Config{DB: gorm, Destination: broker, PollInterval: 10 * time.Millisecond})
+			require.NoError(t, err)
+			uow, err := unitofwork.New(unitofwork.Config{DB: gorm})
+			require.NoError(t, err)
+			handler := func(fail bool) message.HandlerFunc {
+				return uow(outbox.Returned(o, "shipped")(func(msg *message.Message) ([]*message.Message, error) {
+					out := []*message.Message{message.NewMessage(msg.UUID+"-a", nil), message.NewMessage(msg.UUID+"-b", nil)}
+					if fail {
+						return out, errors.New("refused")
+					}
+					return out, nil
+				}))
+			}
+			ctx := context.Background()
+			_, err = handler(true)(message.NewMessage("o-1", nil))
+			require.Error(t, err)
+			backlog, err := o.Backlog(ctx)
+			require.NoError(t, err)
+			require.Zero(t, backlog.Messages, "a rolled-back handler queued nothing")
+
+			_, err = handler(false)(message.NewMessage("o-2", nil))
+			require.NoError(t, err)
+			backlog, err = o.Backlog(ctx)
+			require.NoError(t, err)
+			require.EqualValues(t, 2, backlog.Messages)
+
+			runCtx, stop := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- o.Run(runCtx) }()
+			received, err := broker.Subscribe(runCtx, "shipped")
+			require.NoError(t, err)
+			var ids []string
+			for len(ids) < 2 {
+				select {
+				case m := <-received:
+					m.Ack()
+					ids = append(ids, m.UUID)
+				case <-time.After(20 * time.Second):
+					t.Fatal("relay did not publish")
+				}
+			}
+			require.ElementsMatch(t, []string{"o-2-a", "o-2-b"}, ids, "relayed with their own IDs")
+			require.Eventually(t, func() bool {
+				b, err := o.Backlog(ctx)
+				return err == nil && b.Messages == 0
+			}, 10*time.Second, 20*time.Millisecond)
+			stop()
+			require.NoError(t, <-done)
+			require.NoError(t, o.Close())
+		})
+	}
+}
