@@ -20,6 +20,8 @@ func main() {
 	quick := flag.Bool("quick", false, "a run under a minute: fewer messages, one round")
 	dsn := flag.String("postgres", cmp.Or(os.Getenv("POSTROOM_POSTGRES_DSN"), "postgres://postgres@127.0.0.1:5432/postroom_test?sslmode=disable"),
 		"PostgreSQL DSN (env POSTROOM_POSTGRES_DSN)")
+	amqpURL := flag.String("amqp", cmp.Or(os.Getenv("POSTROOM_AMQP_URL"), "amqp://guest:guest@127.0.0.1:5672/"),
+		"RabbitMQ URL for the outbox relay run, empty to skip it (env POSTROOM_AMQP_URL)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -35,7 +37,7 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	cfg := bench.Config{PostgresDSN: *dsn, Messages: 8000, Rounds: 3, PurgeRows: 1_000_000, Out: os.Stdout}
+	cfg := bench.Config{PostgresDSN: *dsn, Messages: 8000, Rounds: 3, PurgeRows: 1_000_000, AMQPURL: *amqpURL, Out: os.Stdout}
 	if *quick {
 		cfg.Messages, cfg.Rounds, cfg.PurgeRows = 2000, 1, 200_000
 	}

@@ -37,6 +37,8 @@ type Config struct {
 	Messages int64
 	// Rounds repeats every measurement; the median counts.
 	Rounds int
+	// AMQPURL is RabbitMQ, for the outbox relay run ("" skips it).
+	AMQPURL string
 	// PurgeRows is how many expired inbox rows the cleanup run purges (0: skip it).
 	PurgeRows int64
 	// Out receives the table.
@@ -146,6 +148,13 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			return nil, fmt.Errorf("purge: %w", err)
 		}
 		line += fmt.Sprintf(" purge_p99/base=%.2f", float64(p.DuringP99)/float64(p.BaseP99))
+	}
+	if cfg.AMQPURL != "" {
+		r, err := runRelay(ctx, db, cfg.AMQPURL, cfg.Messages, cfg.Out)
+		if err != nil {
+			return nil, fmt.Errorf("outbox: %w", err)
+		}
+		line += fmt.Sprintf(" outbox_send/no_send=%.2f relay_msg_s=%.0f", r.WithOneSend/r.WithoutSends, r.RelayPerSecond)
 	}
 	fmt.Fprintln(cfg.Out, line)
 	return results, nil
