@@ -26,7 +26,7 @@ func (Shipped) MessageName() string { return "bench.Shipped" }
 
 // RelayResult is the outbox measurement.
 type RelayResult struct {
-	RelayPerSecond           float64 // outbox -> RabbitMQ
+	RelayPerSecond            float64 // outbox -> RabbitMQ
 	WithoutSends, WithOneSend float64 // inbox handler throughput at concurrency 8
 }
 
