@@ -1,8 +1,10 @@
-// Command postroom is the operator's tool: it applies postroom's schema
-// and, in later versions, shows and acts on inboxes, schedules and failed
-// messages.
+// Command postroom is the operator's tool: it applies postroom's schema,
+// shows and purges the inbox, and controls the durable schedules.
 //
-//	postroom migrate [--dsn DSN] [--print]
+//	postroom migrate [--print]
+//	postroom inbox stats [--json]
+//	postroom inbox purge --older-than 240h
+//	postroom schedules list [--json] | trigger NAME | pause NAME | resume NAME
 //
 // The DSN comes from --dsn, else POSTROOM_DSN, else POSTROOM_POSTGRES_DSN.
 package main

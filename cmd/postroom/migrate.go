@@ -40,7 +40,7 @@ to review or apply), without connecting.`,
 				}
 				return nil
 			}
-			db, err := store.Open(opts.dsn)
+			db, err := opts.open()
 			if err != nil {
 				return err
 			}

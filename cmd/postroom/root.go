@@ -2,10 +2,13 @@ package main
 
 import (
 	"cmp"
+	"errors"
 	"io"
+	"log/slog"
 	"os"
 
 	"github.com/spf13/cobra"
+	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/store"
 )
@@ -31,6 +34,20 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.PersistentFlags().StringVar(&opts.tables.Inbox, "inbox-table", "", "inbox table (default postroom_inbox)")
 	root.PersistentFlags().StringVar(&opts.tables.Watermarks, "watermarks-table", "", "watermark table (default postroom_stale_watermarks)")
 	root.PersistentFlags().StringVar(&opts.tables.Schedules, "schedules-table", "", "schedules table (default postroom_schedules)")
-	root.AddCommand(newMigrate(opts))
+	root.AddCommand(newMigrate(opts), newInbox(opts), newSchedules(opts))
 	return root
+}
+
+func (o *options) open() (*gorm.DB, error) {
+	if o.dsn == "" {
+		return nil, errors.New("no database: pass --dsn or set POSTROOM_DSN")
+	}
+	if err := o.tables.Validate(); err != nil {
+		return nil, err
+	}
+	return store.Open(o.dsn)
+}
+
+func quietLogger() *slog.Logger {
+	return slog.New(slog.DiscardHandler)
 }

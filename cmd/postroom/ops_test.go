@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/scheduler"
+)
+
+func TestInboxStatsAndPurge(t *testing.T) {
+	dsn := testenv.PostgresSchemaDSN(t)
+	db := testenv.Migrated(t, dsn, "PostgreSQL")
+	d, err := dialect.Of(db)
+	require.NoError(t, err)
+	now := time.Now()
+	for i, at := range []time.Time{now.Add(-300 * time.Hour), now.Add(-250 * time.Hour), now.Add(-time.Hour)} {
+		require.NoError(t, db.Exec(d.InboxInsert("postroom_inbox"), "billing", "", fmt.Sprint(i), "t", d.Time(at)).Error)
+	}
+	require.NoError(t, db.Exec(d.InboxInsert("postroom_inbox"), "shipping", "", "s", "t", d.Time(now)).Error)
+
+	out, err := run(t, "inbox", "stats", "--json", "--dsn", dsn)
+	require.NoError(t, err)
+	var stats []consumerStats
+	require.NoError(t, json.Unmarshal([]byte(out), &stats))
+	require.Len(t, stats, 2)
+	require.Equal(t, "billing", stats[0].Consumer)
+	require.EqualValues(t, 3, stats[0].Rows)
+	require.WithinDuration(t, now.Add(-300*time.Hour), stats[0].Oldest, time.Second)
+
+	out, err = run(t, "inbox", "stats", "--dsn", dsn)
+	require.NoError(t, err)
+	require.Contains(t, out, "CONSUMER")
+	require.Contains(t, out, "shipping")
+
+	out, err = run(t, "inbox", "purge", "--older-than", "240h", "--batch", "1", "--dsn", dsn)
+	require.NoError(t, err)
+	require.Contains(t, out, "purged 2 inbox keys")
+	_, err = run(t, "inbox", "purge", "--dsn", dsn)
+	require.ErrorContains(t, err, "--older-than must be positive")
+}
+
+func TestSchedulesCommands(t *testing.T) {
+	dsn := testenv.PostgresSchemaDSN(t)
+	db := testenv.Migrated(t, dsn, "PostgreSQL")
+	defineCleanup(t, db)
+
+	out, err := run(t, "schedules", "list", "--json", "--dsn", dsn)
+	require.NoError(t, err)
+	var list []scheduleRow
+	require.NoError(t, json.Unmarshal([]byte(out), &list))
+	require.Len(t, list, 1)
+	require.Equal(t, "cleanup", list[0].Name)
+	require.Equal(t, "every 12h0m0s", list[0].Spec)
+	require.False(t, list[0].Paused)
+
+	for _, action := range []string{"pause", "trigger", "resume"} {
+		out, err = run(t, "schedules", action, "cleanup", "--dsn", dsn)
+		require.NoError(t, err, action)
+		require.Equal(t, "cleanup: done\n", out)
+	}
+	out, err = run(t, "schedules", "list", "--json", "--dsn", dsn)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal([]byte(out), &list))
+	require.WithinDuration(t, time.Now(), list[0].NextRunAt, 10*time.Second, "triggered: due now")
+	_, err = run(t, "schedules", "pause", "nope", "--dsn", dsn)
+	require.ErrorContains(t, err, `no schedule named "nope"`)
+}
+
+func defineCleanup(t *testing.T, db *gorm.DB) {
+	s, err := scheduler.New(scheduler.Config{DB: db, Schedules: []scheduler.Schedule{{Name: "cleanup", Every: 12 * time.Hour}},
+		Emit: func(context.Context, *gorm.DB, scheduler.Schedule, time.Time) error { return nil }})
+	require.NoError(t, err)
+	require.NoError(t, s.Define(context.Background()))
+}
