@@ -27,7 +27,14 @@ const (
 	childAMQP    = "POSTROOM_TEST_CHILD_AMQP"
 	childEP      = "POSTROOM_TEST_CHILD_ENDPOINT"
 	childCrashAt = "POSTROOM_TEST_CHILD_CRASH_AT" // SIGKILL self after the Nth handled message commits, before its ack
+	childOutbox  = "POSTROOM_TEST_CHILD_OUTBOX"   // "1": each Work also publishes WorkDone through the outbox
 )
+
+// WorkDone is published by a consumer process for each Work it handles,
+// when the outbox is on.
+type WorkDone struct{ N int }
+
+func (WorkDone) MessageName() string { return "test.WorkDone" }
 
 // Work is the message the consumer processes handle.
 type Work struct{ N int }
@@ -67,12 +74,19 @@ func runConsumer() int {
 		Middleware:  []message.HandlerMiddleware{crashAfterCommit},
 		Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Cleanup:     bus.CleanupConfig{Disabled: true},
+		Outbox:      os.Getenv(childOutbox) == "1",
 	})
 	if err != nil {
 		return fail(err)
 	}
 	err = bus.Handle(b, func(ctx context.Context, w *Work) error {
-		return bus.Tx(ctx).Exec("INSERT INTO effects (message_id, n) VALUES (?, ?)", strconv.Itoa(w.N), w.N).Error
+		if err := bus.Tx(ctx).Exec("INSERT INTO effects (message_id, n) VALUES (?, ?)", strconv.Itoa(w.N), w.N).Error; err != nil {
+			return err
+		}
+		if os.Getenv(childOutbox) == "1" {
+			return bus.Publish(ctx, b, &WorkDone{N: w.N})
+		}
+		return nil
 	}, bus.WithInbox())
 	if err != nil {
 		return fail(err)

@@ -1,0 +1,108 @@
+package bus_test
+
+import (
+	"context"
+	"flag"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/transport/amqp"
+)
+
+var chaosLong = flag.Bool("chaos.long", false, "run the long chaos test: 20,000 messages, a kill every 1 to 3 seconds")
+
+// TestChaos: four consumer processes compete on RabbitMQ with PostgreSQL,
+// 30% of the messages are re-published duplicates, and a controller SIGKILLs
+// a random consumer every so often and starts a new one. At the end every
+// message has exactly one business row, none missing, none doubled, and the
+// event each handler sent through the outbox reached a downstream endpoint
+// exactly once. Short by default (about half a minute); -chaos.long runs the
+// 20,000-message version.
+func TestChaos(t *testing.T) {
+	messages, minKill, maxKill := 4000, 300*time.Millisecond, 900*time.Millisecond
+	if *chaosLong {
+		messages, minKill, maxKill = 20000, time.Second, 3*time.Second
+	}
+	p := newProcessSetup(t)
+	require.NoError(t, p.db.Exec("CREATE TABLE done (n INTEGER NOT NULL)").Error)
+
+	tr, err := amqp.New(amqp.Config{URL: p.url})
+	require.NoError(t, err)
+	downstream, err := bus.New(bus.Config{Endpoint: testenv.Name("audit"), Transport: tr, DB: p.db, Logger: testenv.Logger(t),
+		Concurrency: 4, Cleanup: bus.CleanupConfig{Disabled: true}})
+	require.NoError(t, err)
+	require.NoError(t, bus.Handle(downstream, func(ctx context.Context, d *WorkDone) error {
+		return bus.Tx(ctx).Exec("INSERT INTO done (n) VALUES (?)", d.N).Error
+	}, bus.WithInbox()))
+	start(t, downstream, "error")
+
+	require.NoError(t, os.Setenv(childOutbox, "1"))
+	t.Cleanup(func() { os.Unsetenv(childOutbox) })
+	consumers := make([]*consumer, 4)
+	for i := range consumers {
+		consumers[i] = startConsumer(t, p.dsn, p.url, p.endpoint, 0)
+	}
+
+	var senders sync.WaitGroup
+	for part := range 4 {
+		senders.Go(func() {
+			for n := part; n < messages; n += 4 {
+				p.send(t, n)
+				if n%10 < 3 {
+					p.send(t, n)
+				}
+			}
+		})
+	}
+	ctx, stopKilling := context.WithCancel(context.Background())
+	kills := 0
+	var killer sync.WaitGroup
+	killer.Go(func() {
+		rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(minKill + time.Duration(rng.Int64N(int64(maxKill-minKill)))):
+			}
+			i := rng.IntN(len(consumers))
+			_ = consumers[i].cmd.Process.Kill()
+			_ = consumers[i].cmd.Wait()
+			consumers[i] = startConsumer(t, p.dsn, p.url, p.endpoint, 0)
+			kills++
+		}
+	})
+	senders.Wait()
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		_, distinct := p.effects(t)
+		var done int64
+		require.NoError(t, p.db.Raw("SELECT COUNT(DISTINCT n) FROM done").Scan(&done).Error)
+		if distinct == int64(messages) && done == int64(messages) {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "chaos run did not converge: %d/%d effects, %d/%d events", distinct, messages, done, messages)
+		time.Sleep(100 * time.Millisecond)
+	}
+	stopKilling()
+	killer.Wait()
+	for _, c := range consumers {
+		c.stop(t)
+	}
+	time.Sleep(time.Second) // room for a late duplicate downstream
+	rows, distinct := p.effects(t)
+	var doneRows int64
+	require.NoError(t, p.db.Raw("SELECT COUNT(*) FROM done").Scan(&doneRows).Error)
+	t.Logf("chaos: %d messages (+30%% duplicates), %d kills", messages, kills)
+	require.Greater(t, kills, 0, "the controller killed consumers")
+	require.EqualValues(t, messages, distinct, "none missing")
+	require.EqualValues(t, messages, rows, "none doubled")
+	require.EqualValues(t, messages, doneRows, "every outbox event exactly once downstream")
+}
