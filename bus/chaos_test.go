@@ -30,7 +30,7 @@ func TestChaos(t *testing.T) {
 	if *chaosLong {
 		messages, minKill, maxKill = 20000, time.Second, 3*time.Second
 	}
-	p := newProcessSetup(t)
+	p := newProcessSetup(t).withSender(t)
 	require.NoError(t, p.db.Exec("CREATE TABLE done (n INTEGER NOT NULL)").Error)
 
 	tr, err := amqp.New(amqp.Config{URL: p.url})

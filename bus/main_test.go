@@ -14,6 +14,8 @@ func TestMain(m *testing.M) {
 		os.Exit(runConsumer())
 	case "outbox":
 		os.Exit(runOutboxSender())
+	case "sender":
+		os.Exit(runSender())
 	}
 	goleak.VerifyTestMain(m)
 }

@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -174,3 +175,39 @@ func runOutboxSender() int {
 	fmt.Printf("counters handled=%d duplicates=%d\n", counters.Total(metrics.Handled), counters.Total(metrics.Duplicate))
 	return 0
 }
+
+// runSender sends Work 0..N-1 to an endpoint, retrying each publish through
+// a broker outage, a millisecond apart, and prints how many it sent.
+func runSender() int {
+	fail := func(err error) int { fmt.Fprintln(os.Stderr, "sender:", err); return 2 }
+	tr, err := amqp.New(amqp.Config{URL: os.Getenv(childAMQP)})
+	if err != nil {
+		return fail(err)
+	}
+	b, err := bus.New(bus.Config{Endpoint: "sender", Transport: tr,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 1}))})
+	if err != nil {
+		return fail(err)
+	}
+	defer b.Close()
+	n, _ := strconv.Atoi(os.Getenv(childCrashAt)) // reused: how many to send
+	fmt.Println("ready")
+	for i := range n {
+		var err error
+		for range 200 {
+			if err = bus.Send(context.Background(), b, &Work{N: i}, bus.To(os.Getenv(childEP)), bus.WithMessageID(workID(i))); err == nil {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if err != nil {
+			return fail(err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	fmt.Printf("sent %d\n", n)
+	return 0
+}
+
+// workID is the message ID of Work n, the same from every sender.
+func workID(n int) string { return fmt.Sprintf("work-%d", n) }

@@ -75,7 +75,7 @@ func (c *consumer) stop(t *testing.T) (handled, duplicates int) {
 type processSetup struct {
 	dsn, url, endpoint string
 	db                 *gorm.DB
-	sender             *bus.Bus
+	sender             *bus.Bus // nil until newSender
 }
 
 func newProcessSetup(t *testing.T) processSetup {
@@ -83,17 +83,22 @@ func newProcessSetup(t *testing.T) processSetup {
 	url := testenv.RequireAMQP(t)
 	db := testenv.Migrated(t, dsn, "PostgreSQL")
 	require.NoError(t, db.Exec("CREATE TABLE effects (message_id VARCHAR(100) NOT NULL, n INTEGER NOT NULL)").Error)
-	tr, err := amqp.New(amqp.Config{URL: url})
+	return processSetup{dsn: dsn, url: url, endpoint: testenv.Name("proc"), db: db}
+}
+
+// withSender adds an in-process sender bus on RabbitMQ.
+func (p processSetup) withSender(t *testing.T) processSetup {
+	tr, err := amqp.New(amqp.Config{URL: p.url})
 	require.NoError(t, err)
-	sender, err := bus.New(bus.Config{Endpoint: "sender", Transport: tr, Logger: testenv.Logger(t)})
+	p.sender, err = bus.New(bus.Config{Endpoint: "sender", Transport: tr, Logger: testenv.Logger(t)})
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = sender.Close() })
-	return processSetup{dsn: dsn, url: url, endpoint: testenv.Name("proc"), db: db, sender: sender}
+	t.Cleanup(func() { _ = p.sender.Close() })
+	return p
 }
 
 // send sends Work n with message ID "work-n".
 func (p processSetup) send(t *testing.T, n int) {
-	require.NoError(t, bus.Send(context.Background(), p.sender, &Work{N: n}, bus.To(p.endpoint), bus.WithMessageID(fmt.Sprintf("work-%d", n))))
+	require.NoError(t, bus.Send(context.Background(), p.sender, &Work{N: n}, bus.To(p.endpoint), bus.WithMessageID(workID(n))))
 }
 
 // effects returns how many effect rows exist and how many distinct messages they are for.
@@ -112,7 +117,7 @@ func (p processSetup) waitForEffects(t *testing.T, want int64) {
 // delivers the message again to the restarted process, whose inbox skips
 // it: every message has exactly one effect.
 func TestCrashAfterCommitBeforeAck(t *testing.T) {
-	p := newProcessSetup(t)
+	p := newProcessSetup(t).withSender(t)
 	first := startConsumer(t, p.dsn, p.url, p.endpoint, 5)
 	const messages = 20
 	for n := range messages {
@@ -136,7 +141,7 @@ func TestCrashAfterCommitBeforeAck(t *testing.T) {
 // queue, two subscriptions each; 30% of the messages are sent twice. Each
 // message has exactly one effect, and the work was shared.
 func TestCompetingConsumerProcesses(t *testing.T) {
-	p := newProcessSetup(t)
+	p := newProcessSetup(t).withSender(t)
 	var consumers []*consumer
 	for range 3 {
 		consumers = append(consumers, startConsumer(t, p.dsn, p.url, p.endpoint, 0))
@@ -178,7 +183,7 @@ func TestCompetingConsumerProcesses(t *testing.T) {
 // restart both events reach the downstream endpoint exactly once, counted
 // behind its inbox, and the redelivered order is skipped, not re-sent.
 func TestOutboxSurvivesAKillBetweenCommitAndRelay(t *testing.T) {
-	p := newProcessSetup(t)
+	p := newProcessSetup(t).withSender(t)
 	require.NoError(t, p.db.Exec("CREATE TABLE shipped (order_id VARCHAR(50) NOT NULL, parcel INTEGER NOT NULL)").Error)
 	tr, err := amqp.New(amqp.Config{URL: p.url})
 	require.NoError(t, err)
