@@ -71,11 +71,13 @@ func runConsumer() int {
 		Transport:   tr,
 		DB:          db,
 		Concurrency: 2,
-		Recorder:    counters,
-		Middleware:  []message.HandlerMiddleware{crashAfterCommit},
-		Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Cleanup:     bus.CleanupConfig{Disabled: true},
-		Outbox:      os.Getenv(childOutbox) == "1",
+		// Retries outlast a database restart (about 8 s).
+		Retry:      bus.RetryPolicy{MaxRetries: 8, InitialBackoff: 100 * time.Millisecond, MaxBackoff: 2 * time.Second},
+		Recorder:   counters,
+		Middleware: []message.HandlerMiddleware{crashAfterCommit},
+		Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Cleanup:    bus.CleanupConfig{Disabled: true},
+		Outbox:     os.Getenv(childOutbox) == "1",
 	})
 	if err != nil {
 		return fail(err)

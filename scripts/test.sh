@@ -21,6 +21,9 @@ go run "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION" ./...
 echo "test: go test -race"
 go test -race -count=1 -timeout 10m ./...
 
+echo "test: PostgreSQL restarted mid-run (alone: it restarts the server every test shares)"
+go test -race -count=1 -run '^TestDatabaseRestartedMidRun$' ./bus/ -fault.db
+
 echo "test: a short fuzz run of the EDI envelope parser (seeds in the test)"
 go test -run '^$' -fuzz '^FuzzParseInterchange$' -fuzztime 10s ./middleware/inbox/
 
