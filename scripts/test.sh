@@ -24,7 +24,7 @@ go test -race -count=1 -timeout 10m ./...
 echo "test: PostgreSQL restarted mid-run (alone: it restarts the server every test shares)"
 go test -race -count=1 -run '^TestDatabaseRestartedMidRun$' ./bus/ -fault.db
 
-echo "test: a short fuzz run of every parser (seeds in the tests and testdata/fuzz)"
+echo "test: a short fuzz run of every parser (seed corpus: the f.Add calls in the tests)"
 go test -run '^$' -fuzz '^FuzzParseInterchange$' -fuzztime 10s ./middleware/inbox/
 go test -run '^$' -fuzz '^FuzzMetadataVersion$' -fuzztime 10s ./middleware/stale/
 
