@@ -9,3 +9,11 @@ echo "$out" | grep -Eq '^summary: received=[0-9]+ handled=[0-9]+ duplicates=[1-9
 echo "$out" | grep -Eq "^cleanup: inbox keys before=[1-9][0-9]* after=0$" \
   || { echo "examples: quickstart cleanup did not empty the inbox"; exit 1; }
 echo "examples: quickstart ok"
+
+out=$(go run ./examples/edi-invoicing)
+echo "$out"
+expected='invoices: 2 (X12 ZZ:ACMESUPPLY/000000905 received twice, created once; EDIFACT NORDICPARTS/INV00042 once)
+accounting API: 3 calls, 2 entries (a call retried after a failure carried the same idempotency key)
+summary: received=3 handled=2 duplicates=1 retried=1 errors=0'
+[ "$out" = "$expected" ] || { echo "examples: edi-invoicing printed something else than its README says"; exit 1; }
+echo "examples: edi-invoicing ok"
