@@ -58,7 +58,7 @@ const (
 )
 
 var (
-	x12Amount     = regexp.MustCompile(`~TDS\*(\d+)~`)            // cents
+	x12Amount     = regexp.MustCompile(`~TDS\*(\d+)~`)           // cents
 	edifactAmount = regexp.MustCompile(`MOA\+77:(\d+)\.(\d\d)'`) // units.cents
 )
 
