@@ -92,6 +92,9 @@ func (b *Bus) Run(ctx context.Context) error {
 	}
 	cleanup := b.needsCleanup && !b.cfg.Cleanup.Disabled
 	b.mu.Unlock()
+	if err := b.declareErrorQueue(); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var background []func() error
@@ -124,6 +127,26 @@ func (b *Bus) Run(ctx context.Context) error {
 		errs = append(errs, <-done)
 	}
 	return errors.Join(errs...)
+}
+
+// ErrorQueueGroup is the queue group that holds the error topic's messages
+// on transports that need a subscriber for a message to be kept (RabbitMQ:
+// queue "<error topic>_postroom_errors").
+const ErrorQueueGroup = "postroom_errors"
+
+// declareErrorQueue makes the error topic durable before anything fails: on
+// RabbitMQ a message published to an exchange with no queue bound is dropped.
+func (b *Bus) declareErrorQueue() error {
+	sub, err := b.cfg.Transport.Subscriber(ErrorQueueGroup)
+	if err != nil {
+		return fmt.Errorf("bus: error queue: %w", err)
+	}
+	if init, ok := sub.(message.SubscribeInitializer); ok {
+		if err := init.SubscribeInitialize(b.cfg.ErrorTopic); err != nil {
+			return fmt.Errorf("bus: declare the error queue: %w", err)
+		}
+	}
+	return nil
 }
 
 // Running is closed once every handler has subscribed.
