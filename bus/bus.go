@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"sync"
 	"time"
 
@@ -31,6 +33,7 @@ type Bus struct {
 	handlers     map[string]bool
 	running      bool
 	needsCleanup bool
+	metricsAddr  string
 }
 
 // New returns a bus; register handlers with Handle, then call Run.
@@ -114,6 +117,13 @@ func (b *Bus) Run(ctx context.Context) error {
 	if sched != nil {
 		background = append(background, func() error { return sched.Run(ctx) })
 	}
+	if b.cfg.MetricsAddr != "" {
+		serve, err := b.serveMetrics(ctx)
+		if err != nil {
+			return err
+		}
+		background = append(background, serve)
+	}
 	b.mu.Lock()
 	b.running = true
 	b.mu.Unlock()
@@ -127,6 +137,39 @@ func (b *Bus) Run(ctx context.Context) error {
 		errs = append(errs, <-done)
 	}
 	return errors.Join(errs...)
+}
+
+// serveMetrics listens on Config.MetricsAddr and returns the function that
+// serves /metrics until ctx is done.
+func (b *Bus) serveMetrics(ctx context.Context) (func() error, error) {
+	counters := b.Counters()
+	if counters == nil {
+		return nil, errors.New("bus: Config.MetricsAddr needs the default Recorder (*metrics.Counters)")
+	}
+	ln, err := net.Listen("tcp", b.cfg.MetricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("bus: metrics: %w", err)
+	}
+	b.mu.Lock()
+	b.metricsAddr = ln.Addr().String()
+	b.mu.Unlock()
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", metrics.Handler(counters))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	return func() error {
+		go func() { <-ctx.Done(); _ = srv.Close() }()
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	}, nil
+}
+
+// MetricsAddr is the address /metrics is served on while Run runs, or "".
+func (b *Bus) MetricsAddr() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.metricsAddr
 }
 
 // ErrorQueueGroup is the queue group that holds the error topic's messages

@@ -122,6 +122,10 @@ type Config struct {
 	// dispatched right after its commit, and lost if the process dies in
 	// between.
 	Outbox bool
+	// MetricsAddr serves the counters for Prometheus at /metrics on this
+	// address while Run runs ("127.0.0.1:9464"; port 0 picks one, see
+	// Bus.MetricsAddr). Needs the default Recorder. Defaults to "": off.
+	MetricsAddr string
 	// Migrate applies postroom's migrations to DB in New (the same as
 	// `postroom migrate`). Defaults to false: migrations are explicit.
 	Migrate bool
