@@ -17,3 +17,12 @@ accounting API: 3 calls, 2 entries (a call retried after a failure carried the s
 summary: received=3 handled=2 duplicates=1 retried=1 errors=0'
 [ "$out" = "$expected" ] || { echo "examples: edi-invoicing printed something else than its README says"; exit 1; }
 echo "examples: edi-invoicing ok"
+
+out=$(go run ./examples/rabbitmq-postgres)
+echo "$out"
+echo "$out" | grep -Eq '^workers: 3 processes, handled [0-9]+/[0-9]+/[0-9]+, duplicates skipped [0-9]+/[0-9]+/[0-9]+ \(scraped from their /metrics\)$' \
+  && echo "$out" | grep -qx 'invoices: 300 for 300 orders (390 sends); events downstream: 300' \
+  && echo "$out" | grep -qx 'duplicates skipped in all: 90' \
+  && echo "$out" | grep -Eq '^cleanup: [1-9] runs in all on 3 workers' \
+  || { echo "examples: rabbitmq-postgres printed something else than its README says"; exit 1; }
+echo "examples: rabbitmq-postgres ok"
