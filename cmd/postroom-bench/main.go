@@ -37,9 +37,10 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	cfg := bench.Config{PostgresDSN: *dsn, Messages: 8000, Rounds: 3, PurgeRows: 1_000_000, AMQPURL: *amqpURL, Out: os.Stdout}
+	cfg := bench.Config{PostgresDSN: *dsn, Messages: 8000, Rounds: 3, PurgeRows: 1_000_000, AMQPURL: *amqpURL, Out: os.Stdout,
+		GrowthSizes: []int64{10_000, 1_000_000, 10_000_000}}
 	if *quick {
-		cfg.Messages, cfg.Rounds, cfg.PurgeRows = 2000, 1, 200_000
+		cfg.Messages, cfg.Rounds, cfg.PurgeRows, cfg.GrowthSizes = 2000, 1, 200_000, []int64{10_000, 1_000_000}
 	}
 	fmt.Printf("postroom-bench: %d messages per measurement at concurrency 8 (%d at 1), median of %d rounds\n",
 		cfg.Messages, max(cfg.Messages/4, 1), cfg.Rounds)

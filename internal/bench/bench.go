@@ -34,7 +34,9 @@ type Config struct {
 	Messages int64
 	// Rounds repeats every measurement; the median counts.
 	Rounds int
-	// AMQPURL is RabbitMQ, for the outbox relay run ("" skips it).
+	// GrowthSizes are the inbox sizes of the growth run (nil skips it).
+	GrowthSizes []int64
+	// AMQPURL is RabbitMQ, for the RabbitMQ and outbox relay runs ("" skips them).
 	AMQPURL string
 	// PurgeRows is how many expired inbox rows the cleanup run purges (0: skip it).
 	PurgeRows int64
@@ -137,8 +139,30 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	}
 	report(cfg.Out, results)
 	ratios := Ratios(results)
+	// The order first: inbox, stale, ceiling, growth, purge; then the extras.
 	line := fmt.Sprintf("ratios: inbox/plain=%.2f inbox_share=%.2f stale/inbox=%.2f stale_share=%.2f framework/ceiling=%.2f",
 		ratios["inbox/plain"], ratios["inbox_share"], ratios["stale/inbox"], ratios["stale_share"], ratios["framework/ceiling"])
+	var extras string
+	if _, err := runSQLite(ctx, cfg.Messages, cfg.Out); err != nil {
+		return nil, err
+	}
+	if cfg.AMQPURL != "" {
+		if _, err := runRabbitMQ(ctx, db, cfg.AMQPURL, cfg.Messages, cfg.Out); err != nil {
+			return nil, err
+		}
+		r, err := runRelay(ctx, db, cfg.AMQPURL, cfg.Messages, cfg.Out)
+		if err != nil {
+			return nil, fmt.Errorf("outbox: %w", err)
+		}
+		extras += fmt.Sprintf(" outbox_send/no_send=%.2f relay_msg_s=%.0f", r.WithOneSend/r.WithoutSends, r.RelayPerSecond)
+	}
+	if len(cfg.GrowthSizes) > 1 {
+		g, err := runGrowth(ctx, db, cfg.GrowthSizes, cfg.Messages, cfg.Out)
+		if err != nil {
+			return nil, fmt.Errorf("growth: %w", err)
+		}
+		line += fmt.Sprintf(" growth_p50_%s/%s=%.2f", short(cfg.GrowthSizes[len(cfg.GrowthSizes)-1]), short(cfg.GrowthSizes[0]), g)
+	}
 	if cfg.PurgeRows > 0 {
 		p, err := runPurge(ctx, db, cfg.PurgeRows, cfg.Messages, cfg.Out)
 		if err != nil {
@@ -146,13 +170,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		}
 		line += fmt.Sprintf(" purge_p99/base=%.2f", float64(p.DuringP99)/float64(p.BaseP99))
 	}
-	if cfg.AMQPURL != "" {
-		r, err := runRelay(ctx, db, cfg.AMQPURL, cfg.Messages, cfg.Out)
-		if err != nil {
-			return nil, fmt.Errorf("outbox: %w", err)
-		}
-		line += fmt.Sprintf(" outbox_send/no_send=%.2f relay_msg_s=%.0f", r.WithOneSend/r.WithoutSends, r.RelayPerSecond)
-	}
+	line += extras
 	fmt.Fprintln(cfg.Out, line)
 	return results, nil
 }
@@ -201,4 +219,15 @@ func report(out io.Writer, results []Result) {
 	w.Flush()
 	fmt.Fprintf(out, "raw sql at concurrency 8: inbox/plain=%.2f stale/inbox=%.2f\n",
 		find(results, "raw", Inbox, 8)/find(results, "raw", Plain, 8), find(results, "raw", InboxStale, 8)/find(results, "raw", Inbox, 8))
+}
+
+// short writes 10000 as 10k and 1000000 as 1M.
+func short(n int64) string {
+	switch {
+	case n >= 1_000_000 && n%1_000_000 == 0:
+		return fmt.Sprintf("%dM", n/1_000_000)
+	case n >= 1000 && n%1000 == 0:
+		return fmt.Sprintf("%dk", n/1000)
+	}
+	return fmt.Sprint(n)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/transport"
 	"github.com/postroom/postroom/transport/gochannel"
 )
 
@@ -29,9 +30,14 @@ func (Work) MessageName() string { return "bench.Work" }
 // handling, as the raw runs time only the database work (producing the
 // messages is the senders' cost, elsewhere in production).
 func runE2E(ctx context.Context, db *gorm.DB, kind Kind, concurrency int, n int64) (time.Duration, error) {
+	return runE2EOn(ctx, gochannel.New(gochannel.Config{OutputBuffer: 1024}), db, kind, concurrency, n)
+}
+
+// runE2EOn is runE2E on a given transport, which it closes.
+func runE2EOn(ctx context.Context, tr transport.Transport, db *gorm.DB, kind Kind, concurrency int, n int64) (time.Duration, error) {
 	cfg := bus.Config{
 		Endpoint:    "bench",
-		Transport:   gochannel.New(gochannel.Config{OutputBuffer: 1024}),
+		Transport:   tr,
 		DB:          db,
 		Concurrency: concurrency,
 		Logger:      slog.New(slog.DiscardHandler),
