@@ -3,11 +3,12 @@ package amqp
 import (
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/postroom/postroom/transport"
 )
 
 // Config configures the RabbitMQ transport.
@@ -23,8 +24,7 @@ type Transport struct {
 	cfg       Config
 	publisher *amqp.Publisher
 
-	mu          sync.Mutex
-	subscribers []*amqp.Subscriber
+	opened transport.Closers
 }
 
 // New connects a publisher to the broker.
@@ -51,9 +51,7 @@ func (t *Transport) Subscriber(group string) (message.Subscriber, error) {
 	if err != nil {
 		return nil, fmt.Errorf("amqp: connect subscriber: %w", err)
 	}
-	t.mu.Lock()
-	t.subscribers = append(t.subscribers, sub)
-	t.mu.Unlock()
+	t.opened.Add(sub)
 	return sub, nil
 }
 
@@ -62,11 +60,5 @@ func (t *Transport) Competing() bool { return true }
 
 // Close closes the publisher and every subscriber.
 func (t *Transport) Close() error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	errs := []error{t.publisher.Close()}
-	for _, s := range t.subscribers {
-		errs = append(errs, s.Close())
-	}
-	return errors.Join(errs...)
+	return errors.Join(t.publisher.Close(), t.opened.Close())
 }

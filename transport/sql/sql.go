@@ -3,7 +3,6 @@ package sql
 import (
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -12,6 +11,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/transport"
 )
 
 // PollIntervalDefault is how long a subscriber waits when it found no message.
@@ -35,8 +35,7 @@ type Transport struct {
 	offsets   wsql.OffsetsAdapter
 	publisher *wsql.Publisher
 
-	mu          sync.Mutex
-	subscribers []*wsql.Subscriber
+	opened transport.Closers
 }
 
 // New returns a SQL transport on cfg.DB.
@@ -95,9 +94,7 @@ func (t *Transport) Subscriber(group string) (message.Subscriber, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sql: subscriber: %w", err)
 	}
-	t.mu.Lock()
-	t.subscribers = append(t.subscribers, sub)
-	t.mu.Unlock()
+	t.opened.Add(sub)
 	return sub, nil
 }
 
@@ -106,13 +103,7 @@ func (t *Transport) Competing() bool { return true }
 
 // Close closes the publisher and every subscriber.
 func (t *Transport) Close() error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	errs := []error{t.publisher.Close()}
-	for _, s := range t.subscribers {
-		errs = append(errs, s.Close())
-	}
-	return errors.Join(errs...)
+	return errors.Join(t.publisher.Close(), t.opened.Close())
 }
 
 func binary(columnType string) func(string) string {
