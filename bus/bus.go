@@ -53,7 +53,7 @@ func New(cfg Config) (*Bus, error) {
 	if cfg.Transport == nil {
 		cfg.Transport = gochannel.New(gochannel.Config{})
 	}
-	wmLog := watermill.NewSlogLoggerWithLevelMapping(cfg.Logger, nil)
+	wmLog := watermillLogger(cfg.Logger)
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 30 * time.Second}, wmLog)
 	if err != nil {
 		return nil, fmt.Errorf("bus: router: %w", err)
