@@ -143,6 +143,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	line := fmt.Sprintf("ratios: inbox/plain=%.2f inbox_share=%.2f stale/inbox=%.2f stale_share=%.2f framework/ceiling=%.2f",
 		ratios["inbox/plain"], ratios["inbox_share"], ratios["stale/inbox"], ratios["stale_share"], ratios["framework/ceiling"])
 	var extras string
+	if err := runRedelivery(ctx, db, cfg.Messages/4, cfg.Out); err != nil {
+		return nil, err
+	}
 	if _, err := runSQLite(ctx, cfg.Messages, cfg.Out); err != nil {
 		return nil, err
 	}

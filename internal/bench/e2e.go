@@ -35,6 +35,12 @@ func runE2E(ctx context.Context, db *gorm.DB, kind Kind, concurrency int, n int6
 
 // runE2EOn is runE2E on a given transport, which it closes.
 func runE2EOn(ctx context.Context, tr transport.Transport, db *gorm.DB, kind Kind, concurrency int, n int64) (time.Duration, error) {
+	return runE2EWith(ctx, tr, db, kind, concurrency, n, 1)
+}
+
+// runE2EWith sends each of the n messages copies times with the same ID,
+// back to back, as a broker redelivering them would.
+func runE2EWith(ctx context.Context, tr transport.Transport, db *gorm.DB, kind Kind, concurrency int, n int64, copies int) (time.Duration, error) {
 	cfg := bus.Config{
 		Endpoint:    "bench",
 		Transport:   tr,
@@ -100,13 +106,19 @@ func runE2EOn(ctx context.Context, tr transport.Transport, db *gorm.DB, kind Kin
 
 	counters := b.Counters()
 	now := time.Now()
+	start0 := now
 	for i := range n {
 		var send []bus.SendOption
 		if kind == InboxStale {
 			send = append(send, bus.WithVersion(fmt.Sprint(i%entities), now.Add(time.Duration(i))))
 		}
-		if err := bus.Send(ctx, b, &Work{I: i}, send...); err != nil {
-			return 0, err
+		if copies > 1 { // one ID for every copy; otherwise the bus's UUIDv7
+			send = append(send, bus.WithMessageID(fmt.Sprintf("bench-%d-%08d", start0.UnixNano(), i)))
+		}
+		for range copies {
+			if err := bus.Send(ctx, b, &Work{I: i}, send...); err != nil {
+				return 0, err
+			}
 		}
 	}
 	start := time.Now()
@@ -114,7 +126,7 @@ func runE2EOn(ctx context.Context, tr transport.Transport, db *gorm.DB, kind Kin
 	deadline := time.Now().Add(10 * time.Minute)
 	// Settled, not handled: at concurrency above one a stale run may see an
 	// entity's newer update first and skip the older one.
-	for settled(counters) < uint64(n) {
+	for settled(counters) < uint64(n)*uint64(copies) {
 		if counters.Total(metrics.Failed) > 0 {
 			return 0, errors.New("a benchmark message failed")
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/postroom/postroom/store"
 	"github.com/postroom/postroom/transport/amqp"
+	"github.com/postroom/postroom/transport/gochannel"
 )
 
 // runRabbitMQ measures plain and inbox handlers end to end on RabbitMQ at
@@ -103,4 +104,27 @@ func runGrowth(ctx context.Context, db *gorm.DB, sizes []int64, n int64, out io.
 		fmt.Fprintf(out, "growth: inbox handler with %d rows already in the inbox: p50 %s, p99 %s\n", size, p50.Round(time.Microsecond), p99.Round(time.Microsecond))
 	}
 	return float64(p50s[len(p50s)-1]) / float64(p50s[0]), nil
+}
+
+// runRedelivery delivers every message twice (the same ID, back to back)
+// at concurrency 8, through the naive handler and through the inbox, and
+// reports how many were applied twice: the reason the naive way is wrong.
+func runRedelivery(ctx context.Context, db *gorm.DB, n int64, out io.Writer) error {
+	doubled := map[Kind]int64{}
+	for _, kind := range []Kind{Naive, Inbox} {
+		if err := db.Exec(truncateAll).Error; err != nil {
+			return err
+		}
+		if _, err := runE2EWith(ctx, gochannel.New(gochannel.Config{OutputBuffer: 1024}), db, kind, 8, n, 2); err != nil {
+			return fmt.Errorf("redelivery %s: %w", kind, err)
+		}
+		var rows, distinct int64
+		if err := db.Raw("SELECT COUNT(*), COUNT(DISTINCT message_id) FROM business").Row().Scan(&rows, &distinct); err != nil {
+			return err
+		}
+		doubled[kind] = rows - distinct
+	}
+	fmt.Fprintf(out, "redelivery: %d messages each delivered twice at concurrency 8: naive way applied %d twice, inbox %d\n",
+		n, doubled[Naive], doubled[Inbox])
+	return nil
 }
