@@ -22,6 +22,7 @@ func main() {
 		"PostgreSQL DSN (env POSTROOM_POSTGRES_DSN)")
 	amqpURL := flag.String("amqp", cmp.Or(os.Getenv("POSTROOM_AMQP_URL"), "amqp://guest:guest@127.0.0.1:5672/"),
 		"RabbitMQ URL for the outbox relay run, empty to skip it (env POSTROOM_AMQP_URL)")
+	chartsDir := flag.String("charts", "", "write throughput.png and growth.png to this folder (docs/img for the docs)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -38,7 +39,7 @@ func main() {
 		defer pprof.StopCPUProfile()
 	}
 	cfg := bench.Config{PostgresDSN: *dsn, Messages: 8000, Rounds: 3, PurgeRows: 1_000_000, AMQPURL: *amqpURL, Out: os.Stdout,
-		GrowthSizes: []int64{10_000, 1_000_000, 10_000_000}}
+		GrowthSizes: []int64{10_000, 1_000_000, 10_000_000}, ChartsDir: *chartsDir}
 	if *quick {
 		cfg.Messages, cfg.Rounds, cfg.PurgeRows, cfg.GrowthSizes = 2000, 1, 200_000, []int64{10_000, 1_000_000}
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"text/tabwriter"
 	"time"
@@ -34,6 +36,8 @@ type Config struct {
 	Messages int64
 	// Rounds repeats every measurement; the median counts.
 	Rounds int
+	// ChartsDir receives throughput.png and growth.png ("" skips them).
+	ChartsDir string
 	// GrowthSizes are the inbox sizes of the growth run (nil skips it).
 	GrowthSizes []int64
 	// AMQPURL is RabbitMQ, for the RabbitMQ and outbox relay runs ("" skips them).
@@ -146,11 +150,13 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	if err := runRedelivery(ctx, db, cfg.Messages/4, cfg.Out); err != nil {
 		return nil, err
 	}
-	if _, err := runSQLite(ctx, cfg.Messages, cfg.Out); err != nil {
+	sqliteRates, err := runSQLite(ctx, cfg.Messages, cfg.Out)
+	if err != nil {
 		return nil, err
 	}
+	var rabbitRates map[Kind]float64
 	if cfg.AMQPURL != "" {
-		if _, err := runRabbitMQ(ctx, db, cfg.AMQPURL, cfg.Messages, cfg.Out); err != nil {
+		if rabbitRates, err = runRabbitMQ(ctx, db, cfg.AMQPURL, cfg.Messages, cfg.Out); err != nil {
 			return nil, err
 		}
 		r, err := runRelay(ctx, db, cfg.AMQPURL, cfg.Messages, cfg.Out)
@@ -159,12 +165,13 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		}
 		extras += fmt.Sprintf(" outbox_send/no_send=%.2f relay_msg_s=%.0f", r.WithOneSend/r.WithoutSends, r.RelayPerSecond)
 	}
+	var growth []growthPoint
 	if len(cfg.GrowthSizes) > 1 {
-		g, err := runGrowth(ctx, db, cfg.GrowthSizes, cfg.Messages, cfg.Out)
-		if err != nil {
+		if growth, err = runGrowth(ctx, db, cfg.GrowthSizes, cfg.Messages, cfg.Out); err != nil {
 			return nil, fmt.Errorf("growth: %w", err)
 		}
-		line += fmt.Sprintf(" growth_p50_%s/%s=%.2f", short(cfg.GrowthSizes[len(cfg.GrowthSizes)-1]), short(cfg.GrowthSizes[0]), g)
+		first, last := growth[0], growth[len(growth)-1]
+		line += fmt.Sprintf(" growth_p50_%s/%s=%.2f", short(last.rows), short(first.rows), float64(last.p50)/float64(first.p50))
 	}
 	if cfg.PurgeRows > 0 {
 		p, err := runPurge(ctx, db, cfg.PurgeRows, cfg.Messages, cfg.Out)
@@ -174,6 +181,12 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		line += fmt.Sprintf(" purge_p99/base=%.2f", float64(p.DuringP99)/float64(p.BaseP99))
 	}
 	line += extras
+	if cfg.ChartsDir != "" {
+		if err := charts(cfg.ChartsDir, results, sqliteRates, rabbitRates, growth); err != nil {
+			return nil, fmt.Errorf("charts: %w", err)
+		}
+		fmt.Fprintf(cfg.Out, "charts: %s/throughput.png, %s/growth.png\n", cfg.ChartsDir, cfg.ChartsDir)
+	}
 	fmt.Fprintln(cfg.Out, line)
 	return results, nil
 }
@@ -233,4 +246,46 @@ func short(n int64) string {
 		return fmt.Sprintf("%dk", n/1000)
 	}
 	return fmt.Sprint(n)
+}
+
+// charts draws throughput per variant at concurrency 8, and latency against
+// the inbox's size.
+func charts(dir string, results []Result, sqliteRates, rabbitRates map[Kind]float64, growth []growthPoint) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var bars []bar
+	for _, r := range results {
+		if r.Concurrency != 8 {
+			continue
+		}
+		c, label := busColor, "bus "+string(r.Kind)
+		if r.Path == "raw" {
+			c, label = rawColor, "raw pgx "+string(r.Kind)
+		}
+		bars = append(bars, bar{label + " (postgres)", r.PerSecond, "msg/s", c})
+	}
+	for _, set := range []struct {
+		name  string
+		rates map[Kind]float64
+	}{{"sqlite", sqliteRates}, {"rabbitmq", rabbitRates}} {
+		for _, kind := range busKinds {
+			if v, ok := set.rates[kind]; ok {
+				bars = append(bars, bar{"bus " + string(kind) + " (" + set.name + ")", v, "msg/s", otherColor})
+			}
+		}
+	}
+	if err := barChart(filepath.Join(dir, "throughput.png"), "Throughput at concurrency 8 (msg/s; grey: raw SQL ceiling, blue: postroom on PostgreSQL, orange: other stores/brokers)", bars); err != nil {
+		return err
+	}
+	bars = nil
+	for _, g := range growth {
+		bars = append(bars,
+			bar{fmt.Sprintf("p50 with %s rows", short(g.rows)), float64(g.p50.Microseconds()) / 1000, "ms", busColor},
+			bar{fmt.Sprintf("p99 with %s rows", short(g.rows)), float64(g.p99.Microseconds()) / 1000, "ms", p99Color})
+	}
+	if len(bars) == 0 {
+		return nil
+	}
+	return barChart(filepath.Join(dir, "growth.png"), "Inbox handler latency against rows already in the inbox (ms, concurrency 8)", bars)
 }
