@@ -103,6 +103,9 @@ func (b *Bus) Run(ctx context.Context) error {
 	var background []func() error
 	if b.outbox != nil {
 		background = append(background, func() error { return b.outbox.Run(ctx) })
+		if gauges, ok := b.cfg.Recorder.(metrics.GaugeSetter); ok {
+			background = append(background, func() error { b.reportOutbox(ctx, gauges); return nil })
+		}
 	}
 	var sched *scheduler.Scheduler
 	if cleanup {
@@ -229,6 +232,25 @@ func Metadata(ctx context.Context) map[string]string {
 
 // ErrNoOutbox is returned by OutboxBacklog when Config.Outbox is off.
 var ErrNoOutbox = errors.New("bus: no outbox: set Config.Outbox")
+
+// reportOutbox sets the outbox backlog and lag gauges until ctx is done.
+func (b *Bus) reportOutbox(ctx context.Context, gauges metrics.GaugeSetter) {
+	t := time.NewTicker(b.cfg.GaugeInterval)
+	defer t.Stop()
+	for {
+		if backlog, err := b.outbox.Backlog(ctx); err == nil {
+			gauges.SetGauge(metrics.OutboxBacklog, float64(backlog.Messages))
+			gauges.SetGauge(metrics.OutboxLagSeconds, backlog.Lag.Seconds())
+		} else if ctx.Err() == nil {
+			b.cfg.Logger.Warn("bus: outbox backlog", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
 
 // OutboxBacklog reports the messages committed to the outbox and not yet
 // relayed, and the age of the oldest, for a gauge or an alert.

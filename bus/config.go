@@ -24,6 +24,7 @@ const (
 	CleanupIntervalDefault   = 12 * time.Hour
 	CleanupBatchSizeDefault  = 5000
 	MaxPayloadBytesDefault   = 1 << 20
+	GaugeIntervalDefault     = 5 * time.Second
 	MaxRetriesDefault        = 3
 	InitialBackoffDefault    = 100 * time.Millisecond
 	MaxBackoffDefault        = 5 * time.Second
@@ -122,6 +123,9 @@ type Config struct {
 	// dispatched right after its commit, and lost if the process dies in
 	// between.
 	Outbox bool
+	// GaugeInterval is how often the bus sets its gauges (the outbox's
+	// backlog and lag). Defaults to 5s.
+	GaugeInterval time.Duration
 	// MetricsAddr serves the counters for Prometheus at /metrics on this
 	// address while Run runs ("127.0.0.1:9464"; port 0 picks one, see
 	// Bus.MetricsAddr). Needs the default Recorder. Defaults to "": off.
@@ -153,6 +157,7 @@ func (c Config) withDefaults() Config {
 	c.ErrorTopic = cmp.Or(c.ErrorTopic, ErrorTopicDefault)
 	c.Concurrency = cmp.Or(c.Concurrency, ConcurrencyDefault)
 	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, MaxPayloadBytesDefault)
+	c.GaugeInterval = cmp.Or(c.GaugeInterval, GaugeIntervalDefault)
 	c.InboxRetention = cmp.Or(c.InboxRetention, InboxRetentionDefault)
 	c.RedeliveryWindow = cmp.Or(c.RedeliveryWindow, RedeliveryWindowDefault)
 	c.Retry = c.Retry.withDefaults()

@@ -4,13 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/transport/gochannel"
 )
@@ -74,4 +79,31 @@ func TestOutboxSendsWithTheCommitAndNothingOnRollback(t *testing.T) {
 			require.EqualValues(t, 2, rows)
 		})
 	}
+}
+
+// TestOutboxBacklogIsAGauge: while the broker refuses the relay, the
+// committed messages show as backlog on the metrics endpoint.
+func TestOutboxBacklogIsAGauge(t *testing.T) {
+	db := testenv.Postgres(t)
+	tr := gochannel.New(gochannel.Config{})
+	var b *bus.Bus
+	b, err := bus.New(bus.Config{Endpoint: "warehouse", Transport: failingTransport{tr}, DB: db, Outbox: true,
+		GaugeInterval: 20 * time.Millisecond, MetricsAddr: "127.0.0.1:0", Logger: testenv.Logger(t)})
+	require.NoError(t, err)
+	require.NoError(t, bus.Handle(b, shipTwice(&b, false), bus.WithInbox()))
+	start(t, b, "error")
+	order := message.NewMessage(uuid.NewString(), []byte(`{"ID":"o-1"}`))
+	order.Metadata.Set(metadata.MessageType, "test.Order")
+	require.NoError(t, tr.Publisher().Publish("test.Order", order)) // past the refusing publisher
+	waitFor(t, "a backlog of two", func() bool {
+		v, ok := b.Counters().GetGauge(metrics.OutboxBacklog)
+		return ok && v == 2
+	})
+	resp, err := http.Get("http://" + b.MetricsAddr() + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Contains(t, string(body), "postroom_outbox_backlog 2\n")
+	require.Contains(t, string(body), "postroom_outbox_lag_seconds ")
 }

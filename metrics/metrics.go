@@ -29,10 +29,12 @@ type Discard struct{}
 // Record does nothing.
 func (Discard) Record(string, Event) {}
 
-// Counters is a Recorder that keeps a count per handler and event in memory.
+// Counters is a Recorder that keeps a count per handler and event in
+// memory, and the gauges (GaugeSetter).
 type Counters struct {
-	mu sync.Mutex
-	n  map[string]map[Event]uint64
+	mu     sync.Mutex
+	n      map[string]map[Event]uint64
+	gauges map[Gauge]float64
 }
 
 // Record adds one to the count of e for handler.
