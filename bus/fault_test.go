@@ -15,9 +15,9 @@ import (
 // a consumer process works and the sender sends. The consumers and the
 // publisher reconnect; every message has exactly one effect.
 func TestBrokerConnectionsClosedMidRun(t *testing.T) {
+	p := newProcessSetup(t)
 	rabbitmqctl, err := exec.LookPath("rabbitmqctl")
 	require.NoError(t, err, "rabbitmqctl is needed to close the broker's connections (it comes with rabbitmq-server)")
-	p := newProcessSetup(t)
 	// watermill-amqp's reconnect writes ConnectionWrapper.connected without
 	// a lock (upstream ThreeDotsLabs/watermill#693, still open), so the race
 	// detector fires in the consumer processes on any broker blip. They
