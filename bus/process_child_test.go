@@ -94,17 +94,9 @@ func runConsumer() int {
 	if err != nil {
 		return fail(err)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
-	done := make(chan error, 1)
-	go func() { done <- b.Run(ctx) }()
-	<-b.Running()
-	fmt.Println("ready")
-	if err := <-done; err != nil {
+	if err := serveUntilTerm(b, counters); err != nil {
 		return fail(err)
 	}
-	_ = b.Close()
-	fmt.Printf("counters handled=%d duplicates=%d\n", counters.Total(metrics.Handled), counters.Total(metrics.Duplicate))
 	return 0
 }
 
@@ -164,17 +156,9 @@ func runOutboxSender() int {
 	if err := bus.Handle(b, shipTwice(&b, false), bus.WithInbox()); err != nil {
 		return fail(err)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
-	done := make(chan error, 1)
-	go func() { done <- b.Run(ctx) }()
-	<-b.Running()
-	fmt.Println("ready")
-	if err := <-done; err != nil {
+	if err := serveUntilTerm(b, counters); err != nil {
 		return fail(err)
 	}
-	_ = b.Close()
-	fmt.Printf("counters handled=%d duplicates=%d\n", counters.Total(metrics.Handled), counters.Total(metrics.Duplicate))
 	return 0
 }
 
@@ -213,3 +197,20 @@ func runSender() int {
 
 // workID is the message ID of Work n, the same from every sender.
 func workID(n int) string { return fmt.Sprintf("work-%d", n) }
+
+// serveUntilTerm runs b, prints "ready" once it handles messages, and on
+// SIGTERM closes it and prints its counters for the parent test.
+func serveUntilTerm(b *bus.Bus, counters *metrics.Counters) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	<-b.Running()
+	fmt.Println("ready")
+	if err := <-done; err != nil {
+		return err
+	}
+	_ = b.Close()
+	fmt.Printf("counters handled=%d duplicates=%d\n", counters.Total(metrics.Handled), counters.Total(metrics.Duplicate))
+	return nil
+}

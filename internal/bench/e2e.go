@@ -143,3 +143,16 @@ const insertBusinessGorm = "INSERT INTO business (message_id, amount) VALUES (?,
 func settled(c *metrics.Counters) uint64 {
 	return c.Total(metrics.Handled) + c.Total(metrics.Duplicate) + c.Total(metrics.Stale) + c.Total(metrics.Failed)
 }
+
+// runAndSend runs b and sends it Work 0..n-1; stop ends the run.
+func runAndSend(ctx context.Context, b *bus.Bus, n int64) (stop context.CancelFunc, err error) {
+	runCtx, stop := context.WithCancel(ctx)
+	go func() { _ = b.Run(runCtx) }()
+	<-b.Running()
+	for i := range n {
+		if err := bus.Send(ctx, b, &Work{I: i}); err != nil {
+			return stop, err
+		}
+	}
+	return stop, nil
+}

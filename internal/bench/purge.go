@@ -121,14 +121,10 @@ func inboxLatencies(ctx context.Context, db *gorm.DB, n int64) ([]time.Duration,
 	if err != nil {
 		return nil, err
 	}
-	runCtx, stop := context.WithCancel(ctx)
+	stop, err := runAndSend(ctx, b, n)
 	defer stop()
-	go func() { _ = b.Run(runCtx) }()
-	<-b.Running()
-	for i := range n {
-		if err := bus.Send(ctx, b, &Work{I: i}); err != nil {
-			return nil, err
-		}
+	if err != nil {
+		return nil, err
 	}
 	for b.Counters().Total(metrics.Handled) < uint64(n) {
 		time.Sleep(time.Millisecond)

@@ -123,14 +123,10 @@ func handleWithSends(ctx context.Context, db *gorm.DB, send bool, n int64) (floa
 	if err != nil {
 		return 0, err
 	}
-	runCtx, stop := context.WithCancel(ctx)
+	stop, err := runAndSend(ctx, b, n)
 	defer stop()
-	go func() { _ = b.Run(runCtx) }()
-	<-b.Running()
-	for i := range n {
-		if err := bus.Send(ctx, b, &Work{I: i}); err != nil {
-			return 0, err
-		}
+	if err != nil {
+		return 0, err
 	}
 	start := time.Now()
 	close(gate)
