@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"gorm.io/gorm"
@@ -20,10 +21,52 @@ type Config struct {
 
 type unitKey struct{}
 
-// unit is the state of one message's transaction.
+// unit is the state of one message's transaction. The transaction begins
+// on first use, so a handler that never touches the database holds no
+// connection (an external call made before the first write does not keep
+// one busy).
 type unit struct {
+	db           *gorm.DB
+	mu           sync.Mutex
 	tx           *gorm.DB
 	rollbackOnly bool
+}
+
+// begin returns the transaction, beginning it on first use. A failed BEGIN
+// is returned as a *gorm.DB whose Error is set, as gorm does.
+func (u *unit) begin() *gorm.DB {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.tx == nil {
+		u.tx = u.db.Begin()
+	}
+	return u.tx
+}
+
+// end commits the transaction if it began, or rolls it back when commit is
+// false. A BEGIN that failed makes the commit fail too, even if the
+// handler ignored the error its writes returned.
+func (u *unit) end(commit bool) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	tx := u.tx
+	u.tx = nil
+	switch {
+	case tx == nil:
+		return nil
+	case tx.Error != nil:
+		if commit {
+			return fmt.Errorf("unitofwork: begin: %w", tx.Error)
+		}
+		return nil
+	case commit:
+		if err := tx.Commit().Error; err != nil {
+			return fmt.Errorf("unitofwork: commit: %w", err)
+		}
+		return nil
+	default:
+		return tx.Rollback().Error
+	}
 }
 
 // New returns a middleware that runs each message in one transaction.
@@ -45,27 +88,23 @@ func Run(db *gorm.DB, msg *message.Message, h message.HandlerFunc) (out []*messa
 	if Active(parent) {
 		return h(msg)
 	}
-	tx := db.WithContext(parent).Begin()
-	if tx.Error != nil {
-		return nil, fmt.Errorf("unitofwork: begin: %w", tx.Error)
-	}
-	u := &unit{tx: tx}
+	u := &unit{db: db.WithContext(parent)}
 	msg.SetContext(context.WithValue(parent, unitKey{}, u))
-	committed := false
+	done := false
 	defer func() {
 		msg.SetContext(parent)
-		if !committed {
-			tx.Rollback() // on error, rollback-only and panic alike
+		if !done {
+			_ = u.end(false) // on error, rollback-only and panic alike
 		}
 	}()
 	out, err = h(msg)
 	if err != nil || u.rollbackOnly {
 		return nil, err
 	}
-	if err := tx.Commit().Error; err != nil {
-		return nil, fmt.Errorf("unitofwork: commit: %w", err)
+	done = true
+	if err := u.end(true); err != nil {
+		return nil, err
 	}
-	committed = true
 	return out, nil
 }
 
@@ -83,7 +122,7 @@ func Tx(ctx context.Context) *gorm.DB {
 	if !ok {
 		return nil
 	}
-	return u.tx.WithContext(ctx)
+	return u.begin().WithContext(ctx)
 }
 
 // RollbackOnly marks the unit of work in ctx so that it rolls back even
@@ -108,7 +147,11 @@ func Exec(ctx context.Context, query string, args ...any) (int64, error) {
 	if !ok {
 		return 0, ErrNoUnit
 	}
-	res, err := u.tx.Statement.ConnPool.ExecContext(ctx, query, args...)
+	tx := u.begin()
+	if tx.Error != nil {
+		return 0, fmt.Errorf("unitofwork: begin: %w", tx.Error)
+	}
+	res, err := tx.Statement.ConnPool.ExecContext(ctx, query, args...)
 	if err != nil {
 		return 0, err
 	}
