@@ -98,11 +98,11 @@ func (c *Cleanup) Purge(ctx context.Context, m CleanupStore) (CleanupResult, err
 	}
 	batch := cmp.Or(m.BatchSize, BatchSizeDefault)
 	var err error
-	res.Inbox, err = c.purge(ctx, c.cfg.Tables.Inbox, "received_at", res.Cutoff, batch, &res.Batches)
+	res.Inbox, err = c.purge(ctx, c.cfg.Tables.Inbox, c.d.InboxPurgeBatch(c.cfg.Tables.Inbox), []any{c.d.Time(res.Cutoff), c.d.Time(c.cfg.Now())}, batch, &res.Batches)
 	if err != nil {
 		return res, err
 	}
-	res.Watermarks, err = c.purge(ctx, c.cfg.Tables.Watermarks, "updated_at", res.Cutoff, batch, &res.Batches)
+	res.Watermarks, err = c.purge(ctx, c.cfg.Tables.Watermarks, c.d.PurgeBatch(c.cfg.Tables.Watermarks, "updated_at"), []any{c.d.Time(res.Cutoff)}, batch, &res.Batches)
 	if err != nil {
 		return res, err
 	}
@@ -113,11 +113,11 @@ func (c *Cleanup) Purge(ctx context.Context, m CleanupStore) (CleanupResult, err
 
 // purge deletes until a batch comes back short; each DELETE commits alone,
 // so locks are held for one batch only.
-func (c *Cleanup) purge(ctx context.Context, table, column string, cutoff time.Time, batch int, batches *int) (int64, error) {
-	stmt := c.d.PurgeBatch(table, column)
+func (c *Cleanup) purge(ctx context.Context, table, stmt string, args []any, batch int, batches *int) (int64, error) {
+	args = append(args, batch)
 	var total int64
 	for {
-		r := c.cfg.DB.WithContext(ctx).Exec(stmt, c.d.Time(cutoff), batch)
+		r := c.cfg.DB.WithContext(ctx).Exec(stmt, args...)
 		if r.Error != nil {
 			return total, fmt.Errorf("handlers: purge %s: %w", table, r.Error)
 		}

@@ -55,3 +55,33 @@ func TestCleanupDeletesExactlyTheOldRowsInBatches(t *testing.T) {
 		})
 	}
 }
+
+func TestCleanupKeepsAClaimUntilItsLeaseRanOut(t *testing.T) {
+	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	old := now.Add(-300 * time.Hour)
+	for _, store := range testenv.Databases {
+		t.Run(store.Name, func(t *testing.T) {
+			t.Parallel()
+			db := store.Open(t)
+			d, err := dialect.Of(db)
+			require.NoError(t, err)
+			// Old claims of the external-effects mode: one still under its
+			// lease (a call in flight), one whose lease ran out, one parked.
+			claim := func(id string, lease time.Time) {
+				require.NoError(t, db.Exec(d.ClaimInsert("postroom_inbox"), "c", "", id, "t", d.Time(old), d.Time(lease), "", nil).Error)
+			}
+			claim("live", now.Add(time.Minute))
+			claim("expired", now.Add(-time.Minute))
+			claim("parked", now.Add(time.Minute))
+			require.NoError(t, db.Exec("UPDATE postroom_inbox SET status = 'parked' WHERE message_id = 'parked'").Error)
+			c, err := handlers.NewCleanup(handlers.CleanupConfig{DB: db, Now: func() time.Time { return now }, Logger: testenv.Logger(t)})
+			require.NoError(t, err)
+			res, err := c.Purge(context.Background(), handlers.CleanupStore{Retention: 240 * time.Hour})
+			require.NoError(t, err)
+			require.EqualValues(t, 2, res.Inbox)
+			var left []string
+			require.NoError(t, db.Raw("SELECT message_id FROM postroom_inbox").Scan(&left).Error)
+			require.Equal(t, []string{"live"}, left)
+		})
+	}
+}

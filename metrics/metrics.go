@@ -16,6 +16,9 @@ const (
 	Stale     Event = "stale"     // the stale check found a newer version and skipped the handler
 	Retried   Event = "retried"   // an attempt failed and was retried in process
 	Failed    Event = "failed"    // the message was moved to the error topic
+	Parked    Event = "parked"    // an external effect's outcome is unknown; the inbox parked the message
+	Released  Event = "released"  // the handler said its external effect did not happen; the claim was released
+	Reused    Event = "reused"    // a message ID came again with a different payload checksum
 )
 
 // Recorder receives events. Implementations must be safe for concurrent use.

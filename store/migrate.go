@@ -2,9 +2,11 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
@@ -71,7 +73,7 @@ func Migrate(ctx context.Context, db *gorm.DB, tables Tables) ([]int, error) {
 					return nil
 				}
 				for _, stmt := range m.Statements {
-					if err := tx.Exec(stmt).Error; err != nil {
+					if err := tx.Exec(stmt).Error; err != nil && !alreadyApplied(d, err) {
 						return fmt.Errorf("store: migration %d (%s): %w", m.Version, m.Name, err)
 					}
 				}
@@ -89,4 +91,12 @@ func Migrate(ctx context.Context, db *gorm.DB, tables Tables) ([]int, error) {
 		return nil
 	})
 	return applied, err
+}
+
+// alreadyApplied reports an error that a rerun of a MySQL step cut short
+// after its DDL committed meets: the column is there already (MySQL has no
+// ADD COLUMN IF NOT EXISTS; MariaDB has, MySQL 8 has not).
+func alreadyApplied(d dialect.Dialect, err error) bool {
+	var my *mysql.MySQLError
+	return d == dialect.MySQL && errors.As(err, &my) && my.Number == 1060 // ER_DUP_FIELDNAME
 }

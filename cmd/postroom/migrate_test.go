@@ -24,7 +24,7 @@ func TestMigrateAgainstPostgres(t *testing.T) {
 	dsn := testenv.PostgresSchemaDSN(t)
 	out, err := run(t, "migrate", "--dsn", dsn)
 	require.NoError(t, err)
-	require.Equal(t, "migrate: applied versions [1 2 3]\n", out)
+	require.Equal(t, "migrate: applied versions [1 2 3 4]\n", out)
 	out, err = run(t, "migrate", "--dsn", dsn)
 	require.NoError(t, err)
 	require.Equal(t, "migrate: up to date\n", out)

@@ -5,12 +5,7 @@ package dialect
 // a duplicate, so a PostgreSQL transaction is not aborted by it.
 // Arguments: consumer, source, message_id, message_type, received_at.
 func (d Dialect) InboxInsert(table string) string {
-	insert := "INSERT INTO " + table + " (consumer, source, message_id, message_type, received_at) VALUES (?, ?, ?, ?, ?)"
-	if d == MySQL {
-		// Without CLIENT_FOUND_ROWS an update to the same value counts as 0 rows.
-		return insert + " ON DUPLICATE KEY UPDATE message_id = message_id"
-	}
-	return insert + " ON CONFLICT DO NOTHING"
+	return "INSERT INTO " + table + " (" + inboxColumns + ") VALUES (?, ?, ?, ?, ?)" + d.onConflictSkip()
 }
 
 // WatermarkUpsert returns the conditional upsert of a stale-update
@@ -38,12 +33,18 @@ func (d Dialect) WatermarkUpsert(table string) string {
 // PurgeBatch returns a statement that deletes at most limit rows of table
 // whose column is older than a cut-off. Arguments: cut-off, limit.
 func (d Dialect) PurgeBatch(table, column string) string {
+	return d.purgeWhere(table, column+" < ?")
+}
+
+// purgeWhere deletes at most limit rows matching where; the limit is the
+// last argument.
+func (d Dialect) purgeWhere(table, where string) string {
 	switch d {
 	case MySQL:
-		return "DELETE FROM " + table + " WHERE " + column + " < ? LIMIT ?"
+		return "DELETE FROM " + table + " WHERE " + where + " LIMIT ?"
 	case Postgres:
-		return "DELETE FROM " + table + " WHERE ctid IN (SELECT ctid FROM " + table + " WHERE " + column + " < ? LIMIT ?)"
+		return "DELETE FROM " + table + " WHERE ctid IN (SELECT ctid FROM " + table + " WHERE " + where + " LIMIT ?)"
 	default:
-		return "DELETE FROM " + table + " WHERE rowid IN (SELECT rowid FROM " + table + " WHERE " + column + " < ? LIMIT ?)"
+		return "DELETE FROM " + table + " WHERE rowid IN (SELECT rowid FROM " + table + " WHERE " + where + " LIMIT ?)"
 	}
 }

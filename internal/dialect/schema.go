@@ -100,6 +100,44 @@ func (d Dialect) Migrations(t Tables) []Migration {
 		{Version: 3, Name: "schedules", Statements: []string{
 			"CREATE TABLE IF NOT EXISTS " + t.Schedules + " (name " + id + " NOT NULL PRIMARY KEY, spec VARCHAR(255) NOT NULL, next_run_at " + ts + " NOT NULL, last_run_at " + ts + " NULL, last_fired_by " + id + " NOT NULL DEFAULT '', paused " + d.boolean() + " NOT NULL DEFAULT FALSE, updated_at " + ts + " NOT NULL)",
 		}},
+		{Version: 4, Name: "inbox claims and message log", Statements: d.addColumns(t.Inbox,
+			"status VARCHAR(16) NOT NULL DEFAULT '"+StatusDone+"'",
+			"lease_until "+ts+" NULL",
+			"attempts INTEGER NOT NULL DEFAULT 1",
+			"checksum VARCHAR(64) NOT NULL DEFAULT ''",
+			"payload "+d.blob()+" NULL",
+		)},
+	}
+}
+
+func (d Dialect) blob() string {
+	switch d {
+	case Postgres:
+		return "BYTEA"
+	case MySQL:
+		return "LONGBLOB"
+	default:
+		return "BLOB"
+	}
+}
+
+// addColumns adds columns to a table. PostgreSQL skips a column that
+// exists; on MySQL the one ALTER is atomic, and the migration treats
+// "duplicate column" as already applied (a step cut short after the ALTER
+// committed); SQLite adds one column per statement inside the step's
+// transaction.
+func (d Dialect) addColumns(table string, columns ...string) []string {
+	switch d {
+	case Postgres:
+		return []string{"ALTER TABLE " + table + " ADD COLUMN IF NOT EXISTS " + strings.Join(columns, ", ADD COLUMN IF NOT EXISTS ")}
+	case MySQL:
+		return []string{"ALTER TABLE " + table + " ADD COLUMN " + strings.Join(columns, ", ADD COLUMN ")}
+	default:
+		out := make([]string, len(columns))
+		for i, c := range columns {
+			out[i] = "ALTER TABLE " + table + " ADD COLUMN " + c
+		}
+		return out
 	}
 }
 

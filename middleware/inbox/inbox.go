@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +20,42 @@ import (
 // TableDefault is the default inbox table.
 const TableDefault = dialect.InboxTableDefault
 
+// LeaseDefault is the default claim lease of the external-effects mode.
+const LeaseDefault = time.Minute
+
+// Mode is how the inbox makes a handler's effects happen once.
+type Mode int
+
+const (
+	// Transactional records the key in the handler's own transaction:
+	// right for effects that are database writes through that transaction.
+	Transactional Mode = iota
+	// External claims the key, commits the claim, runs the handler and then
+	// marks the key done: right for effects no transaction covers (an HTTP
+	// call, a file, an e-mail). See the package documentation.
+	External
+)
+
+// Policy decides what happens to a message whose earlier attempt, in the
+// External mode, ended without a known outcome.
+type Policy int
+
+const (
+	// Park sends the message to the error topic with reason "outcome
+	// unknown" and never runs it again on its own; an operator resolves it.
+	Park Policy = iota
+	// Retry runs the handler again with the same idempotency key: right
+	// when the external system deduplicates on that key.
+	Retry
+)
+
+func (p Policy) String() string {
+	if p == Retry {
+		return "retry"
+	}
+	return "park"
+}
+
 // Config configures the inbox middleware.
 type Config struct {
 	// DB is the database of the inbox table and of the handler's writes. Required.
@@ -34,8 +71,28 @@ type Config struct {
 	Recorder metrics.Recorder
 	// Logger logs duplicates at debug level. Defaults to slog.Default().
 	Logger *slog.Logger
-	// Now is the clock for received_at. Defaults to time.Now.
+	// Now is the clock for received_at and leases. Defaults to time.Now.
 	Now func() time.Time
+
+	// Mode is Transactional or External. Defaults to Transactional.
+	Mode Mode
+	// Lease is how long, in the External mode, an attempt holds its claim:
+	// a copy of the message that finds a live claim waits for it, and a
+	// claim whose lease ran out has an unknown outcome. Longer than the
+	// slowest external call; the handler's context ends with the lease.
+	// Defaults to LeaseDefault (one minute).
+	Lease time.Duration
+	// OnUnknown is the policy, in the External mode, for a message whose
+	// earlier attempt ended without a known outcome. Defaults to Park.
+	OnUnknown Policy
+	// Checksum records a SHA-256 of the payload with the key: a later
+	// message with the same key and another checksum is not a duplicate but
+	// a reused ID, which goes to the error topic ([*ReusedIDError]).
+	// Defaults to false.
+	Checksum bool
+	// StorePayload records the payload with the key, as a message log.
+	// Implies Checksum. Defaults to false.
+	StorePayload bool
 }
 
 func (c Config) withDefaults() Config {
@@ -52,6 +109,8 @@ func (c Config) withDefaults() Config {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	c.Lease = cmp.Or(c.Lease, LeaseDefault)
+	c.Checksum = c.Checksum || c.StorePayload
 	return c
 }
 
@@ -66,6 +125,15 @@ func (c Config) validate() error {
 	if len(c.Consumer) > MaxKeyLength {
 		errs = append(errs, fmt.Errorf("inbox: Config.Consumer is longer than %d bytes", MaxKeyLength))
 	}
+	if c.Mode != Transactional && c.Mode != External {
+		errs = append(errs, fmt.Errorf("inbox: Config.Mode %d is neither Transactional nor External", c.Mode))
+	}
+	if c.Lease < 0 {
+		errs = append(errs, fmt.Errorf("inbox: Config.Lease %s is negative", c.Lease))
+	}
+	if c.OnUnknown != Park && c.OnUnknown != Retry {
+		errs = append(errs, fmt.Errorf("inbox: Config.OnUnknown %d is neither Park nor Retry", c.OnUnknown))
+	}
 	return errors.Join(errs...)
 }
 
@@ -79,36 +147,97 @@ func New(cfg Config) (message.HandlerMiddleware, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
-	insert := d.Native(d.InboxInsert(cfg.Table))
-	return func(h message.HandlerFunc) message.HandlerFunc {
-		claim := func(msg *message.Message) ([]*message.Message, error) {
-			ctx := msg.Context()
-			consumer := cmp.Or(cfg.Consumer, message.HandlerNameFromCtx(ctx))
-			key, err := cfg.Key(msg)
-			if err != nil {
-				return nil, &KeyError{Reason: "key function failed", Err: err}
-			}
-			if err := key.validate(consumer); err != nil {
-				return nil, err
-			}
-			rows, err := unitofwork.Exec(ctx, insert, consumer, key.Source, key.MessageID,
-				msg.Metadata.Get(metadata.MessageType), d.Time(cfg.Now()))
-			if err != nil {
-				return nil, fmt.Errorf("inbox: claim key: %w", err)
-			}
-			if rows == 0 {
-				unitofwork.RollbackOnly(ctx)
-				cfg.Recorder.Record(consumer, metrics.Duplicate)
-				cfg.Logger.DebugContext(ctx, "inbox: duplicate skipped",
-					"consumer", consumer, "source", key.Source, "message_id", key.MessageID)
-				return nil, nil
-			}
+	if cfg.Mode == External {
+		return newExternal(cfg, d), nil
+	}
+	t := transactional{cfg: cfg, d: d, insert: d.Native(d.InboxInsert(cfg.Table))}
+	if cfg.Checksum {
+		t.insert = d.Native(d.InboxInsertLogged(cfg.Table))
+	}
+	return t.middleware, nil
+}
+
+// transactional is the Transactional mode: the key is inserted in the
+// handler's unit of work.
+type transactional struct {
+	cfg    Config
+	d      dialect.Dialect
+	insert string
+}
+
+func (t transactional) middleware(h message.HandlerFunc) message.HandlerFunc {
+	claim := func(msg *message.Message) ([]*message.Message, error) {
+		ctx := msg.Context()
+		consumer, key, err := t.cfg.keyOf(msg)
+		if err != nil {
+			return nil, err
+		}
+		args := []any{consumer, key.Source, key.MessageID, msg.Metadata.Get(metadata.MessageType), t.d.Time(t.cfg.Now())}
+		sum := ""
+		if t.cfg.Checksum {
+			sum = checksum(msg.Payload)
+			args = append(args, sum, t.cfg.payload(msg))
+		}
+		rows, err := unitofwork.Exec(ctx, t.insert, args...)
+		if err != nil {
+			return nil, fmt.Errorf("inbox: claim key: %w", err)
+		}
+		if rows == 1 {
 			return h(msg)
 		}
-		return func(msg *message.Message) ([]*message.Message, error) {
-			return unitofwork.Run(cfg.DB, msg, claim)
+		if sum != "" {
+			var stored string
+			if err := unitofwork.Tx(ctx).Raw(t.d.InboxChecksum(t.cfg.Table), consumer, key.Source, key.MessageID).Row().Scan(&stored); err != nil {
+				return nil, fmt.Errorf("inbox: read checksum: %w", err)
+			}
+			if err := t.cfg.checkReuse(consumer, key, stored, sum); err != nil {
+				return nil, err
+			}
 		}
-	}, nil
+		unitofwork.RollbackOnly(ctx)
+		t.cfg.duplicate(ctx, consumer, key)
+		return nil, nil
+	}
+	return func(msg *message.Message) ([]*message.Message, error) {
+		return unitofwork.Run(t.cfg.DB, msg, claim)
+	}
+}
+
+// keyOf returns the consumer and the validated key of msg.
+func (c Config) keyOf(msg *message.Message) (string, Key, error) {
+	consumer := cmp.Or(c.Consumer, message.HandlerNameFromCtx(msg.Context()))
+	key, err := c.Key(msg)
+	if err != nil {
+		return "", Key{}, &KeyError{Reason: "key function failed", Err: err}
+	}
+	if err := key.validate(consumer); err != nil {
+		return "", Key{}, err
+	}
+	return consumer, key, nil
+}
+
+// payload is what the message log stores: the payload, or NULL.
+func (c Config) payload(msg *message.Message) any {
+	if c.StorePayload {
+		return []byte(msg.Payload)
+	}
+	return nil
+}
+
+// checkReuse refuses a message whose checksum differs from the stored one
+// (a row recorded before checksums were on has none).
+func (c Config) checkReuse(consumer string, key Key, stored, got string) error {
+	if stored == "" || stored == got {
+		return nil
+	}
+	c.Recorder.Record(consumer, metrics.Reused)
+	return &ReusedIDError{Consumer: consumer, Key: key, Stored: stored, Got: got}
+}
+
+func (c Config) duplicate(ctx context.Context, consumer string, key Key) {
+	c.Recorder.Record(consumer, metrics.Duplicate)
+	c.Logger.DebugContext(ctx, "inbox: duplicate skipped",
+		"consumer", consumer, "source", key.Source, "message_id", key.MessageID)
 }
 
 // ErrRetentionTooShort is the sentinel of CheckRetention's error.

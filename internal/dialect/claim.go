@@ -1,0 +1,93 @@
+package dialect
+
+// Inbox row statuses. A row written by the transactional inbox is "done"
+// from the start; the external-effects mode moves a row through
+// "processing" to "done", or to "released" or "parked".
+const (
+	StatusDone       = "done"
+	StatusProcessing = "processing"
+	StatusReleased   = "released"
+	StatusParked     = "parked"
+)
+
+// inboxColumns are the columns every inbox insert writes, in order.
+const inboxColumns = "consumer, source, message_id, message_type, received_at"
+
+// onConflictSkip makes an insert affect no row on a duplicate key, without
+// failing (a PostgreSQL transaction survives it).
+func (d Dialect) onConflictSkip() string {
+	if d == MySQL {
+		// Without CLIENT_FOUND_ROWS an update to the same value counts as 0 rows.
+		return " ON DUPLICATE KEY UPDATE message_id = message_id"
+	}
+	return " ON CONFLICT DO NOTHING"
+}
+
+// InboxInsertLogged is InboxInsert that also stores the payload's checksum
+// and, possibly NULL, the payload. Arguments: consumer, source, message_id,
+// message_type, received_at, checksum, payload.
+func (d Dialect) InboxInsertLogged(table string) string {
+	return "INSERT INTO " + table + " (" + inboxColumns + ", checksum, payload) VALUES (?, ?, ?, ?, ?, ?, ?)" + d.onConflictSkip()
+}
+
+// InboxChecksum reads the stored checksum of a key.
+// Arguments: consumer, source, message_id.
+func (d Dialect) InboxChecksum(table string) string {
+	return "SELECT checksum FROM " + table + " WHERE " + keyMatch
+}
+
+const keyMatch = "consumer = ? AND source = ? AND message_id = ?"
+
+// ClaimInsert claims a new key as processing, attempt 1. It affects no row
+// when the key exists. Arguments: consumer, source, message_id,
+// message_type, received_at, lease_until, checksum, payload.
+func (d Dialect) ClaimInsert(table string) string {
+	return "INSERT INTO " + table + " (" + inboxColumns + ", status, lease_until, attempts, checksum, payload)" +
+		" VALUES (?, ?, ?, ?, ?, '" + StatusProcessing + "', ?, 1, ?, ?)" + d.onConflictSkip()
+}
+
+// ClaimRead reads the claim of a key.
+// Arguments: consumer, source, message_id.
+func (d Dialect) ClaimRead(table string) string {
+	return "SELECT status, lease_until, attempts, checksum FROM " + table + " WHERE " + keyMatch
+}
+
+// ClaimTakeover takes a claim over as the next attempt, if it is still in
+// the status and attempt it was read in. Arguments: lease_until, consumer,
+// source, message_id, status, attempts.
+func (d Dialect) ClaimTakeover(table string) string {
+	return "UPDATE " + table + " SET status = '" + StatusProcessing + "', lease_until = ?, attempts = attempts + 1" +
+		" WHERE " + keyMatch + " AND status = ? AND attempts = ?"
+}
+
+// ClaimMove moves a claim of one attempt to a new status, if it is in one
+// of two statuses (pass one twice for one). Arguments: status, lease_until,
+// consumer, source, message_id, attempts, from, from.
+func (d Dialect) ClaimMove(table string) string {
+	return "UPDATE " + table + " SET status = ?, lease_until = ?" +
+		" WHERE " + keyMatch + " AND attempts = ? AND status IN (?, ?)"
+}
+
+// unresolved matches the rows whose outcome is unknown: parked, or
+// processing with a lease that ran out. Argument: now.
+const unresolved = "(status = '" + StatusParked + "' OR (status = '" + StatusProcessing + "' AND lease_until < ?))"
+
+// ClaimResolve sets the status of an unresolved claim (done or released).
+// Arguments: status, consumer, source, message_id, now.
+func (d Dialect) ClaimResolve(table string) string {
+	return "UPDATE " + table + " SET status = ?, lease_until = NULL WHERE " + keyMatch + " AND " + unresolved
+}
+
+// ClaimsUnresolved lists the unresolved claims, oldest first.
+// Arguments: now, limit.
+func (d Dialect) ClaimsUnresolved(table string) string {
+	return "SELECT consumer, source, message_id, message_type, received_at, status, lease_until, attempts FROM " + table +
+		" WHERE " + unresolved + " ORDER BY received_at LIMIT ?"
+}
+
+// InboxPurgeBatch is PurgeBatch for the inbox: a processing row is kept
+// until its lease has run out. Arguments: cut-off, now, limit.
+func (d Dialect) InboxPurgeBatch(table string) string {
+	where := "received_at < ? AND (status <> '" + StatusProcessing + "' OR lease_until < ?)"
+	return d.purgeWhere(table, where)
+}

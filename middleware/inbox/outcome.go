@@ -1,0 +1,84 @@
+package inbox
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrNotDone is the sentinel of the errors [NotDone] returns.
+var ErrNotDone = errors.New("inbox: the external effect did not happen")
+
+// NotDone wraps a handler's error to say that its external effect certainly
+// did not happen (the call was refused, or never sent). In the
+// external-effects mode the claim is released and the redelivery runs the
+// handler again; any other error leaves the outcome unknown.
+func NotDone(err error) error { return &notDoneError{err} }
+
+type notDoneError struct{ err error }
+
+func (e *notDoneError) Error() string {
+	if e.err == nil {
+		return ErrNotDone.Error()
+	}
+	return ErrNotDone.Error() + ": " + e.err.Error()
+}
+func (e *notDoneError) Unwrap() error        { return e.err }
+func (e *notDoneError) Is(target error) bool { return target == ErrNotDone }
+
+// ErrOutcomeUnknown is the sentinel every [*OutcomeUnknownError] matches.
+var ErrOutcomeUnknown = errors.New("inbox: outcome unknown")
+
+// OutcomeUnknownError says that an attempt of a handler with external
+// effects ended without a known outcome (its process died, or it failed
+// with an error other than [NotDone]) and the policy is [Park]: the message
+// goes to the error topic and is not run again until an operator resolves
+// it. It is unrecoverable.
+type OutcomeUnknownError struct {
+	Consumer string
+	Key      Key
+	Attempts int
+	// Err is the attempt's error, nil when its process died.
+	Err error
+}
+
+func (e *OutcomeUnknownError) Error() string {
+	cause := "the attempt's lease ran out (its process stopped mid-call)"
+	if e.Err != nil {
+		cause = "the handler failed: " + e.Err.Error()
+	}
+	return fmt.Sprintf("inbox: outcome unknown: consumer %s, source %q, message %s, attempt %d: %s; parked: find out whether the effect happened, then run `postroom inbox resolve --done` or `--release`",
+		e.Consumer, e.Key.Source, e.Key.MessageID, e.Attempts, cause)
+}
+
+// Is makes errors.Is(err, ErrOutcomeUnknown) true.
+func (e *OutcomeUnknownError) Is(target error) bool { return target == ErrOutcomeUnknown }
+
+// Unwrap returns the attempt's error.
+func (e *OutcomeUnknownError) Unwrap() error { return e.Err }
+
+// Unrecoverable tells the bus not to retry.
+func (e *OutcomeUnknownError) Unrecoverable() bool { return true }
+
+// ErrIDReused is the sentinel every [*ReusedIDError] matches.
+var ErrIDReused = errors.New("inbox: message ID reused with different content")
+
+// ReusedIDError says that a message came with the key of one already
+// recorded but a different payload checksum: not a duplicate but a
+// producer bug. It is unrecoverable.
+type ReusedIDError struct {
+	Consumer string
+	Key      Key
+	// Stored is the checksum recorded with the key; Got the message's.
+	Stored, Got string
+}
+
+func (e *ReusedIDError) Error() string {
+	return fmt.Sprintf("inbox: message ID reused with different content: consumer %s, source %q, message %s: stored checksum %s, this message %s: the producer reuses IDs; give each message its own",
+		e.Consumer, e.Key.Source, e.Key.MessageID, e.Stored, e.Got)
+}
+
+// Is makes errors.Is(err, ErrIDReused) true.
+func (e *ReusedIDError) Is(target error) bool { return target == ErrIDReused }
+
+// Unrecoverable tells the bus not to retry.
+func (e *ReusedIDError) Unrecoverable() bool { return true }
