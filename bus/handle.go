@@ -1,10 +1,12 @@
 package bus
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -27,6 +29,9 @@ type handlerConfig struct {
 	stale       bool
 	version     stale.VersionFunc
 	concurrency int
+	external    *ExternalEffects
+	checksum    bool
+	payload     bool
 }
 
 // Named names the handler. It defaults to the message name; two handlers of
@@ -48,6 +53,48 @@ func WithInbox() HandlerOption { return func(c *handlerConfig) { c.inbox = true 
 func WithInboxKey(k inbox.KeyFunc) HandlerOption {
 	return func(c *handlerConfig) { c.inbox, c.inboxKey = true, k }
 }
+
+// ExternalEffects configures a handler whose effects no transaction
+// covers (an HTTP call, a file, an e-mail); see WithExternalEffects.
+type ExternalEffects struct {
+	// OnUnknown decides what happens when an earlier attempt ended without
+	// a known outcome: inbox.Park (the error topic, "outcome unknown") or
+	// inbox.Retry (run again with the same IdempotencyKey). Defaults to
+	// inbox.Park.
+	OnUnknown inbox.Policy
+	// Lease is how long an attempt holds its claim; the handler's context
+	// ends with it. Defaults to inbox.LeaseDefault (one minute).
+	Lease time.Duration
+}
+
+// WithExternalEffects puts the handler's inbox in its External mode: the
+// key is claimed and committed before the handler runs, the handler passes
+// IdempotencyKey(ctx) to the external system, and the key is marked done
+// with the handler's database writes. A copy that finds a live claim waits
+// for it; an attempt that ended without a known outcome follows
+// e.OnUnknown. Return NotDone(err) when the effect certainly did not
+// happen. Implies WithInbox and WithTransaction.
+func WithExternalEffects(e ExternalEffects) HandlerOption {
+	return func(c *handlerConfig) { c.inbox, c.external = true, &e }
+}
+
+// WithMessageLog records a checksum of each payload with its inbox key (and
+// the payload too if storePayload): a message that reuses a key with
+// another payload goes to the error topic as a producer bug instead of
+// being skipped as a duplicate. Implies WithInbox.
+func WithMessageLog(storePayload bool) HandlerOption {
+	return func(c *handlerConfig) { c.inbox, c.checksum, c.payload = true, true, storePayload }
+}
+
+// IdempotencyKey returns the key to pass to an external system in a
+// handler registered WithExternalEffects: the same on every delivery and
+// attempt of the message. It is "" in other handlers.
+func IdempotencyKey(ctx context.Context) string { return inbox.IdempotencyKey(ctx) }
+
+// NotDone wraps a handler's error to say that its external effect certainly
+// did not happen: the claim is released and the message retried. Any other
+// error of a handler WithExternalEffects leaves the outcome unknown.
+func NotDone(err error) error { return inbox.NotDone(err) }
 
 // WithStale drops an update older than one already applied to the same
 // entity (see WithVersion). Implies WithTransaction.
@@ -140,17 +187,33 @@ func (b *Bus) chain(hc handlerConfig, h message.HandlerFunc) (message.HandlerFun
 	b.mu.Lock()
 	b.needsCleanup = true
 	b.mu.Unlock()
-	if hc.inbox {
-		horizon := b.cfg.Retry.Horizon() + b.cfg.RedeliveryWindow
-		if err := inbox.CheckRetention(b.cfg.InboxRetention, horizon); err != nil {
-			return nil, fmt.Errorf("bus: handler %s: %w", hc.name, err)
-		}
-		mw, err := inbox.New(inbox.Config{DB: b.cfg.DB, Consumer: hc.name, Key: hc.inboxKey, Recorder: rec, Logger: b.cfg.Logger, Now: b.cfg.Now})
-		if err != nil {
-			return nil, err
-		}
-		h = mw(h)
+	if !hc.inbox {
+		return b.inUnitOfWork(h)
 	}
+	icfg := inbox.Config{DB: b.cfg.DB, Consumer: hc.name, Key: hc.inboxKey, Recorder: rec, Logger: b.cfg.Logger, Now: b.cfg.Now,
+		Checksum: hc.checksum, StorePayload: hc.payload}
+	horizon := b.cfg.Retry.Horizon() + b.cfg.RedeliveryWindow
+	if hc.external != nil {
+		// The claim commits before the handler runs, so the External mode
+		// opens the handler's unit of work itself; a copy may wait a
+		// lease before it is handled.
+		icfg.Mode, icfg.OnUnknown, icfg.Lease = inbox.External, hc.external.OnUnknown, cmp.Or(hc.external.Lease, inbox.LeaseDefault)
+		horizon += icfg.Lease
+	}
+	if err := inbox.CheckRetention(b.cfg.InboxRetention, horizon); err != nil {
+		return nil, fmt.Errorf("bus: handler %s: %w", hc.name, err)
+	}
+	mw, err := inbox.New(icfg)
+	if err != nil {
+		return nil, fmt.Errorf("bus: handler %s: %w", hc.name, err)
+	}
+	if hc.external != nil {
+		return mw(h), nil
+	}
+	return b.inUnitOfWork(mw(h))
+}
+
+func (b *Bus) inUnitOfWork(h message.HandlerFunc) (message.HandlerFunc, error) {
 	mw, err := unitofwork.New(unitofwork.Config{DB: b.cfg.DB})
 	if err != nil {
 		return nil, err

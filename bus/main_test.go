@@ -16,6 +16,8 @@ func TestMain(m *testing.M) {
 		os.Exit(runOutboxSender())
 	case "sender":
 		os.Exit(runSender())
+	case "external":
+		os.Exit(runExternalConsumer())
 	}
 	goleak.VerifyTestMain(m)
 }

@@ -31,11 +31,13 @@ func startConsumer(t *testing.T, dsn, url, endpoint string, crashAt int) *consum
 	return startChild(t, "consumer", dsn, url, endpoint, crashAt)
 }
 
-func startChild(t *testing.T, mode, dsn, url, endpoint string, crashAt int) *consumer {
+// startChild starts a child process of mode; env adds variables (NAME=value).
+func startChild(t *testing.T, mode, dsn, url, endpoint string, crashAt int, env ...string) *consumer {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+mode, childDSN+"="+dsn, childAMQP+"="+url,
 		childEP+"="+endpoint, fmt.Sprintf("%s=%d", childCrashAt, crashAt))
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)

@@ -1,0 +1,170 @@
+package bus_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/metadata"
+	"github.com/postroom/postroom/transport/amqp"
+)
+
+// paymentAPI is the external system of the tests, on loopback: it counts
+// calls and applies each idempotency key once, as a payment provider does.
+type paymentAPI struct {
+	mu      sync.Mutex
+	keys    []string
+	applied map[string]int
+	// during runs during call n, before it is applied; false drops the call.
+	during func(n int, r *http.Request) bool
+}
+
+func (a *paymentAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	key := r.Header.Get("Idempotency-Key")
+	_, _ = io.ReadAll(r.Body) // then the server notices a client that goes away
+	a.mu.Lock()
+	a.keys = append(a.keys, key)
+	n := len(a.keys)
+	a.mu.Unlock()
+	if a.during != nil && !a.during(n, r) {
+		return
+	}
+	a.mu.Lock()
+	a.applied[key]++
+	a.mu.Unlock()
+}
+
+func (a *paymentAPI) calls() ([]string, map[string]int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	applied := map[string]int{}
+	for k, v := range a.applied {
+		applied[k] = min(v, 1) // the provider applies a key once
+	}
+	return append([]string(nil), a.keys...), applied
+}
+
+func externalChildEnv(api, policy, errorTopic string) []string {
+	return []string{childAPI + "=" + api, childPolicy + "=" + policy, childErrorTopic + "=" + errorTopic}
+}
+
+// TestExternalEffectsWhenTheProcessDiesMidCall: the handler calls a payment
+// API, and its process is SIGKILLed during the call. After a restart,
+// RabbitMQ redelivers the message. With Park it lands in the error topic as
+// "outcome unknown" and the API saw one call; with Retry the API sees the
+// same idempotency key on every call and applies it once.
+func TestExternalEffectsWhenTheProcessDiesMidCall(t *testing.T) {
+	for _, policy := range []string{"park", "retry"} {
+		t.Run(policy, func(t *testing.T) {
+			p := newProcessSetup(t).withSender(t)
+			errorTopic := testenv.Name("error_")
+			var victim atomic.Pointer[consumer]
+			api := &paymentAPI{applied: map[string]int{}, during: func(n int, r *http.Request) bool {
+				if n > 1 {
+					return true
+				}
+				_ = victim.Load().cmd.Process.Signal(syscall.SIGKILL) // mid-call
+				select {
+				case <-r.Context().Done():
+				case <-time.After(30 * time.Second):
+				}
+				return false
+			}}
+			srv := httptest.NewServer(api)
+			defer srv.Close()
+			env := externalChildEnv(srv.URL, policy, errorTopic)
+
+			first := startChild(t, "external", p.dsn, p.url, p.endpoint, 0, env...)
+			victim.Store(first)
+			require.NoError(t, bus.Send(context.Background(), p.sender, &Charge{N: 1}, bus.To(p.endpoint), bus.WithMessageID("charge-1")))
+			err := first.cmd.Wait()
+			status, ok := first.cmd.ProcessState.Sys().(syscall.WaitStatus)
+			require.True(t, ok && status.Signaled() && status.Signal() == syscall.SIGKILL, "killed mid-call: %v", err)
+
+			second := startChild(t, "external", p.dsn, p.url, p.endpoint, 0, env...)
+			var row struct {
+				Status   string
+				Attempts int
+			}
+			readRow := func() {
+				require.NoError(t, p.db.Raw("SELECT status, attempts FROM postroom_inbox WHERE message_id = 'charge-1'").Scan(&row).Error)
+			}
+			if policy == "park" {
+				failed := readErrorQueue(t, p.url, errorTopic)
+				require.Equal(t, "charge-1", failed.UUID)
+				require.Contains(t, failed.Metadata.Get(metadata.ErrorReason), "outcome unknown")
+				keys, applied := api.calls()
+				require.Len(t, keys, 1, "nobody called again")
+				require.Empty(t, applied)
+				readRow()
+				require.Equal(t, "parked", row.Status)
+			} else {
+				waitFor(t, "the retried call", func() bool { _, applied := api.calls(); return len(applied) == 1 })
+				waitFor(t, "the done mark", func() bool { readRow(); return row.Status == "done" })
+				keys, applied := api.calls()
+				require.Len(t, keys, 2)
+				require.Equal(t, keys[0], keys[1], "one idempotency key on every call")
+				require.Equal(t, map[string]int{keys[0]: 1}, applied)
+				require.Equal(t, 2, row.Attempts)
+			}
+			second.stop(t)
+		})
+	}
+}
+
+// TestExternalEffectsTwoCopiesOneCall: a message published twice reaches
+// two subscriptions at once; the copy that finds the first one's live claim
+// waits for it and is acked as a duplicate: one call.
+func TestExternalEffectsTwoCopiesOneCall(t *testing.T) {
+	p := newProcessSetup(t).withSender(t)
+	api := &paymentAPI{applied: map[string]int{}, during: func(int, *http.Request) bool {
+		time.Sleep(time.Second) // a slow provider: the second copy arrives meanwhile
+		return true
+	}}
+	srv := httptest.NewServer(api)
+	defer srv.Close()
+	c := startChild(t, "external", p.dsn, p.url, p.endpoint, 0, externalChildEnv(srv.URL, "park", testenv.Name("error_"))...)
+	for range 2 {
+		require.NoError(t, bus.Send(context.Background(), p.sender, &Charge{N: 2}, bus.To(p.endpoint), bus.WithMessageID("charge-2")))
+	}
+	waitFor(t, "the call", func() bool { _, applied := api.calls(); return len(applied) == 1 })
+	time.Sleep(2 * time.Second) // room for a wrong second call
+	handled, duplicates := c.stop(t)
+	keys, _ := api.calls()
+	require.Len(t, keys, 1)
+	require.Equal(t, 1, handled)
+	require.Equal(t, 1, duplicates)
+}
+
+// readErrorQueue returns the first message of the error topic's queue.
+func readErrorQueue(t *testing.T, url, errorTopic string) *message.Message {
+	t.Helper()
+	tr, err := amqp.New(amqp.Config{URL: url})
+	require.NoError(t, err)
+	defer tr.Close()
+	sub, err := tr.Subscriber(bus.ErrorQueueGroup)
+	require.NoError(t, err)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	msgs, err := sub.Subscribe(ctx, errorTopic)
+	require.NoError(t, err)
+	select {
+	case m := <-msgs:
+		m.Ack()
+		return m
+	case <-time.After(30 * time.Second):
+		t.Fatal("nothing reached the error topic")
+		return nil
+	}
+}
