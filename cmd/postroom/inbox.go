@@ -16,7 +16,7 @@ import (
 
 func newInbox(opts *options) *cobra.Command {
 	cmd := &cobra.Command{Use: "inbox", Short: "Look at and purge the inbox (handled message keys)"}
-	cmd.AddCommand(newInboxStats(opts), newInboxPurge(opts))
+	cmd.AddCommand(newInboxStats(opts), newInboxPurge(opts), newInboxUnresolved(opts), newInboxResolve(opts))
 	return cmd
 }
 

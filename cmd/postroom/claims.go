@@ -1,0 +1,106 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/postroom/postroom/middleware/inbox"
+	"github.com/postroom/postroom/store"
+)
+
+func newInboxUnresolved(opts *options) *cobra.Command {
+	var asJSON bool
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "unresolved",
+		Short: "Messages of external-effects handlers whose outcome is unknown (parked, or lease ran out)",
+		Long: `unresolved lists the inbox claims of handlers registered WithExternalEffects
+whose outcome is unknown: "parked" (the message went to the error topic with
+reason "outcome unknown") or "processing" with a lease that ran out (its
+process stopped mid-call and the message has not come back yet).
+
+Find out in the external system whether the effect happened (look for the
+idempotency key), then resolve each one with "postroom inbox resolve".`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			db, err := opts.open()
+			if err != nil {
+				return err
+			}
+			defer store.Close(db)
+			list, err := inbox.ListUnresolved(cmd.Context(), db, opts.tables.Inbox, time.Now(), limit)
+			if err != nil {
+				return err
+			}
+			return printUnresolved(cmd.OutOrStdout(), list, asJSON)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for scripts")
+	cmd.Flags().IntVar(&limit, "limit", 100, "list at most this many, oldest first")
+	return cmd
+}
+
+func printUnresolved(out io.Writer, list []inbox.Unresolved, asJSON bool) error {
+	if asJSON {
+		if list == nil {
+			list = []inbox.Unresolved{}
+		}
+		return json.NewEncoder(out).Encode(list)
+	}
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "CONSUMER\tSOURCE\tMESSAGE ID\tSTATUS\tATTEMPTS\tRECEIVED\tIDEMPOTENCY KEY")
+	for _, u := range list {
+		key := inbox.IdempotencyKeyOf(u.Consumer, inbox.Key{Source: u.Source, MessageID: u.MessageID})
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", u.Consumer, u.Source, u.MessageID, u.Status, u.Attempts,
+			u.ReceivedAt.Format(time.RFC3339), key)
+	}
+	return w.Flush()
+}
+
+func newInboxResolve(opts *options) *cobra.Command {
+	var source string
+	var done, release bool
+	cmd := &cobra.Command{
+		Use:   "resolve CONSUMER MESSAGE_ID (--done | --release)",
+		Short: "Record what happened to a message whose outcome was unknown",
+		Long: `resolve records what you found out about an unresolved message (see
+"postroom inbox unresolved"):
+
+  --done     the effect did happen: the key is marked done, and a replay of the
+             message from the error topic is skipped as a duplicate;
+  --release  the effect did not happen: the claim is released, and the next
+             copy of the message (replay it from the error topic) runs the
+             handler again, with the same idempotency key.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if done == release {
+				return errors.New("pass exactly one of --done (the effect happened) or --release (it did not)")
+			}
+			db, err := opts.open()
+			if err != nil {
+				return err
+			}
+			defer store.Close(db)
+			r, word := inbox.Happened, "done"
+			if release {
+				r, word = inbox.DidNotHappen, "released"
+			}
+			key := inbox.Key{Source: source, MessageID: args[1]}
+			if err := inbox.Resolve(cmd.Context(), db, opts.tables.Inbox, args[0], key, r, time.Now()); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: message %s of %s\n", word, args[1], args[0])
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&source, "source", "", "the key's source (the sending endpoint; empty by default)")
+	cmd.Flags().BoolVar(&done, "done", false, "the effect happened")
+	cmd.Flags().BoolVar(&release, "release", false, "the effect did not happen: run the message again")
+	return cmd
+}

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/middleware/inbox"
+)
+
+func TestInboxUnresolvedAndResolve(t *testing.T) {
+	dsn := testenv.PostgresSchemaDSN(t)
+	db := testenv.Migrated(t, dsn, "PostgreSQL")
+	d, err := dialect.Of(db)
+	require.NoError(t, err)
+	now := time.Now()
+	claim := func(id string, lease time.Time, status string) {
+		require.NoError(t, db.Exec(d.ClaimInsert("postroom_inbox"), "payments", "shop", id, "Charge", d.Time(now.Add(-time.Hour)), d.Time(lease), "", nil).Error)
+		require.NoError(t, db.Exec("UPDATE postroom_inbox SET status = ? WHERE message_id = ?", status, id).Error)
+	}
+	claim("parked-1", now.Add(-time.Minute), "parked")
+	claim("expired-1", now.Add(-time.Minute), "processing")
+	claim("live-1", now.Add(time.Hour), "processing") // a call in flight: not listed
+	claim("done-1", now.Add(-time.Minute), "done")
+
+	out, err := run(t, "inbox", "unresolved", "--json", "--dsn", dsn)
+	require.NoError(t, err)
+	var list []inbox.Unresolved
+	require.NoError(t, json.Unmarshal([]byte(out), &list))
+	require.Len(t, list, 2)
+	ids := []string{list[0].MessageID, list[1].MessageID}
+	require.ElementsMatch(t, []string{"parked-1", "expired-1"}, ids)
+
+	out, err = run(t, "inbox", "unresolved", "--dsn", dsn)
+	require.NoError(t, err)
+	require.Contains(t, out, "IDEMPOTENCY KEY")
+	require.Contains(t, out, inbox.IdempotencyKeyOf("payments", inbox.Key{Source: "shop", MessageID: "parked-1"}))
+
+	out, err = run(t, "inbox", "resolve", "payments", "parked-1", "--source", "shop", "--done", "--dsn", dsn)
+	require.NoError(t, err)
+	require.Equal(t, "done: message parked-1 of payments\n", out)
+	_, err = run(t, "inbox", "resolve", "payments", "expired-1", "--source", "shop", "--release", "--dsn", dsn)
+	require.NoError(t, err)
+	_, err = run(t, "inbox", "resolve", "payments", "live-1", "--source", "shop", "--release", "--dsn", dsn)
+	require.ErrorIs(t, err, inbox.ErrNotUnresolved)
+	_, err = run(t, "inbox", "resolve", "payments", "x", "--dsn", dsn)
+	require.ErrorContains(t, err, "exactly one of --done")
+
+	var statuses []string
+	require.NoError(t, db.Raw("SELECT status FROM postroom_inbox ORDER BY message_id").Scan(&statuses).Error)
+	require.Equal(t, []string{"done", "released", "processing", "done"}, statuses) // done-1, expired-1, live-1, parked-1
+}
