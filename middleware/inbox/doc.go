@@ -14,6 +14,25 @@
 // Watermill's in-memory Deduplicator, which records the key first, loses
 // messages.
 //
+// # External effects
+//
+// With [Config.Mode] [External], for effects no transaction covers, the key
+// is claimed as "processing" with a lease ([Config.Lease]) and committed
+// before the handler runs; the handler passes [IdempotencyKey] to the
+// external system and runs in its own unit of work, which marks the key
+// "done" with its writes. A copy that finds a live claim waits for it; an
+// attempt that ended without a known outcome (its process died, or it
+// failed with an error not wrapped by [NotDone]) follows [Config.OnUnknown]:
+// [Park] sends the message to the error topic as [*OutcomeUnknownError],
+// [Retry] runs it again with the same idempotency key. [ListUnresolved] and
+// [Resolve] serve the operator.
+//
+// # Message log
+//
+// [Config.Checksum] records a SHA-256 of the payload with the key (and
+// [Config.StorePayload] the payload): a message that reuses a key with
+// another payload is a [*ReusedIDError], not a duplicate.
+//
 // # Keys
 //
 // By default the consumer is the Watermill handler name, the message ID the
