@@ -2,9 +2,10 @@
 // in its ISA envelope and an EDIFACT INVOIC in its UNB envelope) on the
 // embedded default (SQLite + in-memory transport). The inbox keys each
 // interchange by its sender and control number, so a partner who resends an
-// interchange does not create a second invoice; the call to the accounting
-// API, outside the transaction, carries that key as its idempotency key, so
-// a retried call does not book twice either.
+// interchange does not create a second invoice. The call to the accounting
+// API, which no transaction covers, runs in the inbox's external-effects
+// mode: it carries the message's idempotency key, so a retried call does not
+// book twice either.
 package main
 
 import (
@@ -135,9 +136,10 @@ func run() error {
 		if err := bus.Tx(ctx).Exec("INSERT INTO invoices (sender, control, cents) VALUES (?, ?, ?)", ic.Sender, ic.Control, cents).Error; err != nil {
 			return err
 		}
-		// Outside the transaction: the key is stable across redeliveries
-		// and resends, so the API books once whatever happens next.
-		if err := api.book(ctx, ic.Sender+"/"+ic.Control, cents); err != nil {
+		// No transaction covers this call. The idempotency key is the same
+		// on every attempt and every resend of the interchange, so the API
+		// books once whatever happens next.
+		if err := api.book(ctx, bus.IdempotencyKey(ctx), cents); err != nil {
 			return err
 		}
 		if failNextAfterBooking.CompareAndSwap(true, false) {
@@ -146,7 +148,10 @@ func run() error {
 			return errors.New("lost the connection after booking")
 		}
 		return nil
-	}, bus.WithInboxKey(inbox.EDIKey))
+	}, bus.WithInboxKey(inbox.EDIKey),
+		// The accounting API deduplicates on the key: an attempt whose
+		// outcome is unknown may run again.
+		bus.WithExternalEffects(bus.ExternalEffects{OnUnknown: inbox.Retry}))
 	if err != nil {
 		return err
 	}
