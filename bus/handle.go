@@ -127,7 +127,7 @@ func Handle[T any](b *Bus, fn HandlerFunc[T], opts ...HandlerOption) error {
 	if err != nil {
 		return err
 	}
-	group := topicOf(b.cfg.Endpoint + "." + hc.name)
+	group := b.group(hc.name)
 	sub, err := b.cfg.Transport.Subscriber(group)
 	if err != nil {
 		return fmt.Errorf("bus: handler %s: %w", hc.name, err)
@@ -153,6 +153,9 @@ func Handle[T any](b *Bus, fn HandlerFunc[T], opts ...HandlerOption) error {
 	}
 	return nil
 }
+
+// group is the subscriber group of a handler: one queue per handler.
+func (b *Bus) group(handler string) string { return topicOf(b.cfg.Endpoint + "." + handler) }
 
 func (b *Bus) reserve(name string) error {
 	b.mu.Lock()

@@ -108,6 +108,7 @@ func (b *Bus) moveToErrorTopic(handler, topic string, msg *message.Message, atte
 	failed.Metadata.Set(metadata.ErrorHandler, handler)
 	failed.Metadata.Set(metadata.ErrorAttempts, strconv.Itoa(attempts))
 	failed.Metadata.Set(metadata.ErrorTopic, topic)
+	failed.Metadata.Set(metadata.ErrorGroup, b.group(handler))
 	failed.Metadata.Set(metadata.ErrorAt, b.cfg.Now().UTC().Format(time.RFC3339Nano))
 	if err := b.cfg.Transport.Publisher().Publish(b.cfg.ErrorTopic, failed); err != nil {
 		return fmt.Errorf("bus: move %s to the error topic: %w (after: %v)", msg.UUID, err, reason)

@@ -33,4 +33,11 @@ const (
 	ErrorTopic = "postroom-error-topic"
 	// ErrorAt is when the message was moved, RFC 3339.
 	ErrorAt = "postroom-error-at"
+	// ErrorGroup is the subscriber group (queue) of the handler that
+	// failed: a replay goes back to it alone.
+	ErrorGroup = "postroom-error-group"
 )
+
+// Replayed is set on a message replayed from the error topic: when it had
+// been moved there, RFC 3339.
+const Replayed = "postroom-replayed"

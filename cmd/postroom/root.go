@@ -34,7 +34,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.PersistentFlags().StringVar(&opts.tables.Inbox, "inbox-table", "", "inbox table (default postroom_inbox)")
 	root.PersistentFlags().StringVar(&opts.tables.Watermarks, "watermarks-table", "", "watermark table (default postroom_stale_watermarks)")
 	root.PersistentFlags().StringVar(&opts.tables.Schedules, "schedules-table", "", "schedules table (default postroom_schedules)")
-	root.AddCommand(newMigrate(opts), newInbox(opts), newSchedules(opts))
+	root.AddCommand(newMigrate(opts), newInbox(opts), newSchedules(opts), newErrors())
 	return root
 }
 

@@ -1,0 +1,231 @@
+package main
+
+import (
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"unicode/utf8"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/spf13/cobra"
+
+	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/metadata"
+	"github.com/postroom/postroom/transport/amqp"
+)
+
+// errorOptions are the flags of the errors subcommands.
+type errorOptions struct {
+	url, topic string
+	limit      int
+}
+
+func newErrors() *cobra.Command {
+	o := &errorOptions{}
+	cmd := &cobra.Command{
+		Use:   "errors",
+		Short: "List, show and replay the messages in the error topic (RabbitMQ)",
+		Long: `errors reads the error topic's queue on RabbitMQ ("<error topic>_postroom_errors"),
+where the bus moves a message after its last failed attempt, with the reason,
+handler, attempt count and time in its metadata. Listing and showing leave the
+messages in place. Replaying sends a message back to the queue of the handler
+that failed, with its original ID, and removes it from the error topic: a
+handler with an inbox skips it if it was handled since.`,
+	}
+	cmd.PersistentFlags().StringVar(&o.url, "amqp", os.Getenv("POSTROOM_AMQP_URL"), "RabbitMQ URL (env POSTROOM_AMQP_URL)")
+	cmd.PersistentFlags().StringVar(&o.topic, "error-topic", bus.ErrorTopicDefault, "the bus's Config.ErrorTopic")
+	cmd.PersistentFlags().IntVar(&o.limit, "limit", 1000, "look at most at this many messages, oldest first")
+	cmd.AddCommand(newErrorsList(o), newErrorsShow(o), newErrorsReplay(o))
+	return cmd
+}
+
+func (o *errorOptions) open() (*amqp.Queue, error) {
+	if o.url == "" {
+		return nil, errors.New("no broker: pass --amqp or set POSTROOM_AMQP_URL")
+	}
+	return amqp.OpenQueue(o.url, o.topic, bus.ErrorQueueGroup)
+}
+
+// failedMessage is one message of the error topic, as printed.
+type failedMessage struct {
+	ID       string            `json:"id"`
+	Handler  string            `json:"handler"`
+	Topic    string            `json:"topic"`
+	Attempts string            `json:"attempts"`
+	At       string            `json:"at"`
+	Reason   string            `json:"reason"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+	Payload  string            `json:"payload,omitempty"`
+}
+
+func failedOf(msg *message.Message, full bool) failedMessage {
+	f := failedMessage{
+		ID: msg.UUID, Handler: msg.Metadata.Get(metadata.ErrorHandler), Topic: msg.Metadata.Get(metadata.ErrorTopic),
+		Attempts: msg.Metadata.Get(metadata.ErrorAttempts), At: msg.Metadata.Get(metadata.ErrorAt),
+		Reason: msg.Metadata.Get(metadata.ErrorReason),
+	}
+	if full {
+		f.Metadata = msg.Metadata
+		f.Payload = string(msg.Payload)
+		if !utf8.Valid(msg.Payload) {
+			f.Payload = fmt.Sprintf("(%d bytes, not UTF-8)", len(msg.Payload))
+		}
+	}
+	return f
+}
+
+func newErrorsList(o *errorOptions) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "The messages in the error topic, oldest first; they stay there",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			q, err := o.open()
+			if err != nil {
+				return err
+			}
+			defer q.Close()
+			list := []failedMessage{}
+			err = q.Browse(cmd.Context(), o.limit, func(msg *message.Message) (bool, error) {
+				list = append(list, failedOf(msg, false))
+				return false, nil
+			})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(list)
+			}
+			return printFailed(cmd.OutOrStdout(), list)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for scripts")
+	return cmd
+}
+
+func printFailed(out io.Writer, list []failedMessage) error {
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "ID\tHANDLER\tATTEMPTS\tAT\tREASON")
+	for _, f := range list {
+		reason := f.Reason
+		if len(reason) > 80 {
+			reason = strings.ToValidUTF8(reason[:77], "") + "..."
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", f.ID, f.Handler, f.Attempts, f.At, reason)
+	}
+	return w.Flush()
+}
+
+func newErrorsShow(o *errorOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "show ID",
+		Short: "One message of the error topic: its reason, metadata and payload (as JSON)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			q, err := o.open()
+			if err != nil {
+				return err
+			}
+			defer q.Close()
+			var found *failedMessage
+			err = q.Browse(cmd.Context(), o.limit, func(msg *message.Message) (bool, error) {
+				if found == nil && msg.UUID == args[0] {
+					f := failedOf(msg, true)
+					found = &f
+				}
+				return false, nil
+			})
+			if err != nil {
+				return err
+			}
+			if found == nil {
+				return fmt.Errorf("no message %s in the first %d of error topic %s", args[0], o.limit, o.topic)
+			}
+			enc := json.NewEncoder(cmd.OutOrStdout())
+			enc.SetIndent("", "  ")
+			return enc.Encode(found)
+		},
+	}
+}
+
+func newErrorsReplay(o *errorOptions) *cobra.Command {
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "replay (ID... | --all)",
+		Short: "Send messages back to the handler that failed, with their original IDs",
+		Long: `replay sends each chosen message back to the queue of the handler that failed
+(not to every subscriber of its topic), with its original ID and metadata, the
+error metadata removed, and then removes it from the error topic. A message is
+replayed at least once: if the command stops between the two, a later replay
+sends it again, and a handler with an inbox skips it as a duplicate.
+
+For a handler WithExternalEffects, resolve a parked message first
+("postroom inbox resolve ... --release"), or the replay is parked again.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if all == (len(args) > 0) {
+				return errors.New("pass the IDs to replay, or --all")
+			}
+			q, err := o.open()
+			if err != nil {
+				return err
+			}
+			defer q.Close()
+			replayed := 0
+			err = q.Browse(cmd.Context(), o.limit, func(msg *message.Message) (bool, error) {
+				if !all && !slices.Contains(args, msg.UUID) {
+					return false, nil
+				}
+				queue, err := replayQueue(msg)
+				if err != nil {
+					return false, err
+				}
+				if err := q.SendToQueue(cmd.Context(), queue, replayCopy(msg)); err != nil {
+					return false, err
+				}
+				replayed++
+				fmt.Fprintf(cmd.OutOrStdout(), "replayed %s to %s\n", msg.UUID, queue)
+				return true, nil
+			})
+			if err != nil {
+				return err
+			}
+			if replayed == 0 {
+				return fmt.Errorf("nothing to replay in the first %d of error topic %s", o.limit, o.topic)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "replayed %d\n", replayed)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "replay every message (up to --limit)")
+	return cmd
+}
+
+// replayQueue is the queue of the handler a failed message came from.
+func replayQueue(msg *message.Message) (string, error) {
+	topic, group := msg.Metadata.Get(metadata.ErrorTopic), msg.Metadata.Get(metadata.ErrorGroup)
+	if topic == "" || group == "" {
+		return "", fmt.Errorf("message %s has no %s or %s metadata: it was not moved by a postroom bus that records them", msg.UUID,
+			metadata.ErrorTopic, metadata.ErrorGroup)
+	}
+	return amqp.QueueName(topic, group), nil
+}
+
+// replayCopy is msg with its original ID and metadata, without the error
+// metadata (a new failure records its own).
+func replayCopy(msg *message.Message) *message.Message {
+	out := message.NewMessage(msg.UUID, msg.Payload)
+	for k, v := range msg.Metadata {
+		if !strings.HasPrefix(k, "postroom-error-") {
+			out.Metadata.Set(k, v)
+		}
+	}
+	out.Metadata.Set(metadata.Replayed, cmp.Or(msg.Metadata.Get(metadata.ErrorAt), "unknown"))
+	return out
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/transport/amqp"
+)
+
+// Invoice is the message of the errors test.
+type Invoice struct{ N int }
+
+func (Invoice) MessageName() string { return "test.Invoice" }
+
+// TestErrorsListShowReplay: a handler with an inbox fails three messages
+// into the error topic on RabbitMQ (one ID twice); once it is fixed, they
+// are listed, shown and replayed with their original IDs: each is handled
+// once, and the second copy of the repeated ID is skipped as a duplicate.
+func TestErrorsListShowReplay(t *testing.T) {
+	url := testenv.RequireAMQP(t)
+	db := testenv.Postgres(t)
+	require.NoError(t, db.Exec("CREATE TABLE invoices (n INTEGER NOT NULL)").Error)
+	tr, err := amqp.New(amqp.Config{URL: url})
+	require.NoError(t, err)
+	errorTopic := testenv.Name("error_")
+	b, err := bus.New(bus.Config{Endpoint: testenv.Name("billing"), Transport: tr, DB: db, ErrorTopic: errorTopic,
+		Retry: bus.RetryPolicy{NoRetries: true}, Logger: testenv.Logger(t), Cleanup: bus.CleanupConfig{Disabled: true}})
+	require.NoError(t, err)
+	var broken atomic.Bool
+	broken.Store(true)
+	require.NoError(t, bus.Handle(b, func(ctx context.Context, m *Invoice) error {
+		if broken.Load() {
+			return errors.New("tax service down")
+		}
+		return bus.Tx(ctx).Exec("INSERT INTO invoices (n) VALUES (?)", m.N).Error
+	}, bus.WithInbox()))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done); require.NoError(t, b.Close()) })
+	<-b.Running()
+
+	c := b.Counters()
+	for _, m := range []struct {
+		n  int
+		id string
+	}{{1, "inv-1"}, {1, "inv-1"}, {2, "inv-2"}} {
+		require.NoError(t, bus.Send(ctx, b, &Invoice{N: m.n}, bus.To(b.Endpoint()), bus.WithMessageID(m.id)))
+	}
+	waitUntil(t, func() bool { return c.Total(metrics.Failed) == 3 })
+
+	flags := []string{"--amqp", url, "--error-topic", errorTopic}
+	out, err := run(t, append([]string{"errors", "list", "--json"}, flags...)...)
+	require.NoError(t, err)
+	var list []failedMessage
+	require.NoError(t, json.Unmarshal([]byte(out), &list))
+	require.Len(t, list, 3)
+	require.ElementsMatch(t, []string{"inv-1", "inv-1", "inv-2"}, []string{list[0].ID, list[1].ID, list[2].ID})
+	require.Equal(t, "tax service down", list[0].Reason)
+	require.Equal(t, "test.Invoice", list[0].Handler)
+
+	out, err = run(t, append([]string{"errors", "list"}, flags...)...)
+	require.NoError(t, err)
+	require.Contains(t, out, "REASON")
+	require.Contains(t, out, "tax service down")
+
+	out, err = run(t, append([]string{"errors", "show", "inv-2"}, flags...)...)
+	require.NoError(t, err)
+	var shown failedMessage
+	require.NoError(t, json.Unmarshal([]byte(out), &shown))
+	require.JSONEq(t, `{"N":2}`, shown.Payload)
+	require.Equal(t, "1", shown.Attempts)
+
+	broken.Store(false)
+	out, err = run(t, append([]string{"errors", "replay", "inv-2"}, flags...)...)
+	require.NoError(t, err)
+	require.Contains(t, out, "replayed 1\n")
+	waitUntil(t, func() bool { return c.Total(metrics.Handled) == 1 })
+
+	out, err = run(t, append([]string{"errors", "replay", "--all"}, flags...)...)
+	require.NoError(t, err)
+	require.Contains(t, out, "replayed 2\n")
+	waitUntil(t, func() bool { return c.Total(metrics.Handled) == 2 && c.Total(metrics.Duplicate) == 1 })
+
+	var rows []int
+	require.NoError(t, db.Raw("SELECT n FROM invoices ORDER BY n").Scan(&rows).Error)
+	require.Equal(t, []int{1, 2}, rows, "each replayed message handled once")
+	out, err = run(t, append([]string{"errors", "list", "--json"}, flags...)...)
+	require.NoError(t, err)
+	require.JSONEq(t, "[]", out, "the error topic is empty")
+	_, err = run(t, append([]string{"errors", "replay", "inv-2"}, flags...)...)
+	require.ErrorContains(t, err, "nothing to replay")
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	require.Eventually(t, cond, 20*time.Second, 10*time.Millisecond)
+}

@@ -1,0 +1,129 @@
+package amqp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	"github.com/ThreeDotsLabs/watermill/message"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+)
+
+// QueueName is the queue a subscriber of group reads topic from.
+func QueueName(topic, group string) string {
+	return amqp.GenerateQueueNameTopicNameWithSuffix(group)(topic)
+}
+
+// Queue reads and moves the messages of one queue (an error queue) for an
+// operator, without a subscriber: messages it lists stay where they are.
+type Queue struct {
+	conn  *amqp091.Connection
+	queue string
+}
+
+// OpenQueue connects to the queue of topic for group.
+func OpenQueue(url, topic, group string) (*Queue, error) {
+	conn, err := amqp091.Dial(url)
+	if err != nil {
+		return nil, fmt.Errorf("amqp: connect: %w", err)
+	}
+	q := &Queue{conn: conn, queue: QueueName(topic, group)}
+	if err := q.exists(q.queue); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return q, nil
+}
+
+// Close closes the connection.
+func (q *Queue) Close() error { return q.conn.Close() }
+
+// exists checks that a queue is declared (a publish to a missing queue
+// through the default exchange is dropped without an error).
+func (q *Queue) exists(name string) error {
+	ch, err := q.conn.Channel()
+	if err != nil {
+		return fmt.Errorf("amqp: channel: %w", err)
+	}
+	defer ch.Close()
+	if _, err := ch.QueueDeclarePassive(name, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("amqp: queue %s does not exist: %w", name, err)
+	}
+	return nil
+}
+
+// Browse calls visit for up to limit messages of the queue, oldest first.
+// Each message stays in the queue unless visit returns take: then it is
+// removed once Browse returns without error. The messages left are put
+// back when Browse returns.
+func (q *Queue) Browse(ctx context.Context, limit int, visit func(*message.Message) (take bool, err error)) error {
+	ch, err := q.conn.Channel()
+	if err != nil {
+		return fmt.Errorf("amqp: channel: %w", err)
+	}
+	defer ch.Close() // requeues every delivery not acked
+	var taken []amqp091.Delivery
+	var m amqp.DefaultMarshaler
+	for range limit {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		d, ok, err := ch.Get(q.queue, false)
+		if err != nil {
+			return fmt.Errorf("amqp: get from %s: %w", q.queue, err)
+		}
+		if !ok {
+			break
+		}
+		msg, err := m.Unmarshal(d)
+		if err != nil {
+			return fmt.Errorf("amqp: message %d of %s: %w", d.DeliveryTag, q.queue, err)
+		}
+		take, err := visit(msg)
+		if err != nil {
+			return err
+		}
+		if take {
+			taken = append(taken, d)
+		}
+	}
+	for _, d := range taken {
+		if err := d.Ack(false); err != nil {
+			return fmt.Errorf("amqp: remove from %s: %w", q.queue, err)
+		}
+	}
+	return nil
+}
+
+// SendToQueue publishes msg straight to a queue (through the default
+// exchange) with its ID and metadata, and waits for the broker's confirm.
+func (q *Queue) SendToQueue(ctx context.Context, queue string, msg *message.Message) error {
+	if err := q.exists(queue); err != nil {
+		return err
+	}
+	ch, err := q.conn.Channel()
+	if err != nil {
+		return fmt.Errorf("amqp: channel: %w", err)
+	}
+	defer ch.Close()
+	if err := ch.Confirm(false); err != nil {
+		return fmt.Errorf("amqp: confirm mode: %w", err)
+	}
+	p, err := amqp.DefaultMarshaler{}.Marshal(msg)
+	if err != nil {
+		return err
+	}
+	confirm, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, true, false, p)
+	if err != nil {
+		return fmt.Errorf("amqp: publish to %s: %w", queue, err)
+	}
+	ok, err := confirm.WaitContext(ctx)
+	if err != nil {
+		return fmt.Errorf("amqp: confirm of %s: %w", queue, err)
+	}
+	if !ok {
+		return errors.New("amqp: the broker refused the message to " + queue)
+	}
+	return nil
+}
