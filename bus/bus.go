@@ -14,6 +14,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/middleware/tracing"
 	"github.com/postroom/postroom/middleware/unitofwork"
 	"github.com/postroom/postroom/outbox"
 	"github.com/postroom/postroom/scheduler"
@@ -28,6 +29,7 @@ type Bus struct {
 	router *message.Router
 	wmLog  watermill.LoggerAdapter
 	outbox *outbox.Outbox
+	traces *tracing.Tracing // nil: tracing off
 
 	mu           sync.Mutex
 	handlers     map[string]bool
@@ -59,6 +61,11 @@ func New(cfg Config) (*Bus, error) {
 		return nil, fmt.Errorf("bus: router: %w", err)
 	}
 	b := &Bus{cfg: cfg, router: router, wmLog: wmLog, handlers: map[string]bool{}}
+	if cfg.TracerProvider != nil {
+		if b.traces, err = tracing.New(tracing.Config{TracerProvider: cfg.TracerProvider, Propagator: cfg.Propagator}); err != nil {
+			return nil, fmt.Errorf("bus: %w", err)
+		}
+	}
 	if cfg.Outbox {
 		if cfg.DB == nil {
 			return nil, errors.New("bus: Config.Outbox needs Config.DB (PostgreSQL or MySQL)")

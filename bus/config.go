@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/metrics"
@@ -130,6 +132,14 @@ type Config struct {
 	// address while Run runs ("127.0.0.1:9464"; port 0 picks one, see
 	// Bus.MetricsAddr). Needs the default Recorder. Defaults to "": off.
 	MetricsAddr string
+	// TracerProvider turns on OpenTelemetry tracing: a consumer span per
+	// delivery (with its retries), and the trace context carried in the
+	// metadata of every message sent or published. Pass
+	// otel.GetTracerProvider() for the global one. Defaults to nil: off.
+	TracerProvider trace.TracerProvider
+	// Propagator writes and reads the trace context in metadata. Defaults to
+	// W3C Trace Context.
+	Propagator propagation.TextMapPropagator
 	// Migrate applies postroom's migrations to DB in New (the same as
 	// `postroom migrate`). Defaults to false: migrations are explicit.
 	Migrate bool

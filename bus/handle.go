@@ -140,6 +140,9 @@ func Handle[T any](b *Bus, fn HandlerFunc[T], opts ...HandlerOption) error {
 		var delivery message.HandlerFunc = func(msg *message.Message) ([]*message.Message, error) {
 			return nil, b.deliver(hc.name, topic, msg, h)
 		}
+		if b.traces != nil {
+			delivery = b.traces.Handler(hc.name, delivery)
+		}
 		for i := len(b.cfg.Middleware) - 1; i >= 0; i-- {
 			delivery = b.cfg.Middleware[i](delivery)
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/middleware/tracing"
 )
 
 // ErrPanic wraps a handler's panic.
@@ -114,6 +115,7 @@ func (b *Bus) moveToErrorTopic(handler, topic string, msg *message.Message, atte
 		return fmt.Errorf("bus: move %s to the error topic: %w (after: %v)", msg.UUID, err, reason)
 	}
 	b.cfg.Recorder.Record(handler, metrics.Failed)
+	tracing.Fail(msg.Context(), reason)
 	b.cfg.Logger.Error("bus: message moved to the error topic", "handler", handler, "message_id", msg.UUID,
 		"attempts", attempts, "error_topic", b.cfg.ErrorTopic, "reason", reason)
 	return nil

@@ -93,6 +93,9 @@ func (b *Bus) newMessage(ctx context.Context, name string, payload any, opts []S
 	} else {
 		msg.Metadata.Set(metadata.CorrelationID, msg.UUID)
 	}
+	if b.traces != nil {
+		b.traces.Inject(ctx, msg)
+	}
 	for _, o := range opts {
 		o(msg)
 	}

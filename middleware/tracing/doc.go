@@ -1,0 +1,16 @@
+// Package tracing makes an OpenTelemetry span per handled message and
+// carries the trace context in message metadata (W3C traceparent by
+// default), across send and publish, on any transport.
+//
+// # On a Watermill router
+//
+// [NewMiddleware] returns a plain message.HandlerMiddleware; publish with
+// [Tracing.Inject] so the consumer's span continues the producer's trace.
+//
+// # On the bus
+//
+// bus.Config.TracerProvider turns it on for every handler: the span covers
+// the delivery with its retries, a message moved to the error topic marks it
+// failed ([Fail]), and everything a handler sends carries its span's
+// context. Without a TracerProvider nothing is traced and nothing is paid.
+package tracing

@@ -1,0 +1,131 @@
+package tracing
+
+import (
+	"context"
+	"errors"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// ScopeName is the instrumentation scope of postroom's spans.
+const ScopeName = "github.com/postroom/postroom"
+
+// Config configures tracing.
+type Config struct {
+	// TracerProvider makes the spans. Required: pass otel.GetTracerProvider()
+	// to use the global one.
+	TracerProvider trace.TracerProvider
+	// Propagator carries the trace context in message metadata. Defaults to
+	// W3C Trace Context (propagation.TraceContext).
+	Propagator propagation.TextMapPropagator
+}
+
+func (c Config) withDefaults() Config {
+	if c.Propagator == nil {
+		c.Propagator = propagation.TraceContext{}
+	}
+	return c
+}
+
+// ErrNoTracerProvider is returned by New without a TracerProvider.
+var ErrNoTracerProvider = errors.New("tracing: Config.TracerProvider is nil: pass otel.GetTracerProvider() or your SDK's provider")
+
+// Tracing makes a span per handled message and carries trace contexts in
+// message metadata.
+type Tracing struct {
+	tracer     trace.Tracer
+	propagator propagation.TextMapPropagator
+}
+
+// New returns a Tracing for cfg.
+func New(cfg Config) (*Tracing, error) {
+	if cfg.TracerProvider == nil {
+		return nil, ErrNoTracerProvider
+	}
+	cfg = cfg.withDefaults()
+	return &Tracing{tracer: cfg.TracerProvider.Tracer(ScopeName), propagator: cfg.Propagator}, nil
+}
+
+// NewMiddleware returns the middleware of a Tracing for cfg: see
+// [Tracing.Middleware].
+func NewMiddleware(cfg Config) (message.HandlerMiddleware, error) {
+	t, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return t.Middleware, nil
+}
+
+// Middleware runs each message in a consumer span named "<handler>
+// process", a child of the trace context in the message's metadata, and
+// puts it in the message context, so what the handler sends carries it on.
+// An error ends the span with an error status.
+func (t *Tracing) Middleware(h message.HandlerFunc) message.HandlerFunc {
+	return t.Handler("", h)
+}
+
+// Handler is Middleware for one handler, named handler in its spans (the
+// Watermill handler name when empty).
+func (t *Tracing) Handler(handler string, h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		parent := msg.Context()
+		if handler == "" {
+			handler = message.HandlerNameFromCtx(parent)
+		}
+		ctx := t.propagator.Extract(parent, Carrier(msg.Metadata))
+		ctx, span := t.tracer.Start(ctx, handler+" process", trace.WithSpanKind(trace.SpanKindConsumer),
+			trace.WithAttributes(
+				attribute.String("messaging.operation.type", "process"),
+				attribute.String("messaging.message.id", msg.UUID),
+				attribute.String("messaging.destination.name", message.SubscribeTopicFromCtx(parent)),
+				attribute.String("messaging.consumer.group.name", handler),
+			))
+		defer span.End()
+		msg.SetContext(ctx)
+		defer msg.SetContext(parent)
+		out, err := h(msg)
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		return out, err
+	}
+}
+
+// Inject writes the trace context of ctx into msg's metadata.
+func (t *Tracing) Inject(ctx context.Context, msg *message.Message) {
+	t.propagator.Inject(ctx, Carrier(msg.Metadata))
+}
+
+// Fail marks the span in ctx as failed with reason: the message went to the
+// error topic although the delivery is acked.
+func Fail(ctx context.Context, reason error) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	span.AddEvent("moved to the error topic", trace.WithAttributes(attribute.String("postroom.error.reason", reason.Error())))
+	span.SetStatus(codes.Error, reason.Error())
+}
+
+// Carrier adapts message metadata to OpenTelemetry's propagation.
+type Carrier message.Metadata
+
+// Get returns the value of key.
+func (c Carrier) Get(key string) string { return c[key] }
+
+// Set sets key.
+func (c Carrier) Set(key, value string) { c[key] = value }
+
+// Keys lists the keys.
+func (c Carrier) Keys() []string {
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	return keys
+}
