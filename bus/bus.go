@@ -11,6 +11,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/prometheus/client_golang/prometheus"
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/metrics"
@@ -30,6 +31,9 @@ type Bus struct {
 	wmLog  watermill.LoggerAdapter
 	outbox *outbox.Outbox
 	traces *tracing.Tracing // nil: tracing off
+	// registry holds Watermill's router metrics, served with postroom's on
+	// MetricsAddr; nil without MetricsAddr.
+	registry *prometheus.Registry
 
 	mu           sync.Mutex
 	handlers     map[string]bool
@@ -61,6 +65,9 @@ func New(cfg Config) (*Bus, error) {
 		return nil, fmt.Errorf("bus: router: %w", err)
 	}
 	b := &Bus{cfg: cfg, router: router, wmLog: wmLog, handlers: map[string]bool{}}
+	if cfg.MetricsAddr != "" {
+		b.addRouterMetrics()
+	}
 	if cfg.TracerProvider != nil {
 		if b.traces, err = tracing.New(tracing.Config{TracerProvider: cfg.TracerProvider, Propagator: cfg.Propagator}); err != nil {
 			return nil, fmt.Errorf("bus: %w", err)
@@ -114,6 +121,9 @@ func (b *Bus) Run(ctx context.Context) error {
 			background = append(background, func() error { b.reportOutbox(ctx, gauges); return nil })
 		}
 	}
+	if gauges, ok := b.cfg.Recorder.(metrics.GaugeSetter); ok && b.needsTables() && b.cfg.TableGaugeInterval > 0 {
+		background = append(background, func() error { b.reportTables(ctx, gauges); return nil })
+	}
 	var sched *scheduler.Scheduler
 	if cleanup {
 		var err error
@@ -164,7 +174,7 @@ func (b *Bus) serveMetrics(ctx context.Context) (func() error, error) {
 	b.metricsAddr = ln.Addr().String()
 	b.mu.Unlock()
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", metrics.Handler(counters))
+	mux.Handle("/metrics", b.metricsHandler(counters))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	return func() error {
 		go func() { <-ctx.Done(); _ = srv.Close() }()
@@ -242,21 +252,14 @@ var ErrNoOutbox = errors.New("bus: no outbox: set Config.Outbox")
 
 // reportOutbox sets the outbox backlog and lag gauges until ctx is done.
 func (b *Bus) reportOutbox(ctx context.Context, gauges metrics.GaugeSetter) {
-	t := time.NewTicker(b.cfg.GaugeInterval)
-	defer t.Stop()
-	for {
+	every(ctx, b.cfg.GaugeInterval, func() {
 		if backlog, err := b.outbox.Backlog(ctx); err == nil {
 			gauges.SetGauge(metrics.OutboxBacklog, float64(backlog.Messages))
 			gauges.SetGauge(metrics.OutboxLagSeconds, backlog.Lag.Seconds())
 		} else if ctx.Err() == nil {
 			b.cfg.Logger.Warn("bus: outbox backlog", "error", err)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	})
 }
 
 // OutboxBacklog reports the messages committed to the outbox and not yet

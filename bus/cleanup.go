@@ -7,7 +7,9 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/handlers"
+	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/scheduler"
+	"github.com/postroom/postroom/store"
 )
 
 // scheduleCleanup registers the CleanupStore handler and returns the
@@ -18,13 +20,24 @@ func (b *Bus) scheduleCleanup() (*scheduler.Scheduler, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := Handle(b, cleanup.Handle); err != nil {
+	tables := store.TablesDefault()
+	purge := func(ctx context.Context, m *handlers.CleanupStore) error {
+		res, err := cleanup.Purge(ctx, *m)
+		b.add(metrics.CleanupDeleted(tables.Inbox), float64(res.Inbox))
+		b.add(metrics.CleanupDeleted(tables.Watermarks), float64(res.Watermarks))
+		return err
+	}
+	if err := Handle(b, purge); err != nil {
 		return nil, err
 	}
 	return scheduler.New(scheduler.Config{
 		DB:     b.cfg.DB,
 		Logger: b.cfg.Logger,
 		Now:    b.cfg.Now,
+		OnFire: func(name string, emitted, missed int) {
+			b.add(metrics.ScheduleFires(name), float64(emitted))
+			b.add(metrics.ScheduleMissed(name), float64(missed))
+		},
 		Schedules: []scheduler.Schedule{{
 			Name:  "postroom.cleanup." + b.cfg.Endpoint,
 			Every: b.cfg.Cleanup.Interval,

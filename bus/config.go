@@ -19,18 +19,19 @@ import (
 
 // Defaults of Config.
 const (
-	ErrorTopicDefault        = "error"
-	ConcurrencyDefault       = 1
-	InboxRetentionDefault    = 10 * 24 * time.Hour
-	RedeliveryWindowDefault  = time.Hour
-	CleanupIntervalDefault   = 12 * time.Hour
-	CleanupBatchSizeDefault  = 5000
-	MaxPayloadBytesDefault   = 1 << 20
-	GaugeIntervalDefault     = 5 * time.Second
-	MaxRetriesDefault        = 3
-	InitialBackoffDefault    = 100 * time.Millisecond
-	MaxBackoffDefault        = 5 * time.Second
-	BackoffMultiplierDefault = 2.0
+	ErrorTopicDefault         = "error"
+	ConcurrencyDefault        = 1
+	InboxRetentionDefault     = 10 * 24 * time.Hour
+	RedeliveryWindowDefault   = time.Hour
+	CleanupIntervalDefault    = 12 * time.Hour
+	CleanupBatchSizeDefault   = 5000
+	MaxPayloadBytesDefault    = 1 << 20
+	GaugeIntervalDefault      = 5 * time.Second
+	TableGaugeIntervalDefault = time.Minute
+	MaxRetriesDefault         = 3
+	InitialBackoffDefault     = 100 * time.Millisecond
+	MaxBackoffDefault         = 5 * time.Second
+	BackoffMultiplierDefault  = 2.0
 )
 
 // RetryPolicy says how often, and how far apart, a failing message is
@@ -128,6 +129,11 @@ type Config struct {
 	// GaugeInterval is how often the bus sets its gauges (the outbox's
 	// backlog and lag). Defaults to 5s.
 	GaugeInterval time.Duration
+	// TableGaugeInterval is how often the bus sets the inbox and watermark
+	// tables' row count and oldest-row age, and the cleanup lag, when a
+	// handler uses the inbox or the stale check. Defaults to one minute;
+	// negative turns them off.
+	TableGaugeInterval time.Duration
 	// MetricsAddr serves the counters for Prometheus at /metrics on this
 	// address while Run runs ("127.0.0.1:9464"; port 0 picks one, see
 	// Bus.MetricsAddr). Needs the default Recorder. Defaults to "": off.
@@ -168,6 +174,7 @@ func (c Config) withDefaults() Config {
 	c.Concurrency = cmp.Or(c.Concurrency, ConcurrencyDefault)
 	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, MaxPayloadBytesDefault)
 	c.GaugeInterval = cmp.Or(c.GaugeInterval, GaugeIntervalDefault)
+	c.TableGaugeInterval = cmp.Or(c.TableGaugeInterval, TableGaugeIntervalDefault)
 	c.InboxRetention = cmp.Or(c.InboxRetention, InboxRetentionDefault)
 	c.RedeliveryWindow = cmp.Or(c.RedeliveryWindow, RedeliveryWindowDefault)
 	c.Retry = c.Retry.withDefaults()

@@ -6,7 +6,9 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -18,6 +20,7 @@ import (
 // TestMetricsEndpointMoves scrapes /metrics during a run and finds the
 // counters moving.
 func TestMetricsEndpointMoves(t *testing.T) {
+	t.Parallel()
 	db := testenv.SQLite(t)
 	b, err := bus.New(bus.Config{Endpoint: "billing", Transport: gochannel.New(gochannel.Config{}), DB: db,
 		MetricsAddr: "127.0.0.1:0", Logger: testenv.Logger(t)})
@@ -42,4 +45,56 @@ func TestMetricsEndpointMoves(t *testing.T) {
 		require.NoError(t, bus.Send(context.Background(), b, &CreateInvoice{OrderID: "o"}))
 	}
 	waitFor(t, "the counter to move", func() bool { return handled() == 3 })
+}
+
+// scrape returns the value of the first series matching pattern (a regular
+// expression of the series name and labels), or -1.
+func scrape(t *testing.T, b *bus.Bus, pattern string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + b.MetricsAddr() + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	m := regexp.MustCompile(`(?m)^` + pattern + ` (\S+)$`).FindSubmatch(body)
+	if m == nil {
+		return -1
+	}
+	v, err := strconv.ParseFloat(string(m[1]), 64)
+	require.NoError(t, err)
+	return v
+}
+
+// TestMetricsEndpointShowsTablesCleanupSchedulesAndRouter scrapes the
+// table gauges, the cleanup and scheduler totals and Watermill's router
+// metrics while they move: three keys are handled, then the clock jumps
+// eleven days, so the next cleanup slot (after missed ones) purges them.
+func TestMetricsEndpointShowsTablesCleanupSchedulesAndRouter(t *testing.T) {
+	t.Parallel()
+	db := testenv.SQLite(t)
+	var offset atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	b, err := bus.New(bus.Config{Endpoint: "billing", Transport: gochannel.New(gochannel.Config{}), DB: db, Now: now,
+		MetricsAddr: "127.0.0.1:0", TableGaugeInterval: 20 * time.Millisecond, Logger: testenv.Logger(t),
+		Cleanup: bus.CleanupConfig{Interval: time.Hour}})
+	require.NoError(t, err)
+	require.NoError(t, bus.Handle(b, func(context.Context, *CreateInvoice) error { return nil }, bus.WithInbox()))
+	start(t, b, "error")
+	for range 3 {
+		require.NoError(t, bus.Send(context.Background(), b, &CreateInvoice{OrderID: "o"}))
+	}
+	waitFor(t, "three inbox rows", func() bool { return scrape(t, b, `postroom_table_rows\{table="postroom_inbox"\}`) == 3 })
+	require.GreaterOrEqual(t, scrape(t, b, `postroom_table_oldest_row_age_seconds\{table="postroom_inbox"\}`), 0.0)
+	require.Equal(t, 0.0, scrape(t, b, `postroom_cleanup_lag_seconds`))
+	require.Equal(t, 3.0, scrape(t, b, `handler_execution_time_seconds_count\{handler_name="billing.CreateInvoice@[^"]+",success="true"\}`),
+		"Watermill's router metrics")
+
+	offset.Store(int64(11 * 24 * time.Hour)) // the keys are past the ten-day retention; hourly slots were missed
+	waitFor(t, "the lag to show", func() bool { return scrape(t, b, `postroom_cleanup_lag_seconds`) > 23*3600 })
+	waitFor(t, "the purge", func() bool {
+		return scrape(t, b, `postroom_cleanup_deleted_rows_total\{table="postroom_inbox"\}`) == 3
+	})
+	require.Equal(t, 1.0, scrape(t, b, `postroom_schedule_fires_total\{schedule="postroom.cleanup.billing"\}`))
+	require.Equal(t, 11.0*24-1, scrape(t, b, `postroom_schedule_missed_slots_total\{schedule="postroom.cleanup.billing"\}`))
+	waitFor(t, "the table to empty", func() bool { return scrape(t, b, `postroom_table_rows\{table="postroom_inbox"\}`) == 0 })
 }

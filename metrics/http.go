@@ -32,15 +32,27 @@ func Handler(c *Counters) http.Handler {
 				fmt.Fprintf(&b, "postroom_messages_total{handler=%q,event=%q} %d\n", h, e, c.n[h][Event(e)])
 			}
 		}
-		gauges := make([]string, 0, len(c.gauges))
-		for g := range c.gauges {
-			gauges = append(gauges, string(g))
-		}
-		sort.Strings(gauges)
-		for _, g := range gauges {
-			fmt.Fprintf(&b, "# TYPE %s gauge\n%s %g\n", g, g, c.gauges[Gauge(g)])
-		}
+		writeSeries(&b, "gauge", c.gauges)
+		writeSeries(&b, "counter", c.counts)
 		c.mu.Unlock()
 		_, _ = w.Write([]byte(b.String()))
 	})
+}
+
+// writeSeries writes one line per series, sorted, with one TYPE line per
+// metric name (the series' name up to its labels).
+func writeSeries[K ~string](b *strings.Builder, typ string, values map[K]float64) {
+	names := make([]string, 0, len(values))
+	for k := range values {
+		names = append(names, string(k))
+	}
+	sort.Strings(names)
+	typed := ""
+	for _, n := range names {
+		if base, _, _ := strings.Cut(n, "{"); base != typed {
+			fmt.Fprintf(b, "# TYPE %s %s\n", base, typ)
+			typed = base
+		}
+		fmt.Fprintf(b, "%s %g\n", n, values[K(n)])
+	}
 }

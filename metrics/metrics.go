@@ -38,6 +38,7 @@ type Counters struct {
 	mu     sync.Mutex
 	n      map[string]map[Event]uint64
 	gauges map[Gauge]float64
+	counts map[Count]float64
 }
 
 // Record adds one to the count of e for handler.

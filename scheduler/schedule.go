@@ -81,24 +81,38 @@ func (s *Schedule) next(t time.Time) time.Time {
 }
 
 // slots returns what to emit for a due slot at time now, and the next slot.
-func (s *Schedule) slots(due, now time.Time) (emit []time.Time, next time.Time) {
+func (s *Schedule) slots(due, now time.Time) (emit []time.Time, next time.Time, missed int) {
 	next = s.next(now)
 	following := s.next(due)
-	if !following.After(now) { // more than one slot is due: some were missed
-		switch s.Missed {
-		case Skip:
-			return nil, next
-		case CatchUp:
-			for t := due; !t.IsZero() && !t.After(now); t = s.next(t) {
-				emit = append(emit, t)
-			}
-			if len(emit) > s.CatchUpLimit {
-				emit = emit[len(emit)-s.CatchUpLimit:]
-			}
-			return emit, next
-		}
+	if following.After(now) {
+		return []time.Time{due}, next, 0
 	}
-	return []time.Time{due}, next
+	// More than one slot is due: some were missed.
+	switch s.Missed {
+	case Skip:
+	case CatchUp:
+		for t := due; !t.IsZero() && !t.After(now); t = s.next(t) {
+			emit = append(emit, t)
+		}
+		if len(emit) > s.CatchUpLimit {
+			emit = emit[len(emit)-s.CatchUpLimit:]
+		}
+	default:
+		emit = []time.Time{due}
+	}
+	return emit, next, s.countDue(due, now) - len(emit)
+}
+
+// maxCounted bounds countDue on a schedule that was stopped for long.
+const maxCounted = 1_000_000
+
+// countDue counts the slots from due to now, at most maxCounted.
+func (s *Schedule) countDue(due, now time.Time) int {
+	n := 0
+	for t := due; !t.IsZero() && !t.After(now) && n < maxCounted; t = s.next(t) {
+		n++
+	}
+	return n
 }
 
 // SlotID is the deterministic message ID of a schedule's slot, the same on

@@ -44,6 +44,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
+	// OnFire is called after this instance claimed a schedule's due slots,
+	// with how many it emitted and how many the missed-slot policy left out
+	// (for metrics). Defaults to nil.
+	OnFire func(schedule string, emitted, missed int)
 }
 
 // Scheduler fires durable schedules.
@@ -137,7 +141,7 @@ func (s *Scheduler) fire(ctx context.Context, sc *Schedule) (int, error) {
 	if err != nil || paused || due.After(now) {
 		return 0, err
 	}
-	slots, next := sc.slots(due, now)
+	slots, next, missed := sc.slots(due, now)
 	claimed := false
 	err = s.cfg.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		res := tx.Exec(s.d.ScheduleClaim(s.cfg.Table), s.d.Time(next), s.d.Time(now), s.cfg.Instance, s.d.Time(now), sc.Name, s.d.Time(due))
@@ -163,6 +167,12 @@ func (s *Scheduler) fire(ctx context.Context, sc *Schedule) (int, error) {
 	}
 	if len(slots) > 0 {
 		s.cfg.Logger.Info("scheduler: fired", "schedule", sc.Name, "slots", len(slots), "next", next)
+	}
+	if missed > 0 {
+		s.cfg.Logger.Warn("scheduler: missed slots", "schedule", sc.Name, "missed", missed, "policy", sc.Missed)
+	}
+	if s.cfg.OnFire != nil {
+		s.cfg.OnFire(sc.Name, len(slots), missed)
 	}
 	return len(slots), nil
 }

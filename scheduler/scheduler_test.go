@@ -106,20 +106,28 @@ func TestMissedSlotPolicies(t *testing.T) {
 	for _, tc := range []struct {
 		policy scheduler.MissedPolicy
 		want   []string
+		missed int
 	}{
-		{scheduler.RunOnce, []string{"2026-03-01T11:00:00Z"}},
-		{scheduler.Skip, nil},
-		{scheduler.CatchUp, []string{"2026-03-01T13:00:00Z", "2026-03-01T14:00:00Z", "2026-03-01T15:00:00Z"}},
+		{scheduler.RunOnce, []string{"2026-03-01T11:00:00Z"}, 4},
+		{scheduler.Skip, nil, 5},
+		{scheduler.CatchUp, []string{"2026-03-01T13:00:00Z", "2026-03-01T14:00:00Z", "2026-03-01T15:00:00Z"}, 2},
 	} {
 		t.Run(fmt.Sprint(tc.policy), func(t *testing.T) {
 			db := testenv.SQLite(t)
 			emitsTable(t, db)
 			c := &clock{}
 			c.Set(start)
-			s := newScheduler(t, db, c, "a", scheduler.Schedule{Name: "job", Every: time.Hour, Missed: tc.policy, CatchUpLimit: 3})
-			c.Set(start.Add(5*time.Hour + 30*time.Minute)) // 15:30: slots 11:00 to 15:00 missed
-			_, err := s.Tick(context.Background())
+			var fires, missed int
+			s, err := scheduler.New(scheduler.Config{DB: db, Emit: recordEmit, Instance: "a", Now: c.Now, Logger: testenv.Logger(t),
+				Schedules: []scheduler.Schedule{{Name: "job", Every: time.Hour, Missed: tc.policy, CatchUpLimit: 3}},
+				OnFire:    func(_ string, e, m int) { fires += e; missed += m }})
 			require.NoError(t, err)
+			require.NoError(t, s.Define(context.Background()))
+			c.Set(start.Add(5*time.Hour + 30*time.Minute)) // 15:30: slots 11:00 to 15:00 missed
+			_, err = s.Tick(context.Background())
+			require.NoError(t, err)
+			require.Equal(t, len(tc.want), fires)
+			require.Equal(t, tc.missed, missed, "the five due slots, less those emitted")
 			got := emitted(t, db, "job")
 			require.Len(t, got, len(tc.want))
 			for _, slot := range tc.want {

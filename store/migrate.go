@@ -17,6 +17,9 @@ import (
 // "postroom_migrations").
 type Tables = dialect.Tables
 
+// TablesDefault returns the default table names.
+func TablesDefault() Tables { return Tables{}.WithDefaults() }
+
 // Plan returns, in order, the SQL statements that Migrate would run on a
 // database of dsn's kind that has none of postroom's schema yet. It does
 // not connect.

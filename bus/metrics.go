@@ -1,0 +1,94 @@
+package bus
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	wmetrics "github.com/ThreeDotsLabs/watermill/components/metrics"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+
+	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/store"
+)
+
+// addRouterMetrics registers Watermill's router metrics (handler execution
+// time and messages received, per router handler) on the bus's registry.
+func (b *Bus) addRouterMetrics() {
+	b.registry = prometheus.NewRegistry()
+	wmetrics.NewPrometheusMetricsBuilder(b.registry, "", "").AddPrometheusRouterMetrics(b.router)
+}
+
+// metricsHandler serves postroom's counters and gauges, then Watermill's
+// router metrics, in Prometheus's text format.
+func (b *Bus) metricsHandler(counters *metrics.Counters) http.Handler {
+	own := metrics.Handler(counters)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		own.ServeHTTP(w, r)
+		families, err := b.registry.Gather()
+		if err != nil {
+			b.cfg.Logger.Warn("bus: gather Watermill's router metrics", "error", err)
+		}
+		enc := expfmt.NewEncoder(w, expfmt.NewFormat(expfmt.TypeTextPlain))
+		for _, mf := range families {
+			if err := enc.Encode(mf); err != nil {
+				return
+			}
+		}
+	})
+}
+
+// needsTables reports whether a handler uses the inbox or the stale check.
+func (b *Bus) needsTables() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.needsCleanup
+}
+
+// reportTables sets the tables' row count and oldest-row age, and the
+// cleanup lag, until ctx is done.
+func (b *Bus) reportTables(ctx context.Context, gauges metrics.GaugeSetter) {
+	every(ctx, b.cfg.TableGaugeInterval, func() {
+		stats, err := store.Stats(ctx, b.cfg.DB, store.Tables{})
+		if err != nil {
+			if ctx.Err() == nil {
+				b.cfg.Logger.Warn("bus: table gauges", "error", err)
+			}
+			return
+		}
+		now := b.cfg.Now()
+		for _, s := range stats {
+			gauges.SetGauge(metrics.TableRows(s.Table), float64(s.Rows))
+			age := 0.0
+			if !s.Oldest.IsZero() {
+				age = now.Sub(s.Oldest).Seconds()
+			}
+			gauges.SetGauge(metrics.TableOldestSeconds(s.Table), age)
+			if s.Table == store.TablesDefault().Inbox {
+				gauges.SetGauge(metrics.CleanupLagSeconds, max(0, age-b.cfg.InboxRetention.Seconds()))
+			}
+		}
+	})
+}
+
+// add adds to a running total when the Recorder keeps them.
+func (b *Bus) add(c metrics.Count, delta float64) {
+	if a, ok := b.cfg.Recorder.(metrics.Adder); ok {
+		a.Add(c, delta)
+	}
+}
+
+// every runs f now and then every interval until ctx is done.
+func every(ctx context.Context, interval time.Duration, f func()) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		f()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
