@@ -213,10 +213,9 @@ func (b *Bus) chain(hc handlerConfig, h message.HandlerFunc) (message.HandlerFun
 	if err != nil {
 		return nil, fmt.Errorf("bus: handler %s: %w", hc.name, err)
 	}
-	if hc.external != nil {
-		return mw(h), nil
-	}
-	return b.inUnitOfWork(mw(h))
+	// Both modes open the handler's unit of work themselves; the
+	// Transactional mode then counts a duplicate after its rollback.
+	return mw(h), nil
 }
 
 func (b *Bus) inUnitOfWork(h message.HandlerFunc) (message.HandlerFunc, error) {

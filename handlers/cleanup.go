@@ -51,6 +51,9 @@ type CleanupConfig struct {
 	Logger *slog.Logger
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
+	// Progress is called after each batch with the table and the rows
+	// deleted from it so far (for a progress bar). Defaults to nil.
+	Progress func(table string, deleted int64)
 }
 
 // Cleanup handles CleanupStore.
@@ -87,42 +90,78 @@ func (c *Cleanup) Handle(ctx context.Context, m *CleanupStore) error {
 	return err
 }
 
+// target is one table cleanup deletes from: the rows matching where.
+type target struct {
+	table, where string
+	args         []any
+}
+
+// targets returns the inbox and watermark targets of m, and its cut-off.
+func (c *Cleanup) targets(m CleanupStore) ([]target, time.Time, error) {
+	if m.Retention < 0 || m.BatchSize < 0 {
+		return nil, time.Time{}, fmt.Errorf("handlers: CleanupStore: negative retention %s or batch size %d", m.Retention, m.BatchSize)
+	}
+	cutoff := m.Before
+	if cutoff.IsZero() {
+		cutoff = c.cfg.Now().Add(-cmp.Or(m.Retention, RetentionDefault))
+	}
+	return []target{
+		{c.cfg.Tables.Inbox, dialect.InboxExpired, []any{c.d.Time(cutoff), c.d.Time(c.cfg.Now())}},
+		{c.cfg.Tables.Watermarks, "updated_at < ?", []any{c.d.Time(cutoff)}},
+	}, cutoff, nil
+}
+
 // Purge deletes the rows m asks for, batch by batch, and reports them.
 func (c *Cleanup) Purge(ctx context.Context, m CleanupStore) (CleanupResult, error) {
-	if m.Retention < 0 || m.BatchSize < 0 {
-		return CleanupResult{}, fmt.Errorf("handlers: CleanupStore: negative retention %s or batch size %d", m.Retention, m.BatchSize)
+	targets, cutoff, err := c.targets(m)
+	if err != nil {
+		return CleanupResult{}, err
 	}
-	res := CleanupResult{Cutoff: m.Before}
-	if res.Cutoff.IsZero() {
-		res.Cutoff = c.cfg.Now().Add(-cmp.Or(m.Retention, RetentionDefault))
-	}
+	res := CleanupResult{Cutoff: cutoff}
 	batch := cmp.Or(m.BatchSize, BatchSizeDefault)
-	var err error
-	res.Inbox, err = c.purge(ctx, c.cfg.Tables.Inbox, c.d.InboxPurgeBatch(c.cfg.Tables.Inbox), []any{c.d.Time(res.Cutoff), c.d.Time(c.cfg.Now())}, batch, &res.Batches)
-	if err != nil {
-		return res, err
-	}
-	res.Watermarks, err = c.purge(ctx, c.cfg.Tables.Watermarks, c.d.PurgeBatch(c.cfg.Tables.Watermarks, "updated_at"), []any{c.d.Time(res.Cutoff)}, batch, &res.Batches)
-	if err != nil {
-		return res, err
+	counts := []*int64{&res.Inbox, &res.Watermarks}
+	for i, t := range targets {
+		if *counts[i], err = c.purge(ctx, t, batch, &res.Batches); err != nil {
+			return res, err
+		}
 	}
 	c.cfg.Logger.InfoContext(ctx, "cleanup: purged", "cutoff", res.Cutoff, "inbox_rows", res.Inbox,
 		"watermark_rows", res.Watermarks, "batches", res.Batches)
 	return res, nil
 }
 
+// Pending counts the rows Purge would delete for m, deleting nothing.
+func (c *Cleanup) Pending(ctx context.Context, m CleanupStore) (CleanupResult, error) {
+	targets, cutoff, err := c.targets(m)
+	if err != nil {
+		return CleanupResult{}, err
+	}
+	res := CleanupResult{Cutoff: cutoff}
+	counts := []*int64{&res.Inbox, &res.Watermarks}
+	for i, t := range targets {
+		if err := c.cfg.DB.WithContext(ctx).Raw("SELECT COUNT(*) FROM "+t.table+" WHERE "+t.where, t.args...).Row().Scan(counts[i]); err != nil {
+			return res, fmt.Errorf("handlers: count %s: %w", t.table, err)
+		}
+	}
+	return res, nil
+}
+
 // purge deletes until a batch comes back short; each DELETE commits alone,
 // so locks are held for one batch only.
-func (c *Cleanup) purge(ctx context.Context, table, stmt string, args []any, batch int, batches *int) (int64, error) {
-	args = append(args, batch)
+func (c *Cleanup) purge(ctx context.Context, t target, batch int, batches *int) (int64, error) {
+	stmt := c.d.PurgeWhere(t.table, t.where)
+	args := append(append([]any{}, t.args...), batch)
 	var total int64
 	for {
 		r := c.cfg.DB.WithContext(ctx).Exec(stmt, args...)
 		if r.Error != nil {
-			return total, fmt.Errorf("handlers: purge %s: %w", table, r.Error)
+			return total, fmt.Errorf("handlers: purge %s: %w", t.table, r.Error)
 		}
 		*batches++
 		total += r.RowsAffected
+		if c.cfg.Progress != nil {
+			c.cfg.Progress(t.table, total)
+		}
 		if r.RowsAffected < int64(batch) {
 			return total, nil
 		}

@@ -21,17 +21,21 @@ func newInbox(opts *options) *cobra.Command {
 }
 
 type consumerStats struct {
-	Consumer string    `json:"consumer"`
-	Rows     int64     `json:"rows"`
-	Oldest   time.Time `json:"oldest"`
+	Consumer   string    `json:"consumer"`
+	Rows       int64     `json:"rows"`
+	Oldest     time.Time `json:"oldest"`
+	Duplicates int64     `json:"duplicates"`
 }
 
 func newInboxStats(opts *options) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "stats",
-		Short: "Rows and the oldest key per consumer (handler)",
-		Args:  cobra.NoArgs,
+		Short: "Rows, the oldest key and duplicates skipped per consumer (handler)",
+		Long: `stats reads the inbox table: per consumer (handler), how many keys it holds,
+the oldest, and how many duplicates were skipped for the keys still there
+(a purged key takes its count with it).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			db, err := opts.open()
 			if err != nil {
@@ -39,7 +43,7 @@ func newInboxStats(opts *options) *cobra.Command {
 			}
 			defer store.Close(db)
 			tables := opts.tables.WithDefaults()
-			rows, err := db.WithContext(cmd.Context()).Raw("SELECT consumer, COUNT(*), MIN(received_at) FROM " + tables.Inbox + " GROUP BY consumer ORDER BY consumer").Rows()
+			rows, err := db.WithContext(cmd.Context()).Raw("SELECT consumer, COUNT(*), MIN(received_at), COALESCE(SUM(duplicates), 0) FROM " + tables.Inbox + " GROUP BY consumer ORDER BY consumer").Rows()
 			if err != nil {
 				return err
 			}
@@ -52,7 +56,7 @@ func newInboxStats(opts *options) *cobra.Command {
 			for rows.Next() {
 				var s consumerStats
 				var oldest any
-				if err := rows.Scan(&s.Consumer, &s.Rows, &oldest); err != nil {
+				if err := rows.Scan(&s.Consumer, &s.Rows, &oldest, &s.Duplicates); err != nil {
 					return err
 				}
 				if s.Oldest, err = d.ParseTime(oldest); err != nil {
@@ -78,9 +82,9 @@ func printStats(out io.Writer, stats []consumerStats, asJSON bool) error {
 		return json.NewEncoder(out).Encode(stats)
 	}
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "CONSUMER\tROWS\tOLDEST")
+	fmt.Fprintln(w, "CONSUMER\tROWS\tOLDEST\tDUPLICATES")
 	for _, s := range stats {
-		fmt.Fprintf(w, "%s\t%d\t%s\n", s.Consumer, s.Rows, s.Oldest.Format(time.RFC3339))
+		fmt.Fprintf(w, "%s\t%d\t%s\t%d\n", s.Consumer, s.Rows, s.Oldest.Format(time.RFC3339), s.Duplicates)
 	}
 	return w.Flush()
 }
@@ -91,7 +95,8 @@ func newInboxPurge(opts *options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "purge --older-than 240h",
 		Short: "Delete inbox keys and stale watermarks older than a duration, in batches",
-		Long: `purge runs the same batched delete as the CleanupStore handler. Keys younger
+		Long: `purge runs the same batched delete as the CleanupStore handler, with a
+progress bar on a terminal and a line a second otherwise. Keys younger
 than the longest time a message can still be redelivered must stay, or a
 redelivery is handled again: keep --older-than above your retry and
 redelivery horizon (the bus refuses a shorter retention).`,
@@ -105,11 +110,21 @@ redelivery horizon (the bus refuses a shorter retention).`,
 				return err
 			}
 			defer store.Close(db)
-			c, err := handlers.NewCleanup(handlers.CleanupConfig{DB: db, Tables: opts.tables, Logger: quietLogger()})
+			out := cmd.OutOrStdout()
+			progress := newPurgeProgress(out, isTerminal(out))
+			c, err := handlers.NewCleanup(handlers.CleanupConfig{DB: db, Tables: opts.tables, Logger: quietLogger(), Progress: progress.update})
 			if err != nil {
 				return err
 			}
-			res, err := c.Purge(cmd.Context(), handlers.CleanupStore{Retention: olderThan, BatchSize: batch})
+			m := handlers.CleanupStore{Retention: olderThan, BatchSize: batch}
+			pending, err := c.Pending(cmd.Context(), m)
+			if err != nil {
+				return err
+			}
+			tables := opts.tables.WithDefaults()
+			progress.pending = map[string]int64{tables.Inbox: pending.Inbox, tables.Watermarks: pending.Watermarks}
+			res, err := c.Purge(cmd.Context(), m)
+			progress.done()
 			if err != nil {
 				return err
 			}

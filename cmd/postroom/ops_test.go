@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,6 +26,9 @@ func TestInboxStatsAndPurge(t *testing.T) {
 		require.NoError(t, db.Exec(d.InboxInsert("postroom_inbox"), "billing", "", fmt.Sprint(i), "t", d.Time(at)).Error)
 	}
 	require.NoError(t, db.Exec(d.InboxInsert("postroom_inbox"), "shipping", "", "s", "t", d.Time(now)).Error)
+	for range 2 {
+		require.NoError(t, db.Exec(d.InboxCountDuplicate("postroom_inbox"), "billing", "", "1").Error)
+	}
 
 	out, err := run(t, "inbox", "stats", "--json", "--dsn", dsn)
 	require.NoError(t, err)
@@ -34,6 +38,8 @@ func TestInboxStatsAndPurge(t *testing.T) {
 	require.Equal(t, "billing", stats[0].Consumer)
 	require.EqualValues(t, 3, stats[0].Rows)
 	require.WithinDuration(t, now.Add(-300*time.Hour), stats[0].Oldest, time.Second)
+	require.EqualValues(t, 2, stats[0].Duplicates)
+	require.EqualValues(t, 0, stats[1].Duplicates)
 
 	out, err = run(t, "inbox", "stats", "--dsn", dsn)
 	require.NoError(t, err)
@@ -42,6 +48,8 @@ func TestInboxStatsAndPurge(t *testing.T) {
 
 	out, err = run(t, "inbox", "purge", "--older-than", "240h", "--batch", "1", "--dsn", dsn)
 	require.NoError(t, err)
+	require.Contains(t, out, "purge postroom_inbox: 1 of 2 rows\n") // plain lines when not on a terminal
+	require.Contains(t, out, "purge postroom_inbox: 2 of 2 rows\n")
 	require.Contains(t, out, "purged 2 inbox keys")
 	_, err = run(t, "inbox", "purge", "--dsn", dsn)
 	require.ErrorContains(t, err, "--older-than must be positive")
@@ -79,4 +87,19 @@ func defineCleanup(t *testing.T, db *gorm.DB) {
 		Emit: func(context.Context, *gorm.DB, scheduler.Schedule, time.Time) error { return nil }})
 	require.NoError(t, err)
 	require.NoError(t, s.Define(context.Background()))
+}
+
+func TestProgressBar(t *testing.T) {
+	require.Equal(t, "postroom_inbox [#####.....]  50% 5/10", progressBar("postroom_inbox", 5, 10, 10))
+	require.Equal(t, "w [##########] 100% 0/0", progressBar("w", 0, 0, 10))
+	var b strings.Builder
+	p := newPurgeProgress(&b, true)
+	p.pending = map[string]int64{"a": 4, "b": 2}
+	p.update("a", 2)
+	p.update("a", 4)
+	p.update("b", 2)
+	p.done()
+	half, full := strings.Repeat("#", 15)+strings.Repeat(".", 15), strings.Repeat("#", 30)
+	require.Equal(t, "\ra ["+half+"]  50% 2/4\ra ["+full+"] 100% 4/4\n\rb ["+full+"] 100% 2/2\n", b.String(),
+		"one line per table, redrawn in place")
 }

@@ -85,9 +85,12 @@ func (d Dialect) ClaimsUnresolved(table string) string {
 		" WHERE " + unresolved + " ORDER BY received_at LIMIT ?"
 }
 
-// InboxPurgeBatch is PurgeBatch for the inbox: a processing row is kept
-// until its lease has run out. Arguments: cut-off, now, limit.
-func (d Dialect) InboxPurgeBatch(table string) string {
-	where := "received_at < ? AND (status <> '" + StatusProcessing + "' OR lease_until < ?)"
-	return d.purgeWhere(table, where)
+// InboxExpired matches the inbox rows cleanup deletes: older than the
+// cut-off, and not processing under a live lease. Arguments: cut-off, now.
+const InboxExpired = "received_at < ? AND (status <> '" + StatusProcessing + "' OR lease_until < ?)"
+
+// InboxCountDuplicate adds one to a key's count of duplicates skipped.
+// Arguments: consumer, source, message_id.
+func (d Dialect) InboxCountDuplicate(table string) string {
+	return "UPDATE " + table + " SET duplicates = duplicates + 1 WHERE " + keyMatch
 }

@@ -33,12 +33,12 @@ func (d Dialect) WatermarkUpsert(table string) string {
 // PurgeBatch returns a statement that deletes at most limit rows of table
 // whose column is older than a cut-off. Arguments: cut-off, limit.
 func (d Dialect) PurgeBatch(table, column string) string {
-	return d.purgeWhere(table, column+" < ?")
+	return d.PurgeWhere(table, column+" < ?")
 }
 
-// purgeWhere deletes at most limit rows matching where; the limit is the
+// PurgeWhere deletes at most limit rows matching where; the limit is the
 // last argument.
-func (d Dialect) purgeWhere(table, where string) string {
+func (d Dialect) PurgeWhere(table, where string) string {
 	switch d {
 	case MySQL:
 		return "DELETE FROM " + table + " WHERE " + where + " LIMIT ?"

@@ -100,12 +100,13 @@ func (d Dialect) Migrations(t Tables) []Migration {
 		{Version: 3, Name: "schedules", Statements: []string{
 			"CREATE TABLE IF NOT EXISTS " + t.Schedules + " (name " + id + " NOT NULL PRIMARY KEY, spec VARCHAR(255) NOT NULL, next_run_at " + ts + " NOT NULL, last_run_at " + ts + " NULL, last_fired_by " + id + " NOT NULL DEFAULT '', paused " + d.boolean() + " NOT NULL DEFAULT FALSE, updated_at " + ts + " NOT NULL)",
 		}},
-		{Version: 4, Name: "inbox claims and message log", Statements: d.addColumns(t.Inbox,
+		{Version: 4, Name: "inbox claims, message log and duplicate counts", Statements: d.addColumns(t.Inbox,
 			"status VARCHAR(16) NOT NULL DEFAULT '"+StatusDone+"'",
 			"lease_until "+ts+" NULL",
 			"attempts INTEGER NOT NULL DEFAULT 1",
 			"checksum VARCHAR(64) NOT NULL DEFAULT ''",
 			"payload "+d.blob()+" NULL",
+			"duplicates INTEGER NOT NULL DEFAULT 0",
 		)},
 	}
 }

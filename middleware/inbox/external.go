@@ -25,23 +25,25 @@ const pollMax = time.Second
 
 // external is the External mode: claim (committed), handle, mark done.
 type external struct {
-	cfg    Config
-	d      dialect.Dialect
-	insert string // ClaimInsert
-	read   string // ClaimRead
-	take   string // ClaimTakeover
-	move   string // ClaimMove
-	done   string // ClaimMove, native placeholders, for the unit of work
+	cfg      Config
+	d        dialect.Dialect
+	insert   string // ClaimInsert
+	read     string // ClaimRead
+	take     string // ClaimTakeover
+	move     string // ClaimMove
+	done     string // ClaimMove, native placeholders, for the unit of work
+	countDup string
 }
 
 func newExternal(cfg Config, d dialect.Dialect) message.HandlerMiddleware {
 	x := &external{
 		cfg: cfg, d: d,
-		insert: d.ClaimInsert(cfg.Table),
-		read:   d.ClaimRead(cfg.Table),
-		take:   d.ClaimTakeover(cfg.Table),
-		move:   d.ClaimMove(cfg.Table),
-		done:   d.Native(d.ClaimMove(cfg.Table)),
+		insert:   d.ClaimInsert(cfg.Table),
+		read:     d.ClaimRead(cfg.Table),
+		take:     d.ClaimTakeover(cfg.Table),
+		move:     d.ClaimMove(cfg.Table),
+		done:     d.Native(d.ClaimMove(cfg.Table)),
+		countDup: d.InboxCountDuplicate(cfg.Table),
 	}
 	return x.middleware
 }
@@ -93,6 +95,9 @@ func (x *external) middleware(h message.HandlerFunc) message.HandlerFunc {
 			switch {
 			case c.status == dialect.StatusDone:
 				x.cfg.duplicate(ctx, consumer, key)
+				if err := x.cfg.DB.WithContext(ctx).Exec(x.countDup, consumer, key.Source, key.MessageID).Error; err != nil {
+					x.cfg.Logger.WarnContext(ctx, "inbox: count duplicate", "error", err)
+				}
 				return nil, nil
 			case c.status == dialect.StatusParked:
 				// Parked before; this copy goes to the error topic too, so

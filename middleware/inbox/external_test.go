@@ -122,6 +122,9 @@ func TestExternalModeConformance(t *testing.T) {
 				require.Equal(t, "done", st)
 				require.Equal(t, 1, n)
 				require.EqualValues(t, 2, s.counters.Get("payments.charge", metrics.Duplicate))
+				var duplicates int
+				require.NoError(t, s.db.Raw("SELECT duplicates FROM postroom_inbox WHERE message_id = 'e-1'").Scan(&duplicates).Error)
+				require.Equal(t, 2, duplicates)
 			})
 
 			t.Run("a copy that finds a live claim waits for it and makes no second call", func(t *testing.T) {

@@ -150,7 +150,7 @@ func New(cfg Config) (message.HandlerMiddleware, error) {
 	if cfg.Mode == External {
 		return newExternal(cfg, d), nil
 	}
-	t := transactional{cfg: cfg, d: d, insert: d.Native(d.InboxInsert(cfg.Table))}
+	t := transactional{cfg: cfg, d: d, insert: d.Native(d.InboxInsert(cfg.Table)), countDup: d.InboxCountDuplicate(cfg.Table)}
 	if cfg.Checksum {
 		t.insert = d.Native(d.InboxInsertLogged(cfg.Table))
 	}
@@ -160,47 +160,70 @@ func New(cfg Config) (message.HandlerMiddleware, error) {
 // transactional is the Transactional mode: the key is inserted in the
 // handler's unit of work.
 type transactional struct {
-	cfg    Config
-	d      dialect.Dialect
-	insert string
+	cfg      Config
+	d        dialect.Dialect
+	insert   string
+	countDup string
 }
 
 func (t transactional) middleware(h message.HandlerFunc) message.HandlerFunc {
-	claim := func(msg *message.Message) ([]*message.Message, error) {
-		ctx := msg.Context()
-		consumer, key, err := t.cfg.keyOf(msg)
-		if err != nil {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		owned := !unitofwork.Active(msg.Context())
+		var dup *dupOf
+		out, err := unitofwork.Run(t.cfg.DB, msg, func(msg *message.Message) ([]*message.Message, error) {
+			return t.claim(msg, h, &dup)
+		})
+		if dup != nil && owned {
+			// After the rollback, in a statement of its own: a stat, never
+			// a reason to fail the message. Inside a caller's unit of
+			// work it is not counted (its connection may be the only one).
+			if err := t.cfg.DB.WithContext(msg.Context()).Exec(t.countDup, dup.consumer, dup.key.Source, dup.key.MessageID).Error; err != nil {
+				t.cfg.Logger.WarnContext(msg.Context(), "inbox: count duplicate", "error", err)
+			}
+		}
+		return out, err
+	}
+}
+
+// dupOf is the key of a duplicate, to count once its transaction ended.
+type dupOf struct {
+	consumer string
+	key      Key
+}
+
+// claim inserts the key in the unit of work and calls h when it is new.
+func (t transactional) claim(msg *message.Message, h message.HandlerFunc, dup **dupOf) ([]*message.Message, error) {
+	ctx := msg.Context()
+	consumer, key, err := t.cfg.keyOf(msg)
+	if err != nil {
+		return nil, err
+	}
+	args := []any{consumer, key.Source, key.MessageID, msg.Metadata.Get(metadata.MessageType), t.d.Time(t.cfg.Now())}
+	sum := ""
+	if t.cfg.Checksum {
+		sum = checksum(msg.Payload)
+		args = append(args, sum, t.cfg.payload(msg))
+	}
+	rows, err := unitofwork.Exec(ctx, t.insert, args...)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: claim key: %w", err)
+	}
+	if rows == 1 {
+		return h(msg)
+	}
+	if sum != "" {
+		var stored string
+		if err := unitofwork.Tx(ctx).Raw(t.d.InboxChecksum(t.cfg.Table), consumer, key.Source, key.MessageID).Row().Scan(&stored); err != nil {
+			return nil, fmt.Errorf("inbox: read checksum: %w", err)
+		}
+		if err := t.cfg.checkReuse(consumer, key, stored, sum); err != nil {
 			return nil, err
 		}
-		args := []any{consumer, key.Source, key.MessageID, msg.Metadata.Get(metadata.MessageType), t.d.Time(t.cfg.Now())}
-		sum := ""
-		if t.cfg.Checksum {
-			sum = checksum(msg.Payload)
-			args = append(args, sum, t.cfg.payload(msg))
-		}
-		rows, err := unitofwork.Exec(ctx, t.insert, args...)
-		if err != nil {
-			return nil, fmt.Errorf("inbox: claim key: %w", err)
-		}
-		if rows == 1 {
-			return h(msg)
-		}
-		if sum != "" {
-			var stored string
-			if err := unitofwork.Tx(ctx).Raw(t.d.InboxChecksum(t.cfg.Table), consumer, key.Source, key.MessageID).Row().Scan(&stored); err != nil {
-				return nil, fmt.Errorf("inbox: read checksum: %w", err)
-			}
-			if err := t.cfg.checkReuse(consumer, key, stored, sum); err != nil {
-				return nil, err
-			}
-		}
-		unitofwork.RollbackOnly(ctx)
-		t.cfg.duplicate(ctx, consumer, key)
-		return nil, nil
 	}
-	return func(msg *message.Message) ([]*message.Message, error) {
-		return unitofwork.Run(t.cfg.DB, msg, claim)
-	}
+	unitofwork.RollbackOnly(ctx)
+	t.cfg.duplicate(ctx, consumer, key)
+	*dup = &dupOf{consumer, key}
+	return nil, nil
 }
 
 // keyOf returns the consumer and the validated key of msg.

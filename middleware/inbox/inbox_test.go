@@ -60,6 +60,9 @@ func TestInboxConformance(t *testing.T) {
 				}
 				require.EqualValues(t, 1, countEffects(t, db, "m-1"))
 				require.EqualValues(t, 2, counters.Get("billing.invoice", metrics.Duplicate))
+				var duplicates int
+				require.NoError(t, db.Raw("SELECT duplicates FROM postroom_inbox WHERE message_id = 'm-1'").Scan(&duplicates).Error)
+				require.Equal(t, 2, duplicates, "counted in the table too, for `postroom inbox stats`")
 			})
 
 			t.Run("a failed attempt leaves no trace and the redelivery is handled", func(t *testing.T) {
