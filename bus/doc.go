@@ -11,6 +11,13 @@
 //     [Tx] returns; it commits when the handler returns nil;
 //   - [WithInbox], [WithInboxKey]: the message's effects happen once per
 //     handler (package inbox);
+//   - [WithExternalEffects]: for effects no transaction covers (an HTTP
+//     call): the key is claimed before the handler runs, which passes
+//     [IdempotencyKey] on; an attempt that ended without a known outcome
+//     is parked in the error topic or retried with the same key; return
+//     [NotDone] when the effect certainly did not happen;
+//   - [WithMessageLog]: the payload's checksum (and the payload) is kept
+//     with the key, and a reused ID with another payload is refused;
 //   - [WithStale], [WithStaleVersion]: an update older than one already
 //     applied to its entity is dropped (package stale).
 //
@@ -30,6 +37,13 @@
 // unrecoverable error ([IsUnrecoverable]: a bad key or version, a malformed
 // payload, an unknown type), it goes to the error topic with the reason,
 // handler, attempt count and original topic in its metadata.
+//
+// # Observability
+//
+// [Config.MetricsAddr] serves postroom's counters and gauges and
+// Watermill's router metrics for Prometheus; [Config.TracerProvider] makes
+// an OpenTelemetry span per delivery and carries the trace context in
+// metadata (package tracing).
 //
 // # Cleanup
 //
