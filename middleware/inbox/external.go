@@ -154,13 +154,19 @@ func (x *external) run(msg *message.Message, h message.HandlerFunc, consumer str
 			panic(r)
 		}
 	}()
-	lost := false
+	lost, skipped := false, false
 	out, err := unitofwork.Run(x.cfg.DB, msg, func(msg *message.Message) ([]*message.Message, error) {
 		out, err := h(msg)
 		if err != nil {
 			return nil, err
 		}
 		ctx := msg.Context()
+		if unitofwork.IsRollbackOnly(ctx) {
+			// A middleware inside (the stale check) skipped the message:
+			// nothing of it commits, and it is done all the same.
+			skipped = true
+			return out, nil
+		}
 		rows, err := unitofwork.Exec(ctx, x.done, dialect.StatusDone, nil, consumer, key.Source, key.MessageID, n,
 			dialect.StatusProcessing, dialect.StatusParked)
 		if err != nil {
@@ -178,6 +184,11 @@ func (x *external) run(msg *message.Message, h message.HandlerFunc, consumer str
 	switch {
 	case err != nil:
 		return nil, x.failed(parent, consumer, key, n, err)
+	case skipped:
+		if _, err := x.moveClaim(parent, consumer, key, n, dialect.StatusDone, nil, dialect.StatusProcessing); err != nil {
+			return nil, err
+		}
+		return out, nil
 	case lost:
 		x.cfg.Logger.WarnContext(parent, "inbox: claim lost: the attempt outlived its lease and another delivery took over; raise Config.Lease",
 			"consumer", consumer, "source", key.Source, "message_id", key.MessageID, "attempt", n)

@@ -323,6 +323,20 @@ func TestExternalModeConformance(t *testing.T) {
 				require.EqualValues(t, 1, countEffects(t, s.db, "e-10"))
 			})
 
+			t.Run("a message a middleware inside skips (a stale update) is done", func(t *testing.T) {
+				s := setup(t)
+				skip := func(h message.HandlerFunc) message.HandlerFunc {
+					return func(msg *message.Message) ([]*message.Message, error) {
+						unitofwork.RollbackOnly(msg.Context())
+						return nil, nil
+					}
+				}
+				_, err := s.middleware(t, inbox.Park, false)(skip(nil))(message.NewMessage("e-12", nil))
+				require.NoError(t, err)
+				st, _ := status(t, s.db, "e-12")
+				require.Equal(t, "done", st, "not left processing, to be parked as unknown later")
+			})
+
 			t.Run("a reused message ID with another payload is refused with both checksums", func(t *testing.T) {
 				s := setup(t)
 				for _, mode := range []inbox.Mode{inbox.Transactional, inbox.External} {

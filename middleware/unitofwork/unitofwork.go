@@ -134,6 +134,13 @@ func RollbackOnly(ctx context.Context) {
 	}
 }
 
+// IsRollbackOnly reports whether the unit of work in ctx was marked with
+// RollbackOnly (a middleware inside decided the message is not handled).
+func IsRollbackOnly(ctx context.Context) bool {
+	u, ok := ctx.Value(unitKey{}).(*unit)
+	return ok && u.rollbackOnly
+}
+
 // ErrNoUnit is returned by Exec when ctx carries no unit of work.
 var ErrNoUnit = errors.New("unitofwork: no unit of work in the context: wrap the handler with the unit-of-work middleware")
 
