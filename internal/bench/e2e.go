@@ -30,7 +30,7 @@ func (Work) MessageName() string { return "bench.Work" }
 // handling, as the raw runs time only the database work (producing the
 // messages is the senders' cost, elsewhere in production).
 func runE2E(ctx context.Context, db *gorm.DB, kind Kind, concurrency int, n int64) (time.Duration, error) {
-	return runE2EOn(ctx, gochannel.New(gochannel.Config{OutputBuffer: 1024}), db, kind, concurrency, n)
+	return runE2EOn(ctx, gochannel.New(gochannel.Config{}), db, kind, concurrency, n)
 }
 
 // runE2EOn is runE2E on a given transport, which it closes.

@@ -107,7 +107,7 @@ func inboxLatencies(ctx context.Context, db *gorm.DB, n int64) ([]time.Duration,
 		}
 	}
 	b, err := bus.New(bus.Config{
-		Endpoint: "bench", Transport: gochannel.New(gochannel.Config{OutputBuffer: 1024}), DB: db,
+		Endpoint: "bench", Transport: gochannel.New(gochannel.Config{}), DB: db,
 		Concurrency: 8, Logger: slog.New(slog.DiscardHandler), Cleanup: bus.CleanupConfig{Disabled: true},
 		Middleware: []message.HandlerMiddleware{timing},
 	})

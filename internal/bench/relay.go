@@ -101,7 +101,7 @@ func runRelay(ctx context.Context, db *gorm.DB, amqpURL string, n int64, out io.
 func handleWithSends(ctx context.Context, db *gorm.DB, send bool, n int64) (float64, error) {
 	gate := make(chan struct{})
 	b, err := bus.New(bus.Config{
-		Endpoint: "bench", Transport: gochannel.New(gochannel.Config{OutputBuffer: 1024}), DB: db, Outbox: true,
+		Endpoint: "bench", Transport: gochannel.New(gochannel.Config{}), DB: db, Outbox: true,
 		Concurrency: 8, Logger: slog.New(slog.DiscardHandler), Cleanup: bus.CleanupConfig{Disabled: true},
 		Middleware: []message.HandlerMiddleware{func(h message.HandlerFunc) message.HandlerFunc {
 			return func(msg *message.Message) ([]*message.Message, error) { <-gate; return h(msg) }

@@ -2,108 +2,132 @@ package gochannel
 
 import (
 	"context"
+	"errors"
 	"sync"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 )
 
-// OutputBufferDefault is the buffer of each GoChannel subscription.
-const OutputBufferDefault = 64
+// Config configures the in-memory transport. It has no settings yet: queues
+// grow as needed, so a handler that sends to its own queue never blocks.
+type Config struct{}
 
-// Config configures the in-memory transport.
-type Config struct {
-	// OutputBuffer is the buffer of each GoChannel subscription and of each
-	// group's queue. Defaults to 64.
-	OutputBuffer int64
-	// Logger is Watermill's logger. Defaults to watermill.NopLogger.
-	Logger watermill.LoggerAdapter
-}
+// ErrClosed is returned by Publish after Close.
+var ErrClosed = errors.New("gochannel: transport closed")
 
-// Transport is the in-memory transport.
+// Transport is the in-memory transport: a queue per (group, topic), shared
+// by the group's subscriptions.
 type Transport struct {
-	pubsub *gochannel.GoChannel
-	buffer int64
-	ctx    context.Context
-	cancel context.CancelFunc
-
 	mu     sync.Mutex
-	queues map[queueKey]chan *message.Message
-	pumps  sync.WaitGroup
+	queues map[queueKey]*queue
+	topics map[string][]*queue // the queues of the groups subscribed to each topic
+
+	closed    chan struct{}
+	closeOnce sync.Once
+	subs      sync.WaitGroup
 }
 
 type queueKey struct{ group, topic string }
 
 // New returns an in-memory transport.
-func New(cfg Config) *Transport {
-	if cfg.OutputBuffer == 0 {
-		cfg.OutputBuffer = OutputBufferDefault
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = watermill.NopLogger{}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
+func New(Config) *Transport {
 	return &Transport{
-		pubsub: gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: cfg.OutputBuffer}, cfg.Logger),
-		buffer: cfg.OutputBuffer,
-		ctx:    ctx,
-		cancel: cancel,
-		queues: map[queueKey]chan *message.Message{},
+		queues: map[queueKey]*queue{},
+		topics: map[string][]*queue{},
+		closed: make(chan struct{}),
 	}
 }
 
-// Publisher returns the pub/sub.
-func (t *Transport) Publisher() message.Publisher { return t.pubsub }
+// Publisher returns the publisher.
+func (t *Transport) Publisher() message.Publisher { return publisher{t} }
 
-// Subscriber returns a subscriber of one queue group.
+// Subscriber returns a subscriber of group: its subscriptions to a topic
+// share the topic's messages.
 func (t *Transport) Subscriber(group string) (message.Subscriber, error) {
 	return &groupSubscriber{t: t, group: group}, nil
 }
 
-// Competing is true: subscriptions of one group share its messages.
+// Competing is true: subscriptions of one group share the topic's messages.
 func (t *Transport) Competing() bool { return true }
 
-// Close stops every queue and closes the pub/sub.
+// Close stops every subscription; messages not yet delivered are dropped.
 func (t *Transport) Close() error {
-	t.cancel()
-	err := t.pubsub.Close()
-	t.pumps.Wait()
-	return err
+	t.closeOnce.Do(func() { close(t.closed) })
+	t.subs.Wait()
+	return nil
 }
 
-// queue returns the channel a group's subscriptions to topic share,
-// subscribing to the pub/sub the first time.
-func (t *Transport) queue(group, topic string) (chan *message.Message, error) {
+// queue returns the queue of group for topic, creating it on first use.
+func (t *Transport) queue(group, topic string) *queue {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	key := queueKey{group, topic}
-	if q, ok := t.queues[key]; ok {
-		return q, nil
+	q, ok := t.queues[key]
+	if !ok {
+		q = &queue{ready: make(chan struct{}, 1)}
+		t.queues[key] = q
+		t.topics[topic] = append(t.topics[topic], q)
 	}
-	upstream, err := t.pubsub.Subscribe(t.ctx, topic)
-	if err != nil {
-		return nil, err
+	return q
+}
+
+type publisher struct{ t *Transport }
+
+// Publish appends the messages to the queue of every group subscribed to
+// topic; with none, they are dropped. It never blocks.
+func (p publisher) Publish(topic string, msgs ...*message.Message) error {
+	select {
+	case <-p.t.closed:
+		return ErrClosed
+	default:
 	}
-	// Buffered: the pump acks the GoChannel at once and the group's next
-	// message is waiting when a subscription finishes one, instead of a
-	// chain of goroutine wake-ups per message.
-	q := make(chan *message.Message, t.buffer)
-	t.queues[key] = q
-	t.pumps.Add(1)
-	go func() {
-		defer t.pumps.Done()
-		for msg := range upstream {
-			select {
-			case q <- msg: // queued for the group's subscriptions
-				msg.Ack()
-			case <-t.ctx.Done():
-				msg.Nack()
-				return
-			}
-		}
-	}()
-	return q, nil
+	p.t.mu.Lock()
+	queues := p.t.topics[topic]
+	p.t.mu.Unlock()
+	for _, q := range queues {
+		q.push(msgs)
+	}
+	return nil
+}
+
+func (publisher) Close() error { return nil }
+
+// queue is an unbounded FIFO of messages with a wake-up signal.
+type queue struct {
+	mu    sync.Mutex
+	items []*message.Message
+	ready chan struct{} // holds a token while items may be waiting
+}
+
+func (q *queue) push(msgs []*message.Message) {
+	q.mu.Lock()
+	q.items = append(q.items, msgs...)
+	q.mu.Unlock()
+	q.signal()
+}
+
+func (q *queue) signal() {
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+// pop takes the first message, passing the signal on to the next waiting
+// subscription when more are left.
+func (q *queue) pop() (*message.Message, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.items) == 0 {
+		return nil, false
+	}
+	msg := q.items[0]
+	q.items[0] = nil
+	q.items = q.items[1:]
+	if len(q.items) > 0 {
+		q.signal()
+	}
+	return msg, true
 }
 
 type groupSubscriber struct {
@@ -111,24 +135,27 @@ type groupSubscriber struct {
 	group string
 }
 
-// Subscribe returns one competing subscription of the group to topic.
+// Subscribe delivers the group's messages of topic, one at a time: the next
+// comes once this one is acked; a nacked message is delivered again at once.
 func (s *groupSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
-	q, err := s.t.queue(s.group, topic)
-	if err != nil {
-		return nil, err
-	}
+	q := s.t.queue(s.group, topic)
 	out := make(chan *message.Message)
+	s.t.subs.Add(1)
 	go func() {
+		defer s.t.subs.Done()
 		defer close(out)
 		for {
-			select {
-			case msg := <-q:
-				if !deliver(ctx, s.t.ctx, msg, out) {
+			if msg, ok := q.pop(); ok {
+				if !deliver(ctx, s.t.closed, msg, out) {
 					return
 				}
+				continue
+			}
+			select {
+			case <-q.ready:
 			case <-ctx.Done():
 				return
-			case <-s.t.ctx.Done():
+			case <-s.t.closed:
 				return
 			}
 		}
@@ -136,9 +163,9 @@ func (s *groupSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *
 	return out, nil
 }
 
-// deliver hands msg to the subscription until it is acked, again after
-// each nack. It reports false when the subscription or transport closed.
-func deliver(ctx, transportCtx context.Context, msg *message.Message, out chan<- *message.Message) bool {
+// deliver hands a copy of msg to the subscription until it is acked; it
+// reports false when the subscription or the transport closed first.
+func deliver(ctx context.Context, closed <-chan struct{}, msg *message.Message, out chan<- *message.Message) bool {
 	for {
 		m := msg.Copy()
 		m.SetContext(ctx)
@@ -146,7 +173,7 @@ func deliver(ctx, transportCtx context.Context, msg *message.Message, out chan<-
 		case out <- m:
 		case <-ctx.Done():
 			return false
-		case <-transportCtx.Done():
+		case <-closed:
 			return false
 		}
 		select {
@@ -155,7 +182,7 @@ func deliver(ctx, transportCtx context.Context, msg *message.Message, out chan<-
 		case <-m.Nacked():
 		case <-ctx.Done():
 			return false
-		case <-transportCtx.Done():
+		case <-closed:
 			return false
 		}
 	}

@@ -69,3 +69,40 @@ func TestGroupsCompeteAndEachGroupGetsEverything(t *testing.T) {
 	require.NotEmpty(t, seen["a2"])
 	require.True(t, nacked)
 }
+
+// TestPublishNeverBlocks: a handler that sends to its own queue while every
+// subscription is busy must not wait for itself. Publishing to a topic whose
+// only subscription takes nothing returns at once, and every message is
+// then delivered in order.
+func TestPublishNeverBlocks(t *testing.T) {
+	tr := gochannel.New(gochannel.Config{})
+	defer tr.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sub, _ := tr.Subscriber("a")
+	ch, err := sub.Subscribe(ctx, "t")
+	require.NoError(t, err)
+	const n = 10_000
+	published := make(chan error, 1)
+	go func() {
+		for i := range n {
+			if err := tr.Publisher().Publish("t", message.NewMessage(fmt.Sprint(i), nil)); err != nil {
+				published <- err
+				return
+			}
+		}
+		published <- nil
+	}()
+	select {
+	case err := <-published:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Publish blocked while the subscription took nothing")
+	}
+	for i := range n {
+		msg := <-ch
+		require.Equal(t, fmt.Sprint(i), msg.UUID)
+		msg.Ack()
+	}
+	require.NoError(t, tr.Publisher().Publish("nobody-listens", message.NewMessage("x", nil)), "dropped, not an error")
+}
