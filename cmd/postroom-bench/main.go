@@ -24,6 +24,7 @@ func main() {
 		"RabbitMQ URL for the outbox relay run, empty to skip it (env POSTROOM_AMQP_URL)")
 	chartsDir := flag.String("charts", "", "write throughput.png and growth.png to this folder (docs/img for the docs)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	rounds := flag.Int("rounds", 5, "interleaved rounds of the raw and bus cases; the median counts (1 with -quick)")
 	flag.Parse()
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -38,7 +39,7 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	cfg := bench.Config{PostgresDSN: *dsn, Messages: 8000, Rounds: 3, PurgeRows: 1_000_000, AMQPURL: *amqpURL, Out: os.Stdout,
+	cfg := bench.Config{PostgresDSN: *dsn, Messages: 8000, Rounds: *rounds, PurgeRows: 1_000_000, AMQPURL: *amqpURL, Out: os.Stdout,
 		GrowthSizes: []int64{10_000, 1_000_000, 10_000_000}, ChartsDir: *chartsDir}
 	if *quick {
 		cfg.Messages, cfg.Rounds, cfg.PurgeRows, cfg.GrowthSizes = 2000, 1, 200_000, []int64{10_000, 1_000_000}
