@@ -13,8 +13,6 @@ import (
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/middleware/inbox"
-	"github.com/postroom/postroom/store"
-	"github.com/postroom/postroom/transport/amqp"
 )
 
 // The external-effects consumer process: it handles Charge by calling the
@@ -36,11 +34,7 @@ func (Charge) MessageName() string { return "test.Charge" }
 
 func runExternalConsumer() int {
 	fail := func(err error) int { fmt.Fprintln(os.Stderr, "external consumer:", err); return 2 }
-	db, err := store.Open(os.Getenv(childDSN))
-	if err != nil {
-		return fail(err)
-	}
-	tr, err := amqp.New(amqp.Config{URL: os.Getenv(childAMQP)})
+	db, tr, err := childDeps()
 	if err != nil {
 		return fail(err)
 	}

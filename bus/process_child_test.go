@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/metrics"
@@ -44,11 +45,7 @@ func (Work) MessageName() string { return "test.Work" }
 
 func runConsumer() int {
 	fail := func(err error) int { fmt.Fprintln(os.Stderr, "consumer:", err); return 2 }
-	db, err := store.Open(os.Getenv(childDSN))
-	if err != nil {
-		return fail(err)
-	}
-	tr, err := amqp.New(amqp.Config{URL: os.Getenv(childAMQP)})
+	db, tr, err := childDeps()
 	if err != nil {
 		return fail(err)
 	}
@@ -119,15 +116,11 @@ func (t failingTransport) Publisher() message.Publisher {
 // relay.
 func runOutboxSender() int {
 	fail := func(err error) int { fmt.Fprintln(os.Stderr, "outbox sender:", err); return 2 }
-	db, err := store.Open(os.Getenv(childDSN))
+	db, broker, err := childDeps()
 	if err != nil {
 		return fail(err)
 	}
-	var tr transport.Transport
-	tr, err = amqp.New(amqp.Config{URL: os.Getenv(childAMQP)})
-	if err != nil {
-		return fail(err)
-	}
+	var tr transport.Transport = broker
 	crash := os.Getenv(childCrashAt) != "0"
 	if crash {
 		tr = failingTransport{tr}
@@ -193,6 +186,21 @@ func runSender() int {
 	}
 	fmt.Printf("sent %d\n", n)
 	return 0
+}
+
+// childDeps opens a child process's database and broker from its
+// environment.
+func childDeps() (*gorm.DB, *amqp.Transport, error) {
+	db, err := store.Open(os.Getenv(childDSN))
+	if err != nil {
+		return nil, nil, err
+	}
+	tr, err := amqp.New(amqp.Config{URL: os.Getenv(childAMQP)})
+	if err != nil {
+		store.Close(db)
+		return nil, nil, err
+	}
+	return db, tr, nil
 }
 
 // workID is the message ID of Work n, the same from every sender.
