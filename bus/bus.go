@@ -166,7 +166,7 @@ func (b *Bus) serveMetrics(ctx context.Context) (func() error, error) {
 	if counters == nil {
 		return nil, errors.New("bus: Config.MetricsAddr needs the default Recorder (*metrics.Counters)")
 	}
-	ln, err := net.Listen("tcp", b.cfg.MetricsAddr)
+	ln, err := net.Listen("tcp", loopbackByDefault(b.cfg.MetricsAddr))
 	if err != nil {
 		return nil, fmt.Errorf("bus: metrics: %w", err)
 	}

@@ -135,8 +135,10 @@ type Config struct {
 	// negative turns them off.
 	TableGaugeInterval time.Duration
 	// MetricsAddr serves the counters for Prometheus at /metrics on this
-	// address while Run runs ("127.0.0.1:9464"; port 0 picks one, see
-	// Bus.MetricsAddr). Needs the default Recorder. Defaults to "": off.
+	// address while Run runs (":9464"; port 0 picks one, see
+	// Bus.MetricsAddr). Without a host it listens on loopback only; name
+	// the host ("0.0.0.0:9464") to serve other machines. Needs the default
+	// Recorder. Defaults to "": off.
 	MetricsAddr string
 	// TracerProvider turns on OpenTelemetry tracing: a consumer span per
 	// delivery (with its retries), and the trace context carried in the

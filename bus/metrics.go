@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"time"
 
@@ -91,4 +92,13 @@ func every(ctx context.Context, interval time.Duration, f func()) {
 		case <-t.C:
 		}
 	}
+}
+
+// loopbackByDefault puts an address without a host (":9464") on loopback:
+// metrics are not served to other machines unless asked.
+func loopbackByDefault(addr string) string {
+	if host, port, err := net.SplitHostPort(addr); err == nil && host == "" {
+		return net.JoinHostPort("127.0.0.1", port)
+	}
+	return addr
 }

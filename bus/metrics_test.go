@@ -23,7 +23,7 @@ func TestMetricsEndpointMoves(t *testing.T) {
 	t.Parallel()
 	db := testenv.SQLite(t)
 	b, err := bus.New(bus.Config{Endpoint: "billing", Transport: gochannel.New(gochannel.Config{}), DB: db,
-		MetricsAddr: "127.0.0.1:0", Logger: testenv.Logger(t)})
+		MetricsAddr: ":0", Logger: testenv.Logger(t)})
 	require.NoError(t, err)
 	require.NoError(t, bus.Handle(b, func(context.Context, *CreateInvoice) error { return nil }, bus.WithInbox()))
 	start(t, b, "error")
@@ -41,6 +41,7 @@ func TestMetricsEndpointMoves(t *testing.T) {
 		return n
 	}
 	require.Equal(t, 0, handled())
+	require.Regexp(t, `^127\.0\.0\.1:\d+$`, b.MetricsAddr(), "a bare port is served on loopback only")
 	for range 3 {
 		require.NoError(t, bus.Send(context.Background(), b, &CreateInvoice{OrderID: "o"}))
 	}

@@ -29,8 +29,8 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.PersistentFlags().StringVar(&opts.dsn, "dsn", cmp.Or(os.Getenv("POSTROOM_DSN"), os.Getenv("POSTROOM_POSTGRES_DSN")),
-		"database: postgres://…, mysql://…, a SQLite file or :memory: (env POSTROOM_DSN, then POSTROOM_POSTGRES_DSN)")
+	root.PersistentFlags().StringVar(&opts.dsn, "dsn", cmp.Or(os.Getenv("POSTROOM_DSN"), os.Getenv("POSTROOM_POSTGRES_DSN"), os.Getenv("POSTROOM_MYSQL_DSN")),
+		"database: postgres://…, mysql://…, a SQLite file or :memory: (env POSTROOM_DSN, then POSTROOM_POSTGRES_DSN, then POSTROOM_MYSQL_DSN)")
 	root.PersistentFlags().StringVar(&opts.tables.Inbox, "inbox-table", "", "inbox table (default postroom_inbox)")
 	root.PersistentFlags().StringVar(&opts.tables.Watermarks, "watermarks-table", "", "watermark table (default postroom_stale_watermarks)")
 	root.PersistentFlags().StringVar(&opts.tables.Schedules, "schedules-table", "", "schedules table (default postroom_schedules)")
