@@ -35,8 +35,8 @@ func (b *Bus) scheduleCleanup() (*scheduler.Scheduler, error) {
 		Logger: b.cfg.Logger,
 		Now:    b.cfg.Now,
 		OnFire: func(name string, emitted, missed int) {
-			b.add(metrics.ScheduleFires(name), float64(emitted))
 			b.add(metrics.ScheduleMissed(name), float64(missed))
+			b.add(metrics.ScheduleFires(name), float64(emitted)) // last: a reader that sees the fire sees its missed slots
 		},
 		Schedules: []scheduler.Schedule{{
 			Name:  "postroom.cleanup." + b.cfg.Endpoint,
