@@ -59,13 +59,6 @@ func (c *Counters) Add(name Count, delta float64) {
 	c.counts[name] += delta
 }
 
-// GetCount returns the total of c.
-func (c *Counters) GetCount(name Count) float64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.counts[name]
-}
-
 // SetGauge sets g to value.
 func (c *Counters) SetGauge(g Gauge, value float64) {
 	c.mu.Lock()

@@ -41,14 +41,10 @@ func Plan(dsn string, tables Tables) ([]string, error) {
 // under a lock so that several instances starting at once apply each step
 // once. It returns the versions it applied.
 func Migrate(ctx context.Context, db *gorm.DB, tables Tables) ([]int, error) {
-	d, err := dialect.Of(db)
+	d, tables, err := prepare(db, tables)
 	if err != nil {
 		return nil, err
 	}
-	if err := tables.Validate(); err != nil {
-		return nil, err
-	}
-	tables = tables.WithDefaults()
 	var applied []int
 	err = db.WithContext(ctx).Connection(func(conn *gorm.DB) error {
 		lock, unlock := d.MigrationLock()
@@ -102,4 +98,17 @@ func Migrate(ctx context.Context, db *gorm.DB, tables Tables) ([]int, error) {
 func alreadyApplied(d dialect.Dialect, err error) bool {
 	var my *mysql.MySQLError
 	return d == dialect.MySQL && errors.As(err, &my) && my.Number == 1060 // ER_DUP_FIELDNAME
+}
+
+// prepare returns db's dialect and the validated table names, defaults
+// filled in.
+func prepare(db *gorm.DB, tables Tables) (dialect.Dialect, Tables, error) {
+	d, err := dialect.Of(db)
+	if err != nil {
+		return "", Tables{}, err
+	}
+	if err := tables.Validate(); err != nil {
+		return "", Tables{}, err
+	}
+	return d, tables.WithDefaults(), nil
 }

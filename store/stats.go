@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"gorm.io/gorm"
-
-	"github.com/postroom/postroom/internal/dialect"
 )
 
 // ExactCountBelow is the estimate under which Stats counts rows exactly;
@@ -29,14 +27,10 @@ type TableStats struct {
 // row costs a scan of the inbox (its time index is BRIN): call it every
 // minute or so, not per message.
 func Stats(ctx context.Context, db *gorm.DB, tables Tables) ([]TableStats, error) {
-	d, err := dialect.Of(db)
+	d, tables, err := prepare(db, tables)
 	if err != nil {
 		return nil, err
 	}
-	if err := tables.Validate(); err != nil {
-		return nil, err
-	}
-	tables = tables.WithDefaults()
 	db = db.WithContext(ctx)
 	var out []TableStats
 	for _, t := range []struct{ name, column string }{{tables.Inbox, "received_at"}, {tables.Watermarks, "updated_at"}} {

@@ -95,9 +95,7 @@ func (x *external) middleware(h message.HandlerFunc) message.HandlerFunc {
 			switch {
 			case c.status == dialect.StatusDone:
 				x.cfg.duplicate(ctx, consumer, key)
-				if err := x.cfg.DB.WithContext(ctx).Exec(x.countDup, consumer, key.Source, key.MessageID).Error; err != nil {
-					x.cfg.Logger.WarnContext(ctx, "inbox: count duplicate", "error", err)
-				}
+				x.cfg.countDuplicate(ctx, x.countDup, consumer, key)
 				return nil, nil
 			case c.status == dialect.StatusParked:
 				// Parked before; this copy goes to the error topic too, so

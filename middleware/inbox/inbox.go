@@ -177,9 +177,7 @@ func (t transactional) middleware(h message.HandlerFunc) message.HandlerFunc {
 			// After the rollback, in a statement of its own: a stat, never
 			// a reason to fail the message. Inside a caller's unit of
 			// work it is not counted (its connection may be the only one).
-			if err := t.cfg.DB.WithContext(msg.Context()).Exec(t.countDup, dup.consumer, dup.key.Source, dup.key.MessageID).Error; err != nil {
-				t.cfg.Logger.WarnContext(msg.Context(), "inbox: count duplicate", "error", err)
-			}
+			t.cfg.countDuplicate(msg.Context(), t.countDup, dup.consumer, dup.key)
 		}
 		return out, err
 	}
@@ -255,6 +253,14 @@ func (c Config) checkReuse(consumer string, key Key, stored, got string) error {
 	}
 	c.Recorder.Record(consumer, metrics.Reused)
 	return &ReusedIDError{Consumer: consumer, Key: key, Stored: stored, Got: got}
+}
+
+// countDuplicate adds one to the key's duplicates on its row, in a
+// statement of its own: a stat, never a reason to fail the message.
+func (c Config) countDuplicate(ctx context.Context, stmt, consumer string, key Key) {
+	if err := c.DB.WithContext(ctx).Exec(stmt, consumer, key.Source, key.MessageID).Error; err != nil {
+		c.Logger.WarnContext(ctx, "inbox: count duplicate", "error", err)
+	}
 }
 
 func (c Config) duplicate(ctx context.Context, consumer string, key Key) {
