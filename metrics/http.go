@@ -16,22 +16,23 @@ func Handler(c *Counters) http.Handler {
 		var b strings.Builder
 		b.WriteString("# HELP postroom_messages_total Messages per handler and outcome.\n")
 		b.WriteString("# TYPE postroom_messages_total counter\n")
-		c.mu.Lock()
-		handlers := make([]string, 0, len(c.n))
-		for h := range c.n {
+		counts := c.snapshot()
+		handlers := make([]string, 0, len(counts))
+		for h := range counts {
 			handlers = append(handlers, h)
 		}
 		sort.Strings(handlers)
 		for _, h := range handlers {
-			events := make([]string, 0, len(c.n[h]))
-			for e := range c.n[h] {
+			events := make([]string, 0, len(counts[h]))
+			for e := range counts[h] {
 				events = append(events, string(e))
 			}
 			sort.Strings(events)
 			for _, e := range events {
-				fmt.Fprintf(&b, "postroom_messages_total{handler=%q,event=%q} %d\n", h, e, c.n[h][Event(e)])
+				fmt.Fprintf(&b, "postroom_messages_total{handler=%q,event=%q} %d\n", h, e, counts[h][Event(e)])
 			}
 		}
+		c.mu.Lock()
 		writeSeries(&b, "gauge", c.gauges)
 		writeSeries(&b, "counter", c.counts)
 		c.mu.Unlock()

@@ -3,6 +3,7 @@ package metrics
 import (
 	"sort"
 	"sync"
+	"sync/atomic"
 )
 
 // Event is something that happened to one message in one handler.
@@ -33,51 +34,67 @@ type Discard struct{}
 func (Discard) Record(string, Event) {}
 
 // Counters is a Recorder that keeps a count per handler and event in
-// memory, and the gauges (GaugeSetter).
+// memory, and the gauges (GaugeSetter). Record is lock-free: every message
+// records two events or more, from every handler goroutine at once.
 type Counters struct {
+	n      sync.Map // eventKey → *atomic.Uint64
 	mu     sync.Mutex
-	n      map[string]map[Event]uint64
 	gauges map[Gauge]float64
 	counts map[Count]float64
 }
 
+type eventKey struct {
+	handler string
+	event   Event
+}
+
 // Record adds one to the count of e for handler.
 func (c *Counters) Record(handler string, e Event) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.n == nil {
-		c.n = map[string]map[Event]uint64{}
+	k := eventKey{handler, e}
+	n, ok := c.n.Load(k)
+	if !ok {
+		n, _ = c.n.LoadOrStore(k, new(atomic.Uint64))
 	}
-	if c.n[handler] == nil {
-		c.n[handler] = map[Event]uint64{}
-	}
-	c.n[handler][e]++
+	n.(*atomic.Uint64).Add(1)
 }
 
 // Get returns the count of e for handler.
 func (c *Counters) Get(handler string, e Event) uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n[handler][e]
+	if n, ok := c.n.Load(eventKey{handler, e}); ok {
+		return n.(*atomic.Uint64).Load()
+	}
+	return 0
 }
 
 // Total returns the count of e over all handlers.
 func (c *Counters) Total(e Event) uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	var sum uint64
-	for _, byEvent := range c.n {
-		sum += byEvent[e]
+	for k, n := range c.n.Range {
+		if k.(eventKey).event == e {
+			sum += n.(*atomic.Uint64).Load()
+		}
 	}
 	return sum
 }
 
+// snapshot returns every count by handler and event.
+func (c *Counters) snapshot() map[string]map[Event]uint64 {
+	all := map[string]map[Event]uint64{}
+	for k, n := range c.n.Range {
+		k := k.(eventKey)
+		if all[k.handler] == nil {
+			all[k.handler] = map[Event]uint64{}
+		}
+		all[k.handler][k.event] = n.(*atomic.Uint64).Load()
+	}
+	return all
+}
+
 // Handlers returns the names of the handlers that recorded anything, sorted.
 func (c *Counters) Handlers() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	names := make([]string, 0, len(c.n))
-	for name := range c.n {
+	all := c.snapshot()
+	names := make([]string, 0, len(all))
+	for name := range all {
 		names = append(names, name)
 	}
 	sort.Strings(names)

@@ -24,21 +24,67 @@ type unitKey struct{}
 // unit is the state of one message's transaction. The transaction begins
 // on first use, so a handler that never touches the database holds no
 // connection (an external call made before the first write does not keep
-// one busy).
+// one busy). It begins and ends on the driver's transaction directly, as
+// gorm's Begin and Commit do, and builds the gorm handle only when a
+// handler asks for it through Tx: the inbox and stale statements go
+// straight to the driver, so a message pays gorm's statement cloning only
+// for the handler's own writes.
 type unit struct {
 	db           *gorm.DB
+	ctx          context.Context
 	mu           sync.Mutex
-	tx           *gorm.DB
+	conn         gorm.ConnPool // the transaction, once begun
+	err          error         // a failed BEGIN
+	cancel       context.CancelFunc
+	tx           *gorm.DB // the gorm handle on conn for txCtx, built by handle
+	txCtx        context.Context
 	rollbackOnly bool
 }
 
-// begin returns the transaction, beginning it on first use. A failed BEGIN
-// is returned as a *gorm.DB whose Error is set, as gorm does.
-func (u *unit) begin() *gorm.DB {
+// begin begins the transaction on first use and returns it, or the error
+// of a BEGIN that failed. Call with mu held.
+func (u *unit) begin() (gorm.ConnPool, error) {
+	if u.conn != nil || u.err != nil {
+		return u.conn, u.err
+	}
+	ctx := u.ctx
+	if d := u.db.DefaultTransactionTimeout; d > 0 {
+		if _, ok := ctx.Deadline(); !ok {
+			ctx, u.cancel = context.WithTimeout(ctx, d)
+		}
+	}
+	switch beginner := u.db.Statement.ConnPool.(type) {
+	case gorm.TxBeginner:
+		u.conn, u.err = beginner.BeginTx(ctx, nil)
+	case gorm.ConnPoolBeginner:
+		u.conn, u.err = beginner.BeginTx(ctx, nil)
+	default:
+		u.err = gorm.ErrInvalidTransaction
+	}
+	if u.err != nil {
+		u.conn = nil
+	}
+	return u.conn, u.err
+}
+
+// handle returns the gorm handle on the transaction bound to ctx,
+// beginning the transaction on first use. A failed BEGIN is returned as a
+// *gorm.DB whose Error is set, as gorm's Begin does. The handle is a new
+// session (every statement on it builds its own), so the last one is kept
+// and returned again for the same ctx: a handler that calls Tx for every
+// write clones gorm's statement once.
+func (u *unit) handle(ctx context.Context) *gorm.DB {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if u.tx == nil {
-		u.tx = u.db.Begin()
+	if u.tx == nil || u.txCtx != ctx {
+		conn, err := u.begin()
+		tx := u.db.Session(&gorm.Session{Context: ctx, NewDB: true})
+		if err != nil {
+			_ = tx.AddError(err)
+		} else {
+			tx.Statement.ConnPool = conn
+		}
+		u.tx, u.txCtx = tx, ctx
 	}
 	return u.tx
 }
@@ -49,24 +95,31 @@ func (u *unit) begin() *gorm.DB {
 func (u *unit) end(commit bool) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	tx := u.tx
-	u.tx = nil
-	switch {
-	case tx == nil:
-		return nil
-	case tx.Error != nil:
-		if commit {
-			return fmt.Errorf("unitofwork: begin: %w", tx.Error)
-		}
-		return nil
-	case commit:
-		if err := tx.Commit().Error; err != nil {
-			return fmt.Errorf("unitofwork: commit: %w", err)
-		}
-		return nil
-	default:
-		return tx.Rollback().Error
+	conn, beginErr := u.conn, u.err
+	u.conn, u.err, u.tx, u.txCtx = nil, nil, nil, nil
+	if u.cancel != nil {
+		defer u.cancel()
 	}
+	switch {
+	case beginErr != nil:
+		if commit {
+			return fmt.Errorf("unitofwork: begin: %w", beginErr)
+		}
+		return nil
+	case conn == nil:
+		return nil
+	}
+	committer, ok := conn.(gorm.TxCommitter)
+	if !ok {
+		return gorm.ErrInvalidTransaction
+	}
+	if !commit {
+		return committer.Rollback()
+	}
+	if err := committer.Commit(); err != nil {
+		return fmt.Errorf("unitofwork: commit: %w", err)
+	}
+	return nil
 }
 
 // New returns a middleware that runs each message in one transaction.
@@ -88,7 +141,7 @@ func Run(db *gorm.DB, msg *message.Message, h message.HandlerFunc) (out []*messa
 	if Active(parent) {
 		return h(msg)
 	}
-	u := &unit{db: db.WithContext(parent)}
+	u := &unit{db: db, ctx: parent}
 	msg.SetContext(context.WithValue(parent, unitKey{}, u))
 	done := false
 	defer func() {
@@ -122,7 +175,7 @@ func Tx(ctx context.Context) *gorm.DB {
 	if !ok {
 		return nil
 	}
-	return u.begin().WithContext(ctx)
+	return u.handle(ctx)
 }
 
 // RollbackOnly marks the unit of work in ctx so that it rolls back even
@@ -154,11 +207,13 @@ func Exec(ctx context.Context, query string, args ...any) (int64, error) {
 	if !ok {
 		return 0, ErrNoUnit
 	}
-	tx := u.begin()
-	if tx.Error != nil {
-		return 0, fmt.Errorf("unitofwork: begin: %w", tx.Error)
+	u.mu.Lock()
+	conn, err := u.begin()
+	u.mu.Unlock()
+	if err != nil {
+		return 0, fmt.Errorf("unitofwork: begin: %w", err)
 	}
-	res, err := tx.Statement.ConnPool.ExecContext(ctx, query, args...)
+	res, err := conn.ExecContext(ctx, query, args...)
 	if err != nil {
 		return 0, err
 	}
