@@ -149,6 +149,7 @@ func Handle[T any](b *Bus, fn HandlerFunc[T], opts ...HandlerOption) error {
 		for i := range subscriptions {
 			routerName := fmt.Sprintf("%s@%s#%d", hc.name, topic, i)
 			b.router.AddConsumerHandler(routerName, topic, sub, func(msg *message.Message) error {
+				growStack()
 				_, err := delivery(msg)
 				return err
 			})
@@ -319,3 +320,23 @@ func ErrorAttempts(msg *message.Message) int {
 	n, _ := strconv.Atoi(msg.Metadata.Get(metadata.ErrorAttempts))
 	return n
 }
+
+// growStack grows the calling goroutine's stack in one step, while it is
+// still shallow. Watermill runs every message on a new goroutine, which
+// starts with a small stack; the database driver's depth then grows it by
+// doubling, each time copying the frames above. Growing it first costs one
+// copy of a few frames instead. (A CPU profile of the inbox benchmark put
+// the doubling at 9% of a message's handling.)
+//
+//go:noinline
+func growStack() {
+	var frame [stackAhead]byte
+	use(frame[:])
+}
+
+// stackAhead is the frame growStack asks for: the stack then reaches 16 KiB,
+// the largest size the runtime still takes from its per-P cache.
+const stackAhead = 10 << 10
+
+//go:noinline
+func use([]byte) {}
