@@ -46,6 +46,7 @@ func (b *Bus) scheduleCleanup() (*scheduler.Scheduler, error) {
 			msg, err := b.newMessage(ctx, MessageName[handlers.CleanupStore](), &handlers.CleanupStore{
 				Retention: b.cfg.InboxRetention,
 				BatchSize: b.cfg.Cleanup.BatchSize,
+				Pause:     b.cfg.Cleanup.Pause,
 			}, []SendOption{WithMessageID(scheduler.SlotID(s.Name, slot))})
 			if err != nil {
 				return err

@@ -167,6 +167,10 @@ type CleanupConfig struct {
 	Interval time.Duration
 	// BatchSize is the most rows one DELETE removes. Defaults to 5000.
 	BatchSize int
+	// Pause is the rest between two batches. Zero (the default) rests as
+	// long as the batch took, so a large backlog is purged at half speed
+	// and the handlers keep their latency; negative: no rest.
+	Pause time.Duration
 }
 
 var endpointName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$`)

@@ -28,6 +28,11 @@ type CleanupStore struct {
 	Retention time.Duration
 	// BatchSize is the most rows one DELETE removes. Defaults to 5000.
 	BatchSize int
+	// Pause is the rest between two batches, so that the handlers sharing
+	// the database keep their latency while a large backlog is purged.
+	// Zero (the default) rests as long as the batch took: the purge takes
+	// at most half of the time it could. Negative: no rest, full speed.
+	Pause time.Duration
 }
 
 // MessageName is the stable name of CleanupStore.
@@ -121,7 +126,7 @@ func (c *Cleanup) Purge(ctx context.Context, m CleanupStore) (CleanupResult, err
 	batch := cmp.Or(m.BatchSize, BatchSizeDefault)
 	counts := []*int64{&res.Inbox, &res.Watermarks}
 	for i, t := range targets {
-		if *counts[i], err = c.purge(ctx, t, batch, &res.Batches); err != nil {
+		if *counts[i], err = c.purge(ctx, t, batch, m.Pause, &res.Batches); err != nil {
 			return res, err
 		}
 	}
@@ -147,12 +152,13 @@ func (c *Cleanup) Pending(ctx context.Context, m CleanupStore) (CleanupResult, e
 }
 
 // purge deletes until a batch comes back short; each DELETE commits alone,
-// so locks are held for one batch only.
-func (c *Cleanup) purge(ctx context.Context, t target, batch int, batches *int) (int64, error) {
+// so locks are held for one batch only, and rests between batches (pause).
+func (c *Cleanup) purge(ctx context.Context, t target, batch int, pause time.Duration, batches *int) (int64, error) {
 	stmt := c.d.PurgeWhere(t.table, t.where)
 	args := append(append([]any{}, t.args...), batch)
 	var total int64
 	for {
+		start := time.Now()
 		r := c.cfg.DB.WithContext(ctx).Exec(stmt, args...)
 		if r.Error != nil {
 			return total, fmt.Errorf("handlers: purge %s: %w", t.table, r.Error)
@@ -164,6 +170,17 @@ func (c *Cleanup) purge(ctx context.Context, t target, batch int, batches *int) 
 		}
 		if r.RowsAffected < int64(batch) {
 			return total, nil
+		}
+		rest := pause
+		if rest == 0 {
+			rest = time.Since(start)
+		}
+		if rest > 0 {
+			select {
+			case <-time.After(rest):
+			case <-ctx.Done():
+				return total, fmt.Errorf("handlers: purge %s: %w", t.table, ctx.Err())
+			}
 		}
 	}
 }

@@ -85,3 +85,31 @@ func TestCleanupKeepsAClaimUntilItsLeaseRanOut(t *testing.T) {
 		})
 	}
 }
+
+func TestCleanupRestsBetweenBatches(t *testing.T) {
+	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	db := testenv.Databases[0].Open(t)
+	d, err := dialect.Of(db)
+	require.NoError(t, err)
+	for i := range 12 {
+		require.NoError(t, db.Exec(d.InboxInsert("postroom_inbox"), "c", "s", fmt.Sprint(i), "t", d.Time(now.Add(-300*time.Hour))).Error)
+	}
+	c, err := handlers.NewCleanup(handlers.CleanupConfig{DB: db, Now: func() time.Time { return now }, Logger: testenv.Logger(t)})
+	require.NoError(t, err)
+
+	// A rest longer than the test: the purge stops in the first one, when
+	// its context ends, with the first batch deleted and the rest kept.
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	res, err := c.Purge(ctx, handlers.CleanupStore{Retention: 240 * time.Hour, BatchSize: 5, Pause: time.Hour})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.EqualValues(t, 5, res.Inbox)
+	require.EqualValues(t, 7, count(t, db, "SELECT COUNT(*) FROM postroom_inbox"))
+
+	// Two full batches, so two rests of at least Pause before the short one.
+	start := time.Now()
+	res, err = c.Purge(context.Background(), handlers.CleanupStore{Retention: 240 * time.Hour, BatchSize: 3, Pause: 100 * time.Millisecond})
+	require.NoError(t, err)
+	require.EqualValues(t, 7, res.Inbox)
+	require.GreaterOrEqual(t, time.Since(start), 200*time.Millisecond)
+}

@@ -91,7 +91,10 @@ func printStats(out io.Writer, stats []consumerStats, asJSON bool) error {
 
 func newInboxPurge(opts *options) *cobra.Command {
 	var olderThan time.Duration
-	var batch int
+	var (
+		batch int
+		pause time.Duration
+	)
 	cmd := &cobra.Command{
 		Use:   "purge --older-than 240h",
 		Short: "Delete inbox keys and stale watermarks older than a duration, in batches",
@@ -116,7 +119,7 @@ redelivery horizon (the bus refuses a shorter retention).`,
 			if err != nil {
 				return err
 			}
-			m := handlers.CleanupStore{Retention: olderThan, BatchSize: batch}
+			m := handlers.CleanupStore{Retention: olderThan, BatchSize: batch, Pause: pause}
 			pending, err := c.Pending(cmd.Context(), m)
 			if err != nil {
 				return err
@@ -135,5 +138,6 @@ redelivery horizon (the bus refuses a shorter retention).`,
 	}
 	cmd.Flags().DurationVar(&olderThan, "older-than", 0, "delete rows older than this, e.g. 240h (required)")
 	cmd.Flags().IntVar(&batch, "batch", handlers.BatchSizeDefault, "rows per DELETE")
+	cmd.Flags().DurationVar(&pause, "pause", 0, "rest between batches; 0 rests as long as the batch took, -1ns runs at full speed")
 	return cmd
 }
