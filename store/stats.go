@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+
+	"github.com/postroom/postroom/internal/dialect"
 )
 
 // ExactCountBelow is the estimate under which Stats counts rows exactly;
@@ -23,9 +25,10 @@ type TableStats struct {
 	Oldest time.Time
 }
 
-// Stats describes the inbox and watermark tables. On PostgreSQL the oldest
-// row costs a scan of the inbox (its time index is BRIN): call it every
-// minute or so, not per message.
+// Stats describes the inbox and watermark tables. It reads indexes,
+// estimates and samples, not whole tables, except for the exact count of a
+// table under ExactCountBelow rows: call it every minute or so, not per
+// message.
 func Stats(ctx context.Context, db *gorm.DB, tables Tables) ([]TableStats, error) {
 	d, tables, err := prepare(db, tables)
 	if err != nil {
@@ -33,7 +36,10 @@ func Stats(ctx context.Context, db *gorm.DB, tables Tables) ([]TableStats, error
 	}
 	db = db.WithContext(ctx)
 	var out []TableStats
-	for _, t := range []struct{ name, column string }{{tables.Inbox, "received_at"}, {tables.Watermarks, "updated_at"}} {
+	for _, t := range []struct {
+		name, column string
+		brin         bool // the time index is BRIN on PostgreSQL (dialect's appendOnly)
+	}{{tables.Inbox, "received_at", true}, {tables.Watermarks, "updated_at", false}} {
 		s := TableStats{Table: t.name, Rows: -1}
 		if q, args := d.RowEstimate(t.name); q != "" {
 			if err := db.Raw(q, args...).Row().Scan(&s.Rows); err != nil {
@@ -45,14 +51,35 @@ func Stats(ctx context.Context, db *gorm.DB, tables Tables) ([]TableStats, error
 				return nil, fmt.Errorf("store: count %s: %w", t.name, err)
 			}
 		}
-		var oldest any
-		if err := db.Raw("SELECT MIN(" + t.column + ") FROM " + t.name).Row().Scan(&oldest); err != nil {
-			return nil, fmt.Errorf("store: oldest row of %s: %w", t.name, err)
-		}
-		if s.Oldest, err = d.ParseTime(oldest); err != nil {
+		if s.Oldest, err = oldest(db, d, t.name, t.column, s.Rows, t.brin); err != nil {
 			return nil, err
 		}
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// oldest returns the oldest time of column in table, zero when it is
+// empty. A large table with a BRIN index on column (the inbox on
+// PostgreSQL) is sampled first, so that MIN reads the oldest block ranges
+// only: a full scan of a 10-million-row inbox every minute is what the
+// gauges must not cost.
+func oldest(db *gorm.DB, d dialect.Dialect, table, column string, rows int64, brin bool) (time.Time, error) {
+	var v any
+	if q := d.OldestSample(table, column, rows); brin && rows >= ExactCountBelow && q != "" {
+		if err := db.Raw(q).Row().Scan(&v); err != nil {
+			return time.Time{}, fmt.Errorf("store: sample the oldest row of %s: %w", table, err)
+		}
+		if v != nil {
+			if err := db.Raw(dialect.OldestBelow(table, column), v).Row().Scan(&v); err != nil {
+				return time.Time{}, fmt.Errorf("store: oldest row of %s: %w", table, err)
+			}
+			return d.ParseTime(v)
+		}
+		// The sample caught no row: scan it all.
+	}
+	if err := db.Raw("SELECT MIN(" + column + ") FROM " + table).Row().Scan(&v); err != nil {
+		return time.Time{}, fmt.Errorf("store: oldest row of %s: %w", table, err)
+	}
+	return d.ParseTime(v)
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -93,4 +94,24 @@ func TestPasswordsNeverShow(t *testing.T) {
 	require.NotContains(t, err.Error(), "s3cret")
 	_, err = store.Open("")
 	require.ErrorIs(t, err, store.ErrBadDSN)
+}
+
+func TestStatsFindsTheOldestRowOfALargeInboxWithoutScanningIt(t *testing.T) {
+	db := testenv.Postgres(t)
+	base := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
+	// 300,000 keys in time order, then the oldest one last, so it sits in
+	// the table's last page, where a sample of the table rarely looks.
+	require.NoError(t, db.Exec(`INSERT INTO postroom_inbox (consumer, source, message_id, message_type, received_at)
+		SELECT 'c', '', 'm' || g, 't', ?::timestamptz + g * interval '1 second' FROM generate_series(1, 300000) g`, base).Error)
+	oldest := base.Add(-24 * time.Hour)
+	require.NoError(t, db.Exec(`INSERT INTO postroom_inbox (consumer, source, message_id, message_type, received_at)
+		VALUES ('c', '', 'oldest', 't', ?)`, oldest).Error)
+	require.NoError(t, db.Exec("VACUUM ANALYZE postroom_inbox").Error) // what autovacuum does: summarise the BRIN ranges, estimate the rows
+
+	stats, err := store.Stats(context.Background(), db, store.Tables{})
+	require.NoError(t, err)
+	inbox := stats[0]
+	require.Equal(t, "postroom_inbox", inbox.Table)
+	require.GreaterOrEqual(t, inbox.Rows, int64(store.ExactCountBelow), "the estimate path, where the sample is used")
+	require.True(t, oldest.Equal(inbox.Oldest), "oldest %s, got %s", oldest, inbox.Oldest)
 }

@@ -107,7 +107,7 @@ func inboxLatencies(ctx context.Context, db *gorm.DB, n int64) ([]time.Duration,
 		}
 	}
 	// A bus per run: its table gauges are off, because their start-up
-	// query (once a minute in a running service) would land in every run
+	// queries (once a minute in a running service) would land in every run
 	// and, on an inbox full of just-deleted rows, stall the handlers of
 	// that run (p99 ~10 ms on 2026-12-03, whatever the purge's pace).
 	b, err := bus.New(bus.Config{
