@@ -8,6 +8,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/middleware/unitofwork"
@@ -47,4 +48,40 @@ func TestTransactionBeginsAtFirstUse(t *testing.T) {
 	require.NoError(t, db.WithContext(ctx).Raw("SELECT COUNT(*) FROM effects").Scan(&n).Error)
 	require.EqualValues(t, 1, n)
 	require.False(t, unitofwork.Active(msg.Context()), "the message's context is given back")
+}
+
+// TestUnitOfWorkKeepsGormsTransactionSettings: the unit of work begins and
+// commits on the driver's transaction itself, so it must do what gorm's
+// Begin does with the pool gorm holds: prepared statements
+// (Session{PrepareStmt}) and DefaultTransactionTimeout.
+func TestUnitOfWorkKeepsGormsTransactionSettings(t *testing.T) {
+	base := testenv.Postgres(t)
+	require.NoError(t, base.Exec("CREATE TABLE effects (id VARCHAR(20) NOT NULL)").Error)
+	count := func() (n int64) {
+		require.NoError(t, base.Raw("SELECT COUNT(*) FROM effects").Scan(&n).Error)
+		return n
+	}
+	run := func(db *gorm.DB, id string, between func()) error {
+		msg := message.NewMessage(id, nil)
+		_, err := unitofwork.Run(db, msg, func(msg *message.Message) ([]*message.Message, error) {
+			if _, err := unitofwork.Exec(msg.Context(), "INSERT INTO effects (id) VALUES ($1)", id+"-raw"); err != nil {
+				return nil, err
+			}
+			between() // the transaction has begun
+			return nil, unitofwork.Tx(msg.Context()).Exec("INSERT INTO effects (id) VALUES (?)", id).Error
+		})
+		return err
+	}
+
+	prepared := base.Session(&gorm.Session{PrepareStmt: true})
+	require.NoError(t, run(prepared, "p-1", func() {}))
+	require.EqualValues(t, 2, count(), "both writes committed through gorm's prepared-statement pool")
+
+	timed := base.Session(&gorm.Session{})
+	timed.Config.DefaultTransactionTimeout = 50 * time.Millisecond
+	err := run(timed, "t-1", func() { time.Sleep(200 * time.Millisecond) })
+	require.Error(t, err, "the transaction outlived DefaultTransactionTimeout")
+	require.EqualValues(t, 2, count(), "nothing of the timed-out unit was kept")
+	require.NoError(t, run(timed, "t-2", func() {}))
+	require.EqualValues(t, 4, count())
 }
