@@ -24,7 +24,7 @@ const (
 	InboxRetentionDefault     = 10 * 24 * time.Hour
 	RedeliveryWindowDefault   = time.Hour
 	CleanupIntervalDefault    = 12 * time.Hour
-	CleanupBatchSizeDefault   = 5000
+	CleanupBatchSizeDefault   = 1000
 	MaxPayloadBytesDefault    = 1 << 20
 	GaugeIntervalDefault      = 5 * time.Second
 	TableGaugeIntervalDefault = time.Minute
@@ -165,7 +165,7 @@ type CleanupConfig struct {
 	Disabled bool
 	// Interval is how often it runs, on one instance per slot. Defaults to 12 hours.
 	Interval time.Duration
-	// BatchSize is the most rows one DELETE removes. Defaults to 5000.
+	// BatchSize is the most rows one DELETE removes. Defaults to 1000.
 	BatchSize int
 	// Pause is the rest between two batches. Zero (the default) rests as
 	// long as the batch took, so a large backlog is purged at half speed

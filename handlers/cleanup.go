@@ -16,7 +16,7 @@ import (
 // Defaults of CleanupStore.
 const (
 	RetentionDefault = 10 * 24 * time.Hour
-	BatchSizeDefault = 5000
+	BatchSizeDefault = 1000
 )
 
 // CleanupStore asks for the inbox and watermark rows older than a cut-off
@@ -26,7 +26,7 @@ type CleanupStore struct {
 	Before time.Time
 	// Retention is how long rows are kept when Before is zero. Defaults to 10 days.
 	Retention time.Duration
-	// BatchSize is the most rows one DELETE removes. Defaults to 5000.
+	// BatchSize is the most rows one DELETE removes. Defaults to 1000.
 	BatchSize int
 	// Pause is the rest between two batches, so that the handlers sharing
 	// the database keep their latency while a large backlog is purged.

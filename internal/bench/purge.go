@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,7 +28,9 @@ type PurgeResult struct {
 }
 
 // runPurge fills the inbox with rows expired rows, measures the p99 of
-// inbox handlers without a purge, then again while CleanupStore purges.
+// inbox handlers without a purge, then again while CleanupStore purges, on
+// one running bus, as in a service: base and during differ by the purge
+// alone.
 func runPurge(ctx context.Context, db *gorm.DB, rows, messages int64, out io.Writer) (PurgeResult, error) {
 	if err := db.Exec(truncateAll).Error; err != nil {
 		return PurgeResult{}, err
@@ -39,9 +42,21 @@ func runPurge(ctx context.Context, db *gorm.DB, rows, messages int64, out io.Wri
 	if err := db.Exec("ANALYZE postroom_inbox").Error; err != nil {
 		return PurgeResult{}, err
 	}
-	base, err := inboxLatencies(ctx, db, messages)
+	lb, err := startLatencyBus(ctx, db)
 	if err != nil {
 		return PurgeResult{}, err
+	}
+	defer lb.close()
+	// Base and during are sent in the same chunks, so that both see the
+	// same share of a chunk's start.
+	chunk := max(messages/8, 100)
+	var base []time.Duration
+	for range 8 {
+		lat, err := lb.measure(ctx, chunk)
+		if err != nil {
+			return PurgeResult{}, err
+		}
+		base = append(base, lat...)
 	}
 	cleanup, err := handlers.NewCleanup(handlers.CleanupConfig{DB: db, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -62,11 +77,11 @@ func runPurge(ctx context.Context, db *gorm.DB, rows, messages int64, out io.Wri
 	}()
 	<-purging
 	time.Sleep(100 * time.Millisecond)
-	// Handler load in small runs for as long as the purge lasts: every run
-	// starts while the purge is still deleting.
+	// Handler load in chunks for as long as the purge lasts: every chunk is
+	// sent while the purge is still deleting.
 	var during []time.Duration
 	for running := true; running; {
-		lat, err := inboxLatencies(ctx, db, max(messages/8, 100))
+		lat, err := lb.measure(ctx, chunk)
 		if err != nil {
 			return PurgeResult{}, err
 		}
@@ -85,31 +100,49 @@ func runPurge(ctx context.Context, db *gorm.DB, rows, messages int64, out io.Wri
 		Rows: purged.Inbox, RowsPerSecond: float64(purged.Inbox) / took.Seconds(),
 		BaseP99: p99(base), DuringP99: p99(during), DuringMessages: len(during),
 	}
-	fmt.Fprintf(out, "purge: %d expired rows in %s (%.0f rows/s, batches of %d, resting as long as each batch took); inbox handler p99 %s without, %s during (%d messages handled while it ran)\n",
+	fmt.Fprintf(out, "purge: %d expired rows in %s (%.0f rows/s, batches of %d, resting as long as each took); inbox handler p99 %s without, %s during (%d messages handled while it ran)\n",
 		r.Rows, took.Round(time.Millisecond), r.RowsPerSecond, handlers.BatchSizeDefault, r.BaseP99.Round(time.Microsecond), r.DuringP99.Round(time.Microsecond), r.DuringMessages)
 	return r, nil
 }
 
 // inboxLatencies runs n messages through an inbox handler at concurrency 8
-// and returns the time each delivery took, from the router's hand-off to the
-// ack decision.
+// on a bus of their own and returns the time each delivery took.
 func inboxLatencies(ctx context.Context, db *gorm.DB, n int64) ([]time.Duration, error) {
-	var mu sync.Mutex
-	var lat []time.Duration
+	lb, err := startLatencyBus(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	defer lb.close()
+	return lb.measure(ctx, n)
+}
+
+// latencyBus is a running bus with an inbox handler at concurrency 8 that
+// records the time each delivery took, from the router's hand-off to the
+// ack decision.
+type latencyBus struct {
+	b    *bus.Bus
+	stop context.CancelFunc
+	mu   sync.Mutex
+	lat  []time.Duration
+	sent int64
+}
+
+func startLatencyBus(ctx context.Context, db *gorm.DB) (*latencyBus, error) {
+	lb := &latencyBus{}
 	timing := func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
 			start := time.Now()
 			out, err := h(msg)
-			mu.Lock()
-			lat = append(lat, time.Since(start))
-			mu.Unlock()
+			lb.mu.Lock()
+			lb.lat = append(lb.lat, time.Since(start))
+			lb.mu.Unlock()
 			return out, err
 		}
 	}
-	// A bus per run: its table gauges are off, because their start-up
-	// queries (once a minute in a running service) would land in every run
-	// and, on an inbox full of just-deleted rows, stall the handlers of
-	// that run (p99 ~10 ms on 2026-12-03, whatever the purge's pace).
+	// The table gauges are off: their queries run once a minute in a
+	// service, and here would land at a random point of a measurement of
+	// a few seconds (at the bus's start, over an inbox full of just-deleted
+	// rows, they stalled every handler for ~10 ms on 2026-12-03).
 	b, err := bus.New(bus.Config{
 		Endpoint: "bench", Transport: gochannel.New(gochannel.Config{}), DB: db,
 		Concurrency: 8, Logger: slog.New(slog.DiscardHandler), Cleanup: bus.CleanupConfig{Disabled: true},
@@ -118,22 +151,54 @@ func inboxLatencies(ctx context.Context, db *gorm.DB, n int64) ([]time.Duration,
 	if err != nil {
 		return nil, err
 	}
-	defer b.Close()
 	err = bus.Handle(b, func(ctx context.Context, w *Work) error {
 		return bus.Tx(ctx).Exec(insertBusinessGorm, bus.MessageID(ctx), w.I).Error
 	}, bus.WithInbox())
 	if err != nil {
+		b.Close()
 		return nil, err
 	}
-	stop, err := runAndSend(ctx, b, n)
-	defer stop()
+	lb.b = b
+	lb.stop, err = runAndSend(ctx, b, 0)
 	if err != nil {
+		lb.close()
 		return nil, err
 	}
-	for b.Counters().Total(metrics.Handled) < uint64(n) {
+	return lb, nil
+}
+
+// measure sends n messages, waits until they are handled and returns the
+// time each took.
+func (lb *latencyBus) measure(ctx context.Context, n int64) ([]time.Duration, error) {
+	lb.mu.Lock()
+	from := len(lb.lat)
+	lb.mu.Unlock()
+	for i := range n {
+		if err := bus.Send(ctx, lb.b, &Work{I: lb.sent + i}); err != nil {
+			return nil, err
+		}
+	}
+	lb.sent += n
+	// Handled is counted inside the timing middleware: wait for both.
+	for {
+		if lb.b.Counters().Total(metrics.Failed) > 0 {
+			return nil, errors.New("a benchmark message failed")
+		}
+		lb.mu.Lock()
+		if lb.b.Counters().Total(metrics.Handled) >= uint64(lb.sent) && int64(len(lb.lat)-from) >= n {
+			defer lb.mu.Unlock()
+			return slices.Clone(lb.lat[from:]), nil
+		}
+		lb.mu.Unlock()
 		time.Sleep(time.Millisecond)
 	}
-	return lat, nil
+}
+
+func (lb *latencyBus) close() {
+	if lb.stop != nil {
+		lb.stop()
+	}
+	lb.b.Close()
 }
 
 func p99(ds []time.Duration) time.Duration {
