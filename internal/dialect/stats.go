@@ -30,7 +30,7 @@ func (d Dialect) RowEstimate(table string) (string, []any) {
 // only the block ranges that hold anything older, instead of the whole
 // table.
 func (d Dialect) OldestSample(table, column string, estimatedRows int64) string {
-	if d != Postgres || table == "" || estimatedRows <= 0 {
+	if d != Postgres || estimatedRows <= 0 {
 		return ""
 	}
 	const sampleRows = 20_000

@@ -95,10 +95,10 @@ func (u *unit) handle(ctx context.Context) *gorm.DB {
 func (u *unit) end(commit bool) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	conn, beginErr := u.conn, u.err
-	u.conn, u.err, u.tx, u.txCtx = nil, nil, nil, nil
-	if u.cancel != nil {
-		defer u.cancel()
+	conn, beginErr, cancel := u.conn, u.err, u.cancel
+	u.conn, u.err, u.cancel, u.tx, u.txCtx = nil, nil, nil, nil, nil
+	if cancel != nil {
+		defer cancel()
 	}
 	switch {
 	case beginErr != nil:
