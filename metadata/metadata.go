@@ -41,3 +41,9 @@ const (
 // Replayed is set on a message replayed from the error topic: when it had
 // been moved there, RFC 3339.
 const Replayed = "postroom-replayed"
+
+// TransportError is set by a transport on a message it received but could
+// not read in full (a header it cannot convert, no message ID): the bus
+// moves such a message to the error topic with this reason instead of
+// handling it. A transport never nacks such a message in a loop.
+const TransportError = "postroom-transport-error"

@@ -3,6 +3,7 @@ package transport
 import (
 	"errors"
 	"io"
+	"log/slog"
 	"sync"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -46,4 +47,25 @@ func (cs *Closers) Close() error {
 	}
 	cs.list = nil
 	return errors.Join(errs...)
+}
+
+// ErrNoRoute is wrapped by PublishMandatory's error when no queue takes the
+// message (a command to an endpoint that never started, or a typo in its
+// name).
+var ErrNoRoute = errors.New("transport: no queue takes the message")
+
+// Mandatory is implemented by a transport that can tell when a published
+// message reaches no queue. The bus sends commands through it, so a
+// command to a missing endpoint fails at Send instead of being dropped.
+type Mandatory interface {
+	// PublishMandatory publishes like Publisher().Publish, but fails with
+	// an error wrapping ErrNoRoute when a message reached no queue.
+	PublishMandatory(topic string, msgs ...*message.Message) error
+}
+
+// LoggerSetter is implemented by a transport that logs; the bus hands it
+// its Config.Logger in New, so connects, reconnects, nacks and moved
+// messages show in the application's log.
+type LoggerSetter interface {
+	SetLogger(*slog.Logger)
 }
