@@ -39,6 +39,8 @@ type Bus struct {
 	handlers     map[string]bool
 	running      bool
 	needsCleanup bool
+	consumers    []consumerKeys
+	cleanup      *scheduler.Scheduler // built by the first Run that needs it
 	metricsAddr  string
 }
 
@@ -59,6 +61,9 @@ func New(cfg Config) (*Bus, error) {
 	if cfg.Transport == nil {
 		cfg.Transport = gochannel.New(gochannel.Config{})
 	}
+	if ls, ok := cfg.Transport.(transport.LoggerSetter); ok {
+		ls.SetLogger(cfg.Logger)
+	}
 	wmLog := watermillLogger(cfg.Logger)
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 30 * time.Second}, wmLog)
 	if err != nil {
@@ -77,12 +82,19 @@ func New(cfg Config) (*Bus, error) {
 		if cfg.DB == nil {
 			return nil, errors.New("bus: Config.Outbox needs Config.DB (PostgreSQL or MySQL)")
 		}
-		if b.outbox, err = outbox.New(outbox.Config{DB: cfg.DB, Destination: cfg.Transport.Publisher(), Logger: wmLog}); err != nil {
+		b.outbox, err = outbox.New(outbox.Config{DB: cfg.DB, Destination: cfg.Transport.Publisher(), Logger: wmLog, ErrorTopic: cfg.ErrorTopic,
+			OnMovedAside: func(string, *message.Message, error) { cfg.Recorder.Record(outboxRelay, metrics.Failed) }})
+		if err != nil {
 			return nil, fmt.Errorf("bus: %w", err)
 		}
+		b.needsCleanup = true // relayed outbox rows are purged with the inbox
 	}
 	return b, nil
 }
+
+// outboxRelay names the outbox relay in the counters: its Failed count is
+// the messages it moved to the error topic.
+const outboxRelay = "postroom.outbox-relay"
 
 // Endpoint returns the endpoint's name.
 func (b *Bus) Endpoint() string { return b.cfg.Endpoint }
@@ -107,10 +119,28 @@ func (b *Bus) Run(ctx context.Context) error {
 		b.mu.Unlock()
 		return errors.New("bus: Run called twice")
 	}
+	// Marked under the same lock as the check: a second Run, or a Handle,
+	// racing this one sees it. A Run that fails before the router starts
+	// clears it, so it can be called again.
+	b.running = true
 	cleanup := b.needsCleanup && !b.cfg.Cleanup.Disabled
+	consumers := b.consumers
 	b.mu.Unlock()
+	started := false
+	defer func() {
+		if !started {
+			b.mu.Lock()
+			b.running = false
+			b.mu.Unlock()
+		}
+	}()
 	if err := b.declareErrorQueue(); err != nil {
 		return err
+	}
+	for _, c := range consumers {
+		if err := store.AdoptLegacyKeys(ctx, b.cfg.DB, store.Tables{}, c.name, c.legacyInbox, c.watermarks); err != nil {
+			return fmt.Errorf("bus: %w (has `postroom migrate` run?)", err)
+		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -144,9 +174,7 @@ func (b *Bus) Run(ctx context.Context) error {
 		}
 		background = append(background, serve)
 	}
-	b.mu.Lock()
-	b.running = true
-	b.mu.Unlock()
+	started = true
 	done := make(chan error, len(background))
 	for _, run := range background {
 		go func() { done <- run() }()

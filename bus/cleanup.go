@@ -8,6 +8,7 @@ import (
 
 	"github.com/postroom/postroom/handlers"
 	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/outbox"
 	"github.com/postroom/postroom/scheduler"
 	"github.com/postroom/postroom/store"
 )
@@ -16,7 +17,21 @@ import (
 // scheduler that sends CleanupStore to this endpoint every interval, on one
 // instance per slot. The slot's message ID is deterministic.
 func (b *Bus) scheduleCleanup() (*scheduler.Scheduler, error) {
-	cleanup, err := handlers.NewCleanup(handlers.CleanupConfig{DB: b.cfg.DB, Logger: b.cfg.Logger, Now: b.cfg.Now})
+	// Only Run calls it, and one Run at a time.
+	if b.cleanup != nil { // a Run before this one failed after building it
+		return b.cleanup, nil
+	}
+	sched, err := b.newCleanup()
+	b.cleanup = sched
+	return sched, err
+}
+
+func (b *Bus) newCleanup() (*scheduler.Scheduler, error) {
+	ccfg := handlers.CleanupConfig{DB: b.cfg.DB, Logger: b.cfg.Logger, Now: b.cfg.Now}
+	if b.outbox != nil {
+		ccfg.OutboxTopic = outbox.TopicDefault
+	}
+	cleanup, err := handlers.NewCleanup(ccfg)
 	if err != nil {
 		return nil, err
 	}
@@ -25,9 +40,10 @@ func (b *Bus) scheduleCleanup() (*scheduler.Scheduler, error) {
 		res, err := cleanup.Purge(ctx, *m)
 		b.add(metrics.CleanupDeleted(tables.Inbox), float64(res.Inbox))
 		b.add(metrics.CleanupDeleted(tables.Watermarks), float64(res.Watermarks))
+		b.add(metrics.CleanupDeleted(outbox.TopicDefault), float64(res.Outbox))
 		return err
 	}
-	if err := Handle(b, purge); err != nil {
+	if err := handle(b, purge, true); err != nil {
 		return nil, err
 	}
 	return scheduler.New(scheduler.Config{

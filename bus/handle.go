@@ -115,12 +115,18 @@ type HandlerFunc[T any] func(ctx context.Context, m *T) error
 // Handle registers fn for messages of type T: commands sent to this
 // endpoint and events published by anyone. Call it before Run.
 func Handle[T any](b *Bus, fn HandlerFunc[T], opts ...HandlerOption) error {
+	return handle(b, fn, false, opts...)
+}
+
+// handle registers fn; byRun is true for the bus's own handlers, which Run
+// registers before it starts the router.
+func handle[T any](b *Bus, fn HandlerFunc[T], byRun bool, opts ...HandlerOption) error {
 	name := MessageName[T]()
 	hc := handlerConfig{name: name, concurrency: b.cfg.Concurrency}
 	for _, o := range opts {
 		o(&hc)
 	}
-	if err := b.reserve(hc.name); err != nil {
+	if err := b.reserve(hc.name, byRun); err != nil {
 		return err
 	}
 	h, err := b.chain(hc, typed(b, fn))
@@ -137,6 +143,13 @@ func Handle[T any](b *Bus, fn HandlerFunc[T], opts ...HandlerOption) error {
 		subscriptions = max(hc.concurrency, 1)
 	}
 	for _, topic := range []string{commandTopic(b.cfg.Endpoint, name), eventTopic(name)} {
+		// The handler's queue exists from now on: a message sent before
+		// Run waits in it instead of being dropped.
+		if init, ok := sub.(message.SubscribeInitializer); ok {
+			if err := init.SubscribeInitialize(topic); err != nil {
+				return fmt.Errorf("bus: handler %s: declare its queue for %s: %w", hc.name, topic, err)
+			}
+		}
 		var delivery message.HandlerFunc = func(msg *message.Message) ([]*message.Message, error) {
 			return nil, b.deliver(hc.name, topic, msg, h)
 		}
@@ -158,14 +171,35 @@ func Handle[T any](b *Bus, fn HandlerFunc[T], opts ...HandlerOption) error {
 	return nil
 }
 
+// consumer names a handler in its inbox keys and watermarks: the endpoint
+// and the handler, so that two handlers of one message type, or one handler
+// in two endpoints sharing a database, each handle every message once.
+// Endpoint names have no '/', so the two parts never run together.
+func (b *Bus) consumer(handler string) string { return b.cfg.Endpoint + "/" + handler }
+
+// consumerKeys is what Run carries over from before consumers named their
+// endpoint (see store.AdoptLegacyKeys).
+type consumerKeys struct {
+	name        string
+	legacyInbox string // the handler's name alone, when it uses the inbox
+	watermarks  bool
+}
+
+func legacyIf(inbox bool, name string) string {
+	if inbox {
+		return name
+	}
+	return ""
+}
+
 // group is the subscriber group of a handler: one queue per handler.
 func (b *Bus) group(handler string) string { return topicOf(b.cfg.Endpoint + "." + handler) }
 
-func (b *Bus) reserve(name string) error {
+func (b *Bus) reserve(name string, byRun bool) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch {
-	case b.running:
+	case b.running && !byRun:
 		return fmt.Errorf("bus: handler %s registered after Run: register every handler first", name)
 	case b.handlers[name]:
 		return fmt.Errorf("bus: two handlers named %s: give one a distinct name with bus.Named", name)
@@ -184,20 +218,27 @@ func (b *Bus) chain(hc handlerConfig, h message.HandlerFunc) (message.HandlerFun
 		return nil, fmt.Errorf("bus: handler %s uses a transaction, the inbox or the stale check: set Config.DB", hc.name)
 	}
 	rec := namedRecorder{hc.name, b.cfg.Recorder}
+	consumer := b.consumer(hc.name)
+	if hc.inbox || hc.stale {
+		if len(consumer) > inbox.MaxKeyLength {
+			return nil, fmt.Errorf("bus: handler %s: its consumer %q is longer than %d bytes: give it a shorter name with bus.Named", hc.name, consumer, inbox.MaxKeyLength)
+		}
+		b.mu.Lock()
+		b.needsCleanup = true
+		b.consumers = append(b.consumers, consumerKeys{name: consumer, legacyInbox: legacyIf(hc.inbox, hc.name), watermarks: hc.stale})
+		b.mu.Unlock()
+	}
 	if hc.stale {
-		mw, err := stale.New(stale.Config{DB: b.cfg.DB, Version: hc.version, Recorder: rec, Logger: b.cfg.Logger, Now: b.cfg.Now})
+		mw, err := stale.New(stale.Config{DB: b.cfg.DB, Consumer: consumer, Version: hc.version, Recorder: rec, Logger: b.cfg.Logger, Now: b.cfg.Now})
 		if err != nil {
 			return nil, err
 		}
 		h = mw(h)
 	}
-	b.mu.Lock()
-	b.needsCleanup = true
-	b.mu.Unlock()
 	if !hc.inbox {
 		return b.inUnitOfWork(h)
 	}
-	icfg := inbox.Config{DB: b.cfg.DB, Consumer: hc.name, Key: hc.inboxKey, Recorder: rec, Logger: b.cfg.Logger, Now: b.cfg.Now,
+	icfg := inbox.Config{DB: b.cfg.DB, Consumer: consumer, Key: hc.inboxKey, Recorder: rec, Logger: b.cfg.Logger, Now: b.cfg.Now,
 		Checksum: hc.checksum, StorePayload: hc.payload}
 	horizon := b.cfg.Retry.Horizon() + b.cfg.RedeliveryWindow
 	if hc.external != nil {
@@ -282,8 +323,10 @@ type incoming struct {
 }
 
 type outgoing struct {
-	topic string
-	msg   *message.Message
+	topic   string
+	msg     *message.Message
+	command bool   // sent with Send: it must reach a queue
+	to      string // the endpoint of a command
 }
 
 func (in *incoming) correlationID() string {

@@ -15,7 +15,14 @@ import (
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/middleware/tracing"
+	"github.com/postroom/postroom/transport"
 )
+
+// sendFailed names, as the failed handler in the error topic's metadata, a
+// command sent after a handler's commit that no queue took.
+type sendFailed struct{}
+
+func (sendFailed) MessageName() string { return "postroom.send" }
 
 // ErrPanic wraps a handler's panic.
 var ErrPanic = errors.New("bus: handler panicked")
@@ -26,6 +33,9 @@ var ErrPanic = errors.New("bus: handler panicked")
 // nothing is lost.
 func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.HandlerFunc) error {
 	b.cfg.Recorder.Record(handler, metrics.Received)
+	if err := checkReceived(msg); err != nil {
+		return b.moveToErrorTopic(handler, topic, msg, 0, err)
+	}
 	policy := b.cfg.Retry
 	var err error
 	attempts := 0
@@ -79,14 +89,30 @@ func (b *Bus) attempt(msg *message.Message, h message.HandlerFunc) (ran bool, er
 	return in.ran, nil
 }
 
+// checkReceived refuses what the transport could not read in full (it says
+// why in metadata) and a message without an ID: no attempt can handle them.
+func checkReceived(msg *message.Message) error {
+	if reason := msg.Metadata.Get(metadata.TransportError); reason != "" {
+		return &unrecoverableError{fmt.Errorf("bus: the transport could not read the message: %s", reason)}
+	}
+	if msg.UUID == "" {
+		return &unrecoverableError{errors.New("bus: message ID is empty: a producer must set one (Watermill UUID; on RabbitMQ the message_id property)")}
+	}
+	return nil
+}
+
 // publishCommitted publishes a message whose handler has committed. Running
 // the handler again would not send it (the inbox skips the duplicate), so
 // it keeps trying until the bus closes; only the outbox closes that window.
+// A command no queue takes goes to the error topic, with the reason.
 func (b *Bus) publishCommitted(ctx context.Context, out outgoing) error {
 	for n := 1; ; n++ {
-		err := b.cfg.Transport.Publisher().Publish(out.topic, out.msg)
+		err := b.publish(out)
 		if err == nil {
 			return nil
+		}
+		if errors.Is(err, transport.ErrNoRoute) {
+			return b.moveToErrorTopic(MessageName[sendFailed](), out.topic, out.msg, n, err)
 		}
 		b.cfg.Logger.Warn("bus: dispatch after commit failed, retrying", "topic", out.topic, "message_id", out.msg.UUID, "error", err)
 		select {

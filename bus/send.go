@@ -2,14 +2,19 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 
 	"github.com/postroom/postroom/metadata"
+	"github.com/postroom/postroom/middleware/inbox"
 	"github.com/postroom/postroom/middleware/unitofwork"
+	"github.com/postroom/postroom/transport"
 )
 
 // SendOption sets something on an outgoing message.
@@ -59,7 +64,7 @@ func Send[T any](ctx context.Context, b *Bus, cmd *T, opts ...SendOption) error 
 		dest = b.cfg.Endpoint
 	}
 	delete(msg.Metadata, destinationKey)
-	return b.dispatch(ctx, commandTopic(dest, MessageName[T]()), msg)
+	return b.dispatch(ctx, outgoing{topic: commandTopic(dest, MessageName[T]()), msg: msg, command: true, to: dest})
 }
 
 // Publish publishes an event to every endpoint that handles it. Inside a
@@ -69,7 +74,7 @@ func Publish[T any](ctx context.Context, b *Bus, event *T, opts ...SendOption) e
 	if err != nil {
 		return err
 	}
-	return b.dispatch(ctx, eventTopic(MessageName[T]()), msg)
+	return b.dispatch(ctx, outgoing{topic: eventTopic(MessageName[T]()), msg: msg})
 }
 
 func (b *Bus) newMessage(ctx context.Context, name string, payload any, opts []SendOption) (*message.Message, error) {
@@ -99,21 +104,60 @@ func (b *Bus) newMessage(ctx context.Context, name string, payload any, opts []S
 	for _, o := range opts {
 		o(msg)
 	}
+	if err := checkID(msg.UUID); err != nil {
+		return nil, fmt.Errorf("bus: %s: %w", name, err)
+	}
 	return msg, nil
 }
 
-// dispatch publishes msg. In a handler it goes through the outbox in the
+// ErrBadMessageID is wrapped by Send and Publish for an ID no transport or
+// inbox could carry.
+var ErrBadMessageID = errors.New("bad message ID")
+
+// checkID refuses an ID that some transport or store would not carry byte
+// for byte: every ID the bus accepts travels on every transport, through
+// the outbox, and fits the inbox.
+func checkID(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: empty", ErrBadMessageID)
+	case len(id) > inbox.MaxKeyLength:
+		return fmt.Errorf("%w: %d bytes, longer than the %d every transport and the inbox carry", ErrBadMessageID, len(id), inbox.MaxKeyLength)
+	case !utf8.ValidString(id) || strings.IndexByte(id, 0) >= 0:
+		return fmt.Errorf("%w %q: not valid UTF-8, or contains a NUL byte", ErrBadMessageID, id)
+	}
+	return nil
+}
+
+// dispatch publishes out. In a handler it goes through the outbox in the
 // handler's transaction when there is one, else it waits for the commit.
-func (b *Bus) dispatch(ctx context.Context, topic string, msg *message.Message) error {
+func (b *Bus) dispatch(ctx context.Context, out outgoing) error {
 	if in := incomingFrom(ctx); in != nil {
 		if b.outbox != nil && unitofwork.Active(ctx) {
-			return b.outbox.Publish(ctx, unitofwork.Tx(ctx), topic, msg)
+			return b.outbox.Publish(ctx, unitofwork.Tx(ctx), out.topic, out.msg)
 		}
-		in.outgoing = append(in.outgoing, outgoing{topic, msg})
+		in.outgoing = append(in.outgoing, out)
 		return nil
 	}
-	if err := b.cfg.Transport.Publisher().Publish(topic, msg); err != nil {
-		return fmt.Errorf("bus: publish to %s: %w", topic, err)
+	return b.publish(out)
+}
+
+// publish publishes out now. A command goes through the transport's
+// mandatory publish where it has one: sent to an endpoint with no queue,
+// it fails instead of being dropped by the broker.
+func (b *Bus) publish(out outgoing) error {
+	var err error
+	if m, ok := b.cfg.Transport.(transport.Mandatory); ok && out.command {
+		err = m.PublishMandatory(out.topic, out.msg)
+	} else {
+		err = b.cfg.Transport.Publisher().Publish(out.topic, out.msg)
+	}
+	switch {
+	case errors.Is(err, transport.ErrNoRoute):
+		return fmt.Errorf("bus: send %s to endpoint %q: no queue takes it (has the endpoint started? is its name right?): %w",
+			out.msg.Metadata.Get(metadata.MessageType), out.to, err)
+	case err != nil:
+		return fmt.Errorf("bus: publish to %s: %w", out.topic, err)
 	}
 	return nil
 }

@@ -20,7 +20,7 @@ const (
 )
 
 // CleanupStore asks for the inbox and watermark rows older than a cut-off
-// to be deleted.
+// to be deleted, and the outbox rows relayed before it.
 type CleanupStore struct {
 	// Before is the cut-off; when zero, now minus Retention.
 	Before time.Time
@@ -43,7 +43,9 @@ type CleanupResult struct {
 	Cutoff     time.Time
 	Inbox      int64
 	Watermarks int64
-	Batches    int
+	// Outbox counts the relayed outbox rows deleted (with OutboxTopic).
+	Outbox  int64
+	Batches int
 }
 
 // CleanupConfig configures the CleanupStore handler.
@@ -52,6 +54,9 @@ type CleanupConfig struct {
 	DB *gorm.DB
 	// Tables names them. Defaults to the default names.
 	Tables dialect.Tables
+	// OutboxTopic is the outbox's topic, whose relayed rows cleanup deletes
+	// too (PostgreSQL, MySQL). Defaults to "": no outbox.
+	OutboxTopic string
 	// Logger logs each cleanup's result. Defaults to slog.Default().
 	Logger *slog.Logger
 	// Now is the clock. Defaults to time.Now.
@@ -74,6 +79,11 @@ func NewCleanup(cfg CleanupConfig) (*Cleanup, error) {
 	}
 	if err := cfg.Tables.Validate(); err != nil {
 		return nil, fmt.Errorf("handlers: %w", err)
+	}
+	if cfg.OutboxTopic != "" {
+		if err := dialect.ValidateIdentifier(cfg.OutboxTopic); err != nil {
+			return nil, fmt.Errorf("handlers: CleanupConfig.OutboxTopic: %w", err)
+		}
 	}
 	cfg.Tables = cfg.Tables.WithDefaults()
 	if cfg.Logger == nil {
@@ -110,10 +120,21 @@ func (c *Cleanup) targets(m CleanupStore) ([]target, time.Time, error) {
 	if cutoff.IsZero() {
 		cutoff = c.cfg.Now().Add(-cmp.Or(m.Retention, RetentionDefault))
 	}
-	return []target{
+	targets := []target{
 		{c.cfg.Tables.Inbox, dialect.InboxExpired, []any{c.d.Time(cutoff), c.d.Time(c.cfg.Now())}},
 		{c.cfg.Tables.Watermarks, "updated_at < ?", []any{c.d.Time(cutoff)}},
-	}, cutoff, nil
+	}
+	if c.cfg.OutboxTopic != "" {
+		// The outbox's created_at is the database's clock: the cut-off
+		// goes as an age in seconds.
+		table, where := c.d.OutboxPurgeWhere(c.cfg.OutboxTopic)
+		if table == "" {
+			return nil, time.Time{}, fmt.Errorf("handlers: CleanupConfig.OutboxTopic: %s has no outbox", c.d)
+		}
+		age := int64(c.cfg.Now().Sub(cutoff) / time.Second)
+		targets = append(targets, target{table, where, []any{age}})
+	}
+	return targets, cutoff, nil
 }
 
 // Purge deletes the rows m asks for, batch by batch, and reports them.
@@ -124,14 +145,14 @@ func (c *Cleanup) Purge(ctx context.Context, m CleanupStore) (CleanupResult, err
 	}
 	res := CleanupResult{Cutoff: cutoff}
 	batch := cmp.Or(m.BatchSize, BatchSizeDefault)
-	counts := []*int64{&res.Inbox, &res.Watermarks}
+	counts := []*int64{&res.Inbox, &res.Watermarks, &res.Outbox}
 	for i, t := range targets {
 		if *counts[i], err = c.purge(ctx, t, batch, m.Pause, &res.Batches); err != nil {
 			return res, err
 		}
 	}
 	c.cfg.Logger.InfoContext(ctx, "cleanup: purged", "cutoff", res.Cutoff, "inbox_rows", res.Inbox,
-		"watermark_rows", res.Watermarks, "batches", res.Batches)
+		"watermark_rows", res.Watermarks, "outbox_rows", res.Outbox, "batches", res.Batches)
 	return res, nil
 }
 
@@ -142,7 +163,7 @@ func (c *Cleanup) Pending(ctx context.Context, m CleanupStore) (CleanupResult, e
 		return CleanupResult{}, err
 	}
 	res := CleanupResult{Cutoff: cutoff}
-	counts := []*int64{&res.Inbox, &res.Watermarks}
+	counts := []*int64{&res.Inbox, &res.Watermarks, &res.Outbox}
 	for i, t := range targets {
 		if err := c.cfg.DB.WithContext(ctx).Raw("SELECT COUNT(*) FROM "+t.table+" WHERE "+t.where, t.args...).Row().Scan(counts[i]); err != nil {
 			return res, fmt.Errorf("handlers: count %s: %w", t.table, err)

@@ -36,7 +36,7 @@ func TestCleanupDeletesExactlyTheOldRowsInBatches(t *testing.T) {
 					at = cutoff.Add(time.Duration(i-23) * time.Microsecond)
 				}
 				require.NoError(t, db.Exec(d.InboxInsert("postroom_inbox"), "c", "s", fmt.Sprint(i), "t", d.Time(at)).Error)
-				require.NoError(t, db.Exec(d.WatermarkUpsert("postroom_stale_watermarks"), "t", fmt.Sprint(i), 1, "m", d.Time(at)).Error)
+				require.NoError(t, db.Exec(d.WatermarkUpsert("postroom_stale_watermarks"), "c", "t", fmt.Sprint(i), 1, "m", d.Time(at)).Error)
 			}
 			c, err := handlers.NewCleanup(handlers.CleanupConfig{DB: db, Now: func() time.Time { return now }, Logger: testenv.Logger(t)})
 			require.NoError(t, err)

@@ -7,9 +7,11 @@ import (
 	"time"
 
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+
+	"github.com/postroom/postroom/internal/dialect"
 )
 
-const relayGroup = "postroom_relay"
+const relayGroup = dialect.OutboxRelayGroup
 
 // Backlog is what the relay has not published yet.
 type Backlog struct {
@@ -22,13 +24,15 @@ type Backlog struct {
 // Backlog reports the relay's backlog, for a gauge or an alert.
 func (o *Outbox) Backlog(ctx context.Context) (Backlog, error) {
 	var query string
-	switch s := o.schema.(type) {
-	case wsql.DefaultPostgreSQLSchema:
+	switch o.d {
+	case dialect.Postgres:
+		s := wsql.DefaultPostgreSQLSchema{}
 		offsets := wsql.DefaultPostgreSQLOffsetsAdapter{}.MessagesOffsetsTable(o.cfg.Topic)
 		query = `SELECT COUNT(*), COALESCE(EXTRACT(EPOCH FROM (LOCALTIMESTAMP - MIN(m.created_at))), 0)
 			FROM ` + s.MessagesTable(o.cfg.Topic) + ` m LEFT JOIN ` + offsets + ` o ON o.consumer_group = $1
 			WHERE o.consumer_group IS NULL OR (m.transaction_id, m."offset") > (o.last_processed_transaction_id, o.offset_acked)`
-	case wsql.DefaultMySQLSchema:
+	case dialect.MySQL:
+		s := wsql.DefaultMySQLSchema{}
 		offsets := wsql.DefaultMySQLOffsetsAdapter{}.MessagesOffsetsTable(o.cfg.Topic)
 		query = "SELECT COUNT(*), COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(m.created_at), CURRENT_TIMESTAMP) / 1000000, 0)" +
 			" FROM " + s.MessagesTable(o.cfg.Topic) + " m LEFT JOIN " + offsets + " o ON o.consumer_group = ?" +

@@ -19,8 +19,10 @@ import (
 
 // Defaults of Config.
 const (
-	TopicDefault        = "postroom_outbox"
-	PollIntervalDefault = 100 * time.Millisecond
+	TopicDefault            = dialect.OutboxTopicDefault
+	PollIntervalDefault     = 100 * time.Millisecond
+	ErrorTopicDefault       = "error"
+	MaxRelayAttemptsDefault = 5
 )
 
 // ErrNoTransaction is returned by Publish when tx is not a transaction.
@@ -36,6 +38,19 @@ type Config struct {
 	Topic string
 	// PollInterval is how often the relay looks for new messages when idle. Defaults to 100ms.
 	PollInterval time.Duration
+	// ErrorTopic receives a message the destination refused MaxRelayAttempts
+	// times in a row while it accepted others, with the reason in its
+	// metadata, so that one poison message does not stop the relay.
+	// Defaults to "error".
+	ErrorTopic string
+	// MaxRelayAttempts is how often the relay tries one message before it
+	// moves it to ErrorTopic. A message is moved only when ErrorTopic takes
+	// it: while the broker refuses everything (an outage), the relay keeps
+	// trying. Defaults to 5.
+	MaxRelayAttempts int
+	// OnMovedAside is called for each message moved to ErrorTopic (for a
+	// metric). Defaults to nil.
+	OnMovedAside func(topic string, msg *message.Message, reason error)
 	// Logger is Watermill's logger. Defaults to watermill.NopLogger.
 	Logger watermill.LoggerAdapter
 }
@@ -43,15 +58,19 @@ type Config struct {
 // Outbox writes messages through transactions and relays them.
 type Outbox struct {
 	cfg       Config
+	d         dialect.Dialect
 	schema    wsql.SchemaAdapter
 	forwarder *forwarder.Forwarder
 	sub       *wsql.Subscriber
 }
 
-// New validates cfg, creates the outbox tables if needed and prepares the relay.
+// New validates cfg and prepares the relay. It does no I/O: Run creates
+// the outbox tables if `postroom migrate` has not.
 func New(cfg Config) (*Outbox, error) {
 	cfg.Topic = cmp.Or(cfg.Topic, TopicDefault)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, PollIntervalDefault)
+	cfg.ErrorTopic = cmp.Or(cfg.ErrorTopic, ErrorTopicDefault)
+	cfg.MaxRelayAttempts = cmp.Or(cfg.MaxRelayAttempts, MaxRelayAttemptsDefault)
 	if cfg.Logger == nil {
 		cfg.Logger = watermill.NopLogger{}
 	}
@@ -61,26 +80,24 @@ func New(cfg Config) (*Outbox, error) {
 	if err := dialect.ValidateIdentifier(cfg.Topic); err != nil {
 		return nil, fmt.Errorf("outbox: Config.Topic: %w", err)
 	}
+	if cfg.MaxRelayAttempts < 1 {
+		return nil, fmt.Errorf("outbox: Config.MaxRelayAttempts %d: must be at least 1", cfg.MaxRelayAttempts)
+	}
 	d, err := dialect.Of(cfg.DB)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: %w", err)
 	}
-	o := &Outbox{cfg: cfg}
-	var offsets wsql.OffsetsAdapter
-	switch d {
-	case dialect.Postgres:
-		o.schema, offsets = wsql.DefaultPostgreSQLSchema{GeneratePayloadType: bytea}, wsql.DefaultPostgreSQLOffsetsAdapter{}
-	case dialect.MySQL:
-		o.schema, offsets = wsql.DefaultMySQLSchema{GeneratePayloadType: blob}, wsql.DefaultMySQLOffsetsAdapter{}
-	default:
-		return nil, fmt.Errorf("outbox: needs PostgreSQL or MySQL, not %s: on SQLite the bus sends after commit (docs/guarantees.md)", d)
+	schema, offsets, err := d.MessageSchema(0)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: on SQLite the bus sends after commit (docs/guarantees.md): %w", err)
 	}
+	o := &Outbox{cfg: cfg, d: d, schema: schema}
 	sqlDB, err := cfg.DB.DB()
 	if err != nil {
 		return nil, fmt.Errorf("outbox: %w", err)
 	}
 	o.sub, err = wsql.NewSubscriber(wsql.BeginnerFromStdSQL(sqlDB), wsql.SubscriberConfig{
-		ConsumerGroup:  relayGroup,
+		ConsumerGroup:  dialect.OutboxRelayGroup,
 		PollInterval:   cfg.PollInterval,
 		ResendInterval: cfg.PollInterval,
 		SchemaAdapter:  o.schema,
@@ -89,24 +106,18 @@ func New(cfg Config) (*Outbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outbox: relay subscriber: %w", err)
 	}
-	// Publishing in a transaction cannot create tables: create them now.
-	if err := o.sub.SubscribeInitialize(cfg.Topic); err != nil {
-		return nil, fmt.Errorf("outbox: create the outbox tables: %w", err)
-	}
-	o.forwarder, err = forwarder.NewForwarder(o.sub, cfg.Destination, cfg.Logger, forwarder.Config{ForwarderTopic: cfg.Topic})
+	dest := &relayPublisher{cfg: cfg, attempts: map[string]int{}}
+	o.forwarder, err = forwarder.NewForwarder(o.sub, dest, cfg.Logger, forwarder.Config{ForwarderTopic: cfg.Topic})
 	if err != nil {
 		return nil, fmt.Errorf("outbox: relay: %w", err)
 	}
 	return o, nil
 }
 
-func bytea(string) string { return "BYTEA" }
-func blob(string) string  { return "LONGBLOB" }
-
 // Publish writes msgs for topic into the outbox through tx. They reach the
 // broker after tx commits, and never if it rolls back.
 func (o *Outbox) Publish(ctx context.Context, tx *gorm.DB, topic string, msgs ...*message.Message) error {
-	sqlTx, ok := tx.Statement.ConnPool.(*sql.Tx)
+	sqlTx, ok := sqlTxOf(tx.Statement.ConnPool)
 	if !ok {
 		return ErrNoTransaction
 	}
@@ -123,8 +134,31 @@ func (o *Outbox) Publish(ctx context.Context, tx *gorm.DB, topic string, msgs ..
 	return nil
 }
 
-// Run relays committed messages until ctx is done or Close is called.
-func (o *Outbox) Run(ctx context.Context) error { return o.forwarder.Run(ctx) }
+// sqlTxOf finds the database/sql transaction under a gorm connection pool:
+// the transaction itself, or gorm's prepared-statement wrapper of it
+// (Session{PrepareStmt: true}).
+func sqlTxOf(pool gorm.ConnPool) (*sql.Tx, bool) {
+	switch p := pool.(type) {
+	case *sql.Tx:
+		return p, true
+	case *gorm.PreparedStmtTX:
+		tx, ok := p.Tx.(*sql.Tx)
+		return tx, ok
+	}
+	return nil, false
+}
+
+// Run relays committed messages until ctx is done or Close is called. It
+// first creates the outbox tables if they are missing (`postroom migrate`
+// creates them, and then the bus needs no DDL rights).
+func (o *Outbox) Run(ctx context.Context) error {
+	if err := o.cfg.DB.WithContext(ctx).Exec(o.d.OutboxTablesExist(o.cfg.Topic)).Error; err != nil {
+		if err := o.sub.SubscribeInitialize(o.cfg.Topic); err != nil {
+			return fmt.Errorf("outbox: create the outbox tables (or run `postroom migrate`): %w", err)
+		}
+	}
+	return o.forwarder.Run(ctx)
+}
 
 // Running is closed once the relay runs.
 func (o *Outbox) Running() chan struct{} { return o.forwarder.Running() }

@@ -53,7 +53,7 @@ var rawOps = map[Kind]rawOp{
 		if _, err := tx.Exec(ctx, insertInbox, "bench", "", id, "bench.Work", time.Now().UTC()); err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, upsertWatermark, "bench.Work", fmt.Sprint(i%entities), time.Now().UnixNano()+i, id, time.Now().UTC())
+		tag, err := tx.Exec(ctx, upsertWatermark, "bench/raw", "bench.Work", fmt.Sprint(i%entities), time.Now().UnixNano()+i, id, time.Now().UTC())
 		if err != nil || tag.RowsAffected() != 1 {
 			return fmt.Errorf("watermark upsert: %v", err)
 		}

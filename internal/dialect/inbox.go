@@ -11,9 +11,13 @@ func (d Dialect) InboxInsert(table string) string {
 // WatermarkUpsert returns the conditional upsert of a stale-update
 // watermark. It affects at least one row when the incoming version is newer
 // than the stored one (ties broken by message ID) and none otherwise.
-// Arguments: message_type, entity_id, version_at, message_id, updated_at.
+// A watermark belongs to one consumer, like an inbox key: two handlers of
+// one message type each keep their own. Equal versions are ordered by
+// message ID, compared as bytes on every store (the greater wins), so every
+// order of arrival converges on the same row.
+// Arguments: consumer, message_type, entity_id, version_at, message_id, updated_at.
 func (d Dialect) WatermarkUpsert(table string) string {
-	insert := "INSERT INTO " + table + " (message_type, entity_id, version_at, message_id, updated_at) VALUES (?, ?, ?, ?, ?)"
+	insert := "INSERT INTO " + table + " (consumer, message_type, entity_id, version_at, message_id, updated_at) VALUES (?, ?, ?, ?, ?, ?)"
 	if d == MySQL {
 		// Assignments run left to right and later ones see earlier results,
 		// so the condition is evaluated on the stored row by updated_at and
@@ -24,7 +28,7 @@ func (d Dialect) WatermarkUpsert(table string) string {
 			" message_id = IF(" + newer + ", VALUES(message_id), message_id)," +
 			" version_at = IF(version_at < VALUES(version_at), VALUES(version_at), version_at)"
 	}
-	return insert + " ON CONFLICT (message_type, entity_id) DO UPDATE SET" +
+	return insert + " ON CONFLICT (consumer, message_type, entity_id) DO UPDATE SET" +
 		" version_at = excluded.version_at, message_id = excluded.message_id, updated_at = excluded.updated_at" +
 		" WHERE " + table + ".version_at < excluded.version_at" +
 		" OR (" + table + ".version_at = excluded.version_at AND " + table + ".message_id < excluded.message_id)"

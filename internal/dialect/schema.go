@@ -3,6 +3,7 @@ package dialect
 import (
 	"cmp"
 	"errors"
+	"strconv"
 	"strings"
 )
 
@@ -56,10 +57,7 @@ type Migration struct {
 
 // indexName derives an index name from a possibly schema-qualified table.
 func indexName(table, suffix string) string {
-	if i := strings.LastIndexByte(table, '.'); i >= 0 {
-		table = table[i+1:]
-	}
-	return table + "_" + suffix
+	return unqualified(table) + "_" + suffix
 }
 
 // MigrationsTable returns the statement that creates the migrations table.
@@ -108,7 +106,62 @@ func (d Dialect) Migrations(t Tables) []Migration {
 			"payload "+d.blob()+" NULL",
 			"duplicates INTEGER NOT NULL DEFAULT 0",
 		)},
+		{Version: 5, Name: "watermarks per consumer; key columns compare bytes exactly", Statements: d.exactKeys(t)},
+		{Version: 6, Name: "outbox tables", Statements: d.OutboxTables(OutboxTopicDefault)},
 	}
+}
+
+// exactKeys gives every watermark a consumer (its primary key becomes
+// consumer, message_type, entity_id; rows from before belong to consumer
+// ”, which the bus copies to each of its consumers at start) and makes
+// every key column compare bytes exactly: MySQL's default collation ignores
+// case and trailing spaces, so its key columns become VARBINARY; on
+// PostgreSQL they take the "C" collation, so that the stale tie-break
+// orders message IDs by bytes as MySQL and SQLite do; SQLite compares
+// bytes already.
+func (d Dialect) exactKeys(t Tables) []string {
+	wm := t.Watermarks
+	switch d {
+	case Postgres:
+		key := func(n int) string { return "VARCHAR(" + strconv.Itoa(n) + ") COLLATE \"C\"" }
+		return []string{
+			"ALTER TABLE " + wm + " ADD COLUMN IF NOT EXISTS consumer " + key(200) + " NOT NULL DEFAULT ''",
+			"ALTER TABLE " + wm + " DROP CONSTRAINT IF EXISTS " + indexName(wm, "pkey"),
+			"ALTER TABLE " + wm + " ADD PRIMARY KEY (consumer, message_type, entity_id)",
+			"ALTER TABLE " + wm + " ALTER COLUMN message_type TYPE " + key(255) + ", ALTER COLUMN entity_id TYPE " + key(200) + ", ALTER COLUMN message_id TYPE " + key(200),
+			"ALTER TABLE " + t.Inbox + " ALTER COLUMN consumer TYPE " + key(200) + ", ALTER COLUMN source TYPE " + key(200) + ", ALTER COLUMN message_id TYPE " + key(200),
+			"ALTER TABLE " + t.Schedules + " ALTER COLUMN name TYPE " + key(200),
+		}
+	case MySQL:
+		// One ALTER per table, each atomic: a rerun after a cut-short step
+		// meets "duplicate column" on the first only if it had committed.
+		return []string{
+			"ALTER TABLE " + wm + " ADD COLUMN consumer VARBINARY(200) NOT NULL DEFAULT '' FIRST," +
+				" MODIFY message_type VARBINARY(255) NOT NULL, MODIFY entity_id VARBINARY(200) NOT NULL, MODIFY message_id VARBINARY(200) NOT NULL," +
+				" DROP PRIMARY KEY, ADD PRIMARY KEY (consumer, message_type, entity_id)",
+			"ALTER TABLE " + t.Inbox + " MODIFY consumer VARBINARY(200) NOT NULL, MODIFY source VARBINARY(200) NOT NULL, MODIFY message_id VARBINARY(200) NOT NULL",
+			"ALTER TABLE " + t.Schedules + " MODIFY name VARBINARY(200) NOT NULL",
+		}
+	default:
+		// SQLite cannot change a primary key: the table is rebuilt.
+		next := wm + "_v5"
+		return []string{
+			"CREATE TABLE " + next + " (consumer VARCHAR(200) NOT NULL DEFAULT '', message_type VARCHAR(255) NOT NULL, entity_id VARCHAR(200) NOT NULL," +
+				" version_at BIGINT NOT NULL, message_id VARCHAR(200) NOT NULL, updated_at " + d.timestamp() + " NOT NULL, PRIMARY KEY (consumer, message_type, entity_id))",
+			"INSERT INTO " + next + " (consumer, message_type, entity_id, version_at, message_id, updated_at) SELECT '', message_type, entity_id, version_at, message_id, updated_at FROM " + wm,
+			"DROP TABLE " + wm,
+			"ALTER TABLE " + next + " RENAME TO " + unqualified(wm),
+			"CREATE INDEX IF NOT EXISTS " + indexName(wm, "updated_at") + " ON " + wm + " (updated_at)",
+		}
+	}
+}
+
+// unqualified is a table's name without its schema.
+func unqualified(table string) string {
+	if i := strings.LastIndexByte(table, '.'); i >= 0 {
+		return table[i+1:]
+	}
+	return table
 }
 
 func (d Dialect) blob() string {

@@ -3,6 +3,7 @@ package inbox
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -78,6 +79,9 @@ func checkPart(name, v string, required bool) error {
 		return &KeyError{Reason: fmt.Sprintf("%s is %d bytes, longer than %d", name, len(v), MaxKeyLength)}
 	case !utf8.ValidString(v):
 		return &KeyError{Reason: name + " is not valid UTF-8"}
+	case strings.IndexByte(v, 0) >= 0:
+		// PostgreSQL refuses a NUL in text; refused on every store alike.
+		return &KeyError{Reason: name + " contains a NUL byte"}
 	}
 	return nil
 }

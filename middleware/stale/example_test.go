@@ -23,7 +23,7 @@ func ExampleNew() {
 	defer store.Close(db)
 	_, _ = store.Migrate(context.Background(), db, store.Tables{})
 
-	mw, _ := stale.New(stale.Config{DB: db})
+	mw, _ := stale.New(stale.Config{DB: db, Consumer: "addresses"})
 	handler := mw(func(msg *message.Message) ([]*message.Message, error) {
 		fmt.Println("applied", string(msg.Payload))
 		return nil, nil

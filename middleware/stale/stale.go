@@ -28,6 +28,11 @@ type Config struct {
 	DB *gorm.DB
 	// Table is the watermark table. Defaults to "postroom_stale_watermarks".
 	Table string
+	// Consumer owns the watermarks: two handlers of one message type, or
+	// one handler in two endpoints on one database, each keep their own.
+	// Defaults to the Watermill handler name of the message (the bus passes
+	// "endpoint/handler").
+	Consumer string
 	// MessageType names the kind of update; watermarks are kept per message
 	// type and entity. Defaults to the metadata "postroom-message-type".
 	MessageType string
@@ -102,15 +107,18 @@ func New(cfg Config) (message.HandlerMiddleware, error) {
 			if err := v.validate(messageType, msg.UUID, now, cfg.MaxSkew); err != nil {
 				return nil, err
 			}
-			rows, err := unitofwork.Exec(ctx, upsert, messageType, v.EntityID, v.At.UnixNano(), msg.UUID, d.Time(now))
+			consumer := cmp.Or(cfg.Consumer, message.HandlerNameFromCtx(ctx))
+			if consumer == "" || len(consumer) > 200 {
+				return nil, &VersionError{Reason: "consumer must have 1 to 200 bytes: set Config.Consumer or run under a Watermill router"}
+			}
+			rows, err := unitofwork.Exec(ctx, upsert, consumer, messageType, v.EntityID, v.At.UnixNano(), msg.UUID, d.Time(now))
 			if err != nil {
 				return nil, fmt.Errorf("stale: upsert watermark: %w", err)
 			}
 			if rows == 0 {
 				unitofwork.RollbackOnly(ctx)
-				handler := message.HandlerNameFromCtx(ctx)
-				cfg.Recorder.Record(handler, metrics.Stale)
-				cfg.Logger.DebugContext(ctx, "stale: older update skipped", "handler", handler,
+				cfg.Recorder.Record(consumer, metrics.Stale)
+				cfg.Logger.DebugContext(ctx, "stale: older update skipped", "consumer", consumer,
 					"message_type", messageType, "entity_id", v.EntityID, "version", v.At, "message_id", msg.UUID)
 				return nil, nil
 			}

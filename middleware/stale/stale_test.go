@@ -72,7 +72,7 @@ func applyUpdate(violation func(string)) message.HandlerFunc {
 }
 
 func newStale(t require.TestingT, db *gorm.DB, rec metrics.Recorder) message.HandlerMiddleware {
-	mw, err := stale.New(stale.Config{DB: db, Recorder: rec, Now: func() time.Time { return base.Add(time.Hour) }})
+	mw, err := stale.New(stale.Config{DB: db, Consumer: "addresses", Recorder: rec, Now: func() time.Time { return base.Add(time.Hour) }})
 	require.NoError(t, err)
 	return mw
 }

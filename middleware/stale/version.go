@@ -3,6 +3,7 @@ package stale
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -68,8 +69,8 @@ func (v Version) validate(messageType, messageID string, now time.Time, maxSkew 
 	switch {
 	case v.EntityID == "":
 		return &VersionError{Reason: "entity ID is missing: send with bus.WithVersion or set Config.Version"}
-	case len(v.EntityID) > MaxEntityIDLength || !utf8.ValidString(v.EntityID):
-		return &VersionError{Reason: fmt.Sprintf("entity ID must be valid UTF-8 of at most %d bytes", MaxEntityIDLength)}
+	case len(v.EntityID) > MaxEntityIDLength || !validText(v.EntityID):
+		return &VersionError{Reason: fmt.Sprintf("entity ID must be valid UTF-8 without NUL bytes, of at most %d bytes", MaxEntityIDLength)}
 	case v.At.IsZero():
 		return &VersionError{Reason: "version is missing: send with bus.WithVersion or set Config.Version"}
 	case v.At.Year() < 1678 || v.At.Year() > 2261:
@@ -79,8 +80,14 @@ func (v Version) validate(messageType, messageID string, now time.Time, maxSkew 
 			v.At.Format(time.RFC3339Nano), maxSkew, now.UTC().Format(time.RFC3339Nano))}
 	case messageType == "":
 		return &VersionError{Reason: "message type is missing: set metadata postroom-message-type or Config.MessageType"}
-	case messageID == "" || len(messageID) > 200:
-		return &VersionError{Reason: "message ID must be set and at most 200 bytes (it breaks ties between equal versions)"}
+	case len(messageType) > 255 || !validText(messageType):
+		return &VersionError{Reason: "message type must be valid UTF-8 without NUL bytes, of at most 255 bytes"}
+	case messageID == "" || len(messageID) > 200 || !validText(messageID):
+		return &VersionError{Reason: "message ID must be set, valid UTF-8 without NUL bytes, and at most 200 bytes (it breaks ties between equal versions)"}
 	}
 	return nil
 }
+
+// validText is what every store keeps byte for byte: valid UTF-8 without
+// NUL (PostgreSQL refuses NUL in text).
+func validText(s string) bool { return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 }

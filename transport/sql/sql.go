@@ -54,17 +54,12 @@ func New(cfg Config) (*Transport, error) {
 		return nil, fmt.Errorf("sql: %w", err)
 	}
 	t := &Transport{cfg: cfg}
-	switch d {
-	case dialect.Postgres:
-		// Binary payloads: the marshaler is pluggable, and a malformed
-		// message must still reach the handler, and so the error topic.
-		t.schema = wsql.DefaultPostgreSQLSchema{GeneratePayloadType: binary("BYTEA"), SubscribeBatchSize: 1}
-		t.offsets = wsql.DefaultPostgreSQLOffsetsAdapter{}
-	case dialect.MySQL:
-		t.schema = wsql.DefaultMySQLSchema{GeneratePayloadType: binary("LONGBLOB"), SubscribeBatchSize: 1}
-		t.offsets = wsql.DefaultMySQLOffsetsAdapter{}
-	default:
-		return nil, fmt.Errorf("sql: the SQL transport needs PostgreSQL or MySQL, not %s: use the gochannel transport with SQLite", d)
+	// Binary payloads (the marshaler is pluggable, and a malformed message
+	// must still reach the handler, and so the error topic); batches of
+	// one, since the offsets adapter acks a whole fetched batch; an ID
+	// column wide enough for every ID the bus accepts.
+	if t.schema, t.offsets, err = d.MessageSchema(1); err != nil {
+		return nil, fmt.Errorf("sql: the SQL transport needs PostgreSQL or MySQL: use the gochannel transport with SQLite: %w", err)
 	}
 	sqlDB, err := cfg.DB.DB()
 	if err != nil {
@@ -104,8 +99,4 @@ func (t *Transport) Competing() bool { return true }
 // Close closes the publisher and every subscriber.
 func (t *Transport) Close() error {
 	return errors.Join(t.publisher.Close(), t.opened.Close())
-}
-
-func binary(columnType string) func(string) string {
-	return func(string) string { return columnType }
 }

@@ -1,0 +1,164 @@
+package dialect
+
+import (
+	"fmt"
+	"strings"
+
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+)
+
+// OutboxTopicDefault is the watermill-sql topic of the outbox; its tables
+// are "watermill_postroom_outbox" and "watermill_offsets_postroom_outbox".
+const OutboxTopicDefault = "postroom_outbox"
+
+// OutboxRelayGroup is the consumer group of the outbox relay.
+const OutboxRelayGroup = "postroom_relay"
+
+// MessageIDColumnLength is the width of the message ID column of
+// watermill-sql's message tables as postroom creates them. watermill-sql's
+// own is VARCHAR(36), a UUID: a longer ID (a scheduler slot, an EDI control
+// number with its sender) would fail with "value too long" on every
+// attempt. Every ID the bus accepts (at most 200 bytes) fits.
+const MessageIDColumnLength = 255
+
+// MessageSchema returns watermill-sql's schema and offsets adapters for a
+// message table on this dialect: binary payloads (the marshaler is
+// pluggable, and a malformed payload must still reach the handler and so
+// the error topic), a message ID column of MessageIDColumnLength, and
+// batch messages a query (1 when a crash must not lose a fetched batch's
+// acks).
+func (d Dialect) MessageSchema(batch int) (wsql.SchemaAdapter, wsql.OffsetsAdapter, error) {
+	switch d {
+	case Postgres:
+		return wideSchema{wsql.DefaultPostgreSQLSchema{GeneratePayloadType: columnType("BYTEA"), SubscribeBatchSize: batch}, d},
+			wsql.DefaultPostgreSQLOffsetsAdapter{}, nil
+	case MySQL:
+		return wideSchema{wsql.DefaultMySQLSchema{GeneratePayloadType: columnType("LONGBLOB"), SubscribeBatchSize: batch}, d},
+			wsql.DefaultMySQLOffsetsAdapter{}, nil
+	default:
+		return nil, nil, fmt.Errorf("%w: watermill-sql has no %s adapter (use PostgreSQL or MySQL/MariaDB)", ErrUnsupported, d)
+	}
+}
+
+func columnType(t string) func(string) string { return func(string) string { return t } }
+
+// wideSchema is a watermill-sql schema adapter whose message tables take
+// IDs of MessageIDColumnLength bytes, and which widens the column of a
+// table created before.
+type wideSchema struct {
+	wsql.SchemaAdapter
+	d Dialect
+}
+
+// RequiresTransaction forwards to the wrapped adapter (PostgreSQL creates
+// its tables in a transaction under an advisory lock).
+func (s wideSchema) RequiresTransaction() bool {
+	rt, ok := s.SchemaAdapter.(wsql.RequiresTransaction)
+	return ok && rt.RequiresTransaction()
+}
+
+// SchemaInitializingQueries creates the table with the wide ID column and
+// widens it where an older table has the narrow one.
+func (s wideSchema) SchemaInitializingQueries(params wsql.SchemaInitializingQueriesParams) ([]wsql.Query, error) {
+	qs, err := s.SchemaAdapter.SchemaInitializingQueries(params)
+	if err != nil {
+		return nil, err
+	}
+	wide := fmt.Sprintf("VARCHAR(%d)", MessageIDColumnLength)
+	for i := range qs {
+		qs[i].Query = strings.Replace(qs[i].Query, "VARCHAR(36)", wide, 1)
+	}
+	table := s.messagesTable(params.Topic)
+	return append(qs, wsql.Query{Query: s.d.widenID(table)}), nil
+}
+
+func (s wideSchema) messagesTable(topic string) string {
+	switch a := s.SchemaAdapter.(type) {
+	case wsql.DefaultPostgreSQLSchema:
+		return a.MessagesTable(topic)
+	case wsql.DefaultMySQLSchema:
+		return a.MessagesTable(topic)
+	}
+	return ""
+}
+
+// widenID widens the ID column of a quoted message table if it is
+// narrower than MessageIDColumnLength (a table created by watermill-sql
+// itself, or by an older postroom).
+func (d Dialect) widenID(quotedTable string) string {
+	if d == Postgres {
+		name := strings.Trim(quotedTable, `"`)
+		return fmt.Sprintf(`DO $body$ BEGIN IF EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()`+
+			` AND table_name = '%s' AND column_name = 'uuid' AND character_maximum_length < %d)`+
+			` THEN ALTER TABLE %s ALTER COLUMN "uuid" TYPE VARCHAR(%d); END IF; END $body$`,
+			name, MessageIDColumnLength, quotedTable, MessageIDColumnLength)
+	}
+	return fmt.Sprintf("ALTER TABLE %s MODIFY `uuid` VARCHAR(%d) NOT NULL", quotedTable, MessageIDColumnLength)
+}
+
+// OutboxTables returns the statements that create the outbox's tables for
+// topic (the messages and the relay's offsets), as watermill-sql would
+// but with the wide ID column: `postroom migrate` applies them, so a bus
+// with an outbox needs no DDL rights at run time.
+func (d Dialect) OutboxTables(topic string) []string {
+	schema, offsets, err := d.MessageSchema(1)
+	if err != nil {
+		return nil // SQLite has no outbox
+	}
+	qs, _ := schema.SchemaInitializingQueries(wsql.SchemaInitializingQueriesParams{Topic: topic})
+	oqs, _ := offsets.SchemaInitializingQueries(wsql.OffsetsSchemaInitializingQueriesParams{Topic: topic})
+	var out []string
+	for _, q := range append(qs, oqs...) {
+		if strings.Contains(q.Query, "pg_advisory_xact_lock") {
+			continue // the migration holds its own lock
+		}
+		out = append(out, strings.TrimSpace(q.Query))
+	}
+	return out
+}
+
+// OutboxTablesExist returns a query that fails unless the outbox's tables
+// for topic exist (it reads no row).
+func (d Dialect) OutboxTablesExist(topic string) string {
+	schema, offsets, err := d.MessageSchema(1)
+	if err != nil {
+		return ""
+	}
+	return "SELECT 1 FROM " + messagesTableOf(schema, topic) + " WHERE 1 = 0 UNION ALL SELECT 1 FROM " + offsetsTableOf(offsets, topic) + " WHERE 1 = 0"
+}
+
+// OutboxPurgeWhere matches the outbox rows cleanup deletes: relayed (at or
+// below the relay's acked offset) and created more than a number of
+// seconds ago, the one argument. created_at is the database's own clock.
+func (d Dialect) OutboxPurgeWhere(topic string) (table, where string) {
+	schema, offsets, err := d.MessageSchema(1)
+	if err != nil {
+		return "", ""
+	}
+	table = messagesTableOf(schema, topic)
+	acked := offsetsTableOf(offsets, topic)
+	if d == Postgres {
+		return table, `created_at < LOCALTIMESTAMP - ? * INTERVAL '1 second'` +
+			` AND (transaction_id, "offset") <= (SELECT last_processed_transaction_id, offset_acked FROM ` + acked +
+			` WHERE consumer_group = '` + OutboxRelayGroup + `')`
+	}
+	return table, "created_at < CURRENT_TIMESTAMP - INTERVAL ? SECOND" +
+		" AND `offset` <= (SELECT offset_acked FROM " + acked + " WHERE consumer_group = '" + OutboxRelayGroup + "')"
+}
+
+func messagesTableOf(s wsql.SchemaAdapter, topic string) string {
+	if w, ok := s.(wideSchema); ok {
+		return w.messagesTable(topic)
+	}
+	return ""
+}
+
+func offsetsTableOf(o wsql.OffsetsAdapter, topic string) string {
+	switch a := o.(type) {
+	case wsql.DefaultPostgreSQLOffsetsAdapter:
+		return a.MessagesOffsetsTable(topic)
+	case wsql.DefaultMySQLOffsetsAdapter:
+		return a.MessagesOffsetsTable(topic)
+	}
+	return ""
+}

@@ -1,0 +1,34 @@
+package store
+
+import (
+	"context"
+	"fmt"
+
+	"gorm.io/gorm"
+)
+
+// AdoptLegacyKeys carries keys written before a consumer named its
+// endpoint over to consumer: the inbox keys of legacyInbox (the handler's
+// name alone, postroom before migration 5) when legacyInbox is not empty,
+// and the watermarks without a consumer when watermarks is true. It copies
+// only to a consumer that has no key yet, so it costs one index probe once
+// done; the old rows stay for other endpoints on the same database until
+// cleanup purges them. The bus calls it in Run.
+func AdoptLegacyKeys(ctx context.Context, db *gorm.DB, tables Tables, consumer, legacyInbox string, watermarks bool) error {
+	d, tables, err := prepare(db, tables)
+	if err != nil {
+		return err
+	}
+	db = db.WithContext(ctx)
+	if legacyInbox != "" {
+		if err := db.Exec(d.InboxAdopt(tables.Inbox), consumer, legacyInbox, consumer).Error; err != nil {
+			return fmt.Errorf("store: adopt inbox keys of %q for %q: %w", legacyInbox, consumer, err)
+		}
+	}
+	if watermarks {
+		if err := db.Exec(d.WatermarkAdopt(tables.Watermarks), consumer, consumer).Error; err != nil {
+			return fmt.Errorf("store: adopt watermarks for %q: %w", consumer, err)
+		}
+	}
+	return nil
+}
