@@ -10,7 +10,8 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 )
 
-// QueueName is the queue a subscriber of group reads topic from.
+// QueueName is the queue a subscriber of group reads topic from:
+// "<topic>_<group>". Subscriber names its queues with it.
 func QueueName(topic, group string) string {
 	return amqp.GenerateQueueNameTopicNameWithSuffix(group)(topic)
 }
@@ -64,7 +65,7 @@ func (q *Queue) Browse(ctx context.Context, limit int, visit func(*message.Messa
 	}
 	defer ch.Close() // requeues every delivery not acked
 	var taken []amqp091.Delivery
-	var m amqp.DefaultMarshaler
+	var m Marshaler
 	for range limit {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -110,7 +111,7 @@ func (q *Queue) SendToQueue(ctx context.Context, queue string, msg *message.Mess
 	if err := ch.Confirm(false); err != nil {
 		return fmt.Errorf("amqp: confirm mode: %w", err)
 	}
-	p, err := amqp.DefaultMarshaler{}.Marshal(msg)
+	p, err := Marshaler{}.Marshal(msg)
 	if err != nil {
 		return err
 	}

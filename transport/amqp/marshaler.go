@@ -1,0 +1,246 @@
+package amqp
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	"github.com/ThreeDotsLabs/watermill/message"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/postroom/postroom/metadata"
+)
+
+// Metadata keys that [Marshaler.Unmarshal] fills from the AMQP properties a
+// foreign producer sets, when the property is not empty and no header of
+// the same name is present.
+const (
+	// MetadataContentType is the content_type property.
+	MetadataContentType = "amqp-content-type"
+	// MetadataCorrelationID is the correlation_id property.
+	MetadataCorrelationID = "amqp-correlation-id"
+	// MetadataType is the type property.
+	MetadataType = "amqp-type"
+)
+
+// uuidHeader is the header of the Watermill UUID.
+const uuidHeader = wamqp.DefaultMessageUUIDHeaderKey
+
+// ErrorNoID is the reason [Marshaler.Unmarshal] puts in
+// [metadata.TransportError] on a message that carries no ID.
+const ErrorNoID = "amqp: message has no ID: set the message_id property or the " + wamqp.DefaultMessageUUIDHeaderKey + " header"
+
+// Marshaler converts Watermill messages to AMQP publishings and back. It
+// implements watermill-amqp's Marshaler.
+//
+// Marshal is watermill-amqp's DefaultMarshaler (every metadata entry a
+// string header, the UUID in the _watermill_message_uuid header,
+// persistent delivery) plus the message_id property set to the UUID, so
+// producers and consumers using either marshaler interoperate.
+//
+// Unmarshal never fails, so watermill-amqp never nacks a delivery it
+// cannot read (it would requeue it at once, forever). See the package
+// documentation for how each header type becomes a string and where the
+// message ID comes from. What it cannot read is recorded in
+// [metadata.TransportError], and the bus moves the message to the error
+// topic with that reason.
+type Marshaler struct{}
+
+var _ wamqp.Marshaler = Marshaler{}
+
+// Marshal returns the publishing of msg.
+func (Marshaler) Marshal(msg *message.Message) (amqp091.Publishing, error) {
+	p, err := wamqp.DefaultMarshaler{}.Marshal(msg)
+	if err != nil {
+		return p, err
+	}
+	p.MessageId = msg.UUID
+	return p, nil
+}
+
+// Unmarshal returns the message of d. Its error is always nil.
+func (Marshaler) Unmarshal(d amqp091.Delivery) (*message.Message, error) {
+	var problems []string
+	const idKey = uuidHeader
+	id := ""
+	if v, ok := d.Headers[idKey]; ok {
+		s, err := HeaderString(v)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("header %s: %v", idKey, err))
+		}
+		id = s
+	}
+	if id == "" {
+		id = d.MessageId
+	}
+
+	md := make(message.Metadata, len(d.Headers)+3)
+	for _, k := range slices.Sorted(maps.Keys(d.Headers)) {
+		if k == idKey {
+			continue
+		}
+		s, err := HeaderString(d.Headers[k])
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("header %s: %v", k, err))
+			continue
+		}
+		md[k] = s
+	}
+	for key, value := range map[string]string{
+		MetadataContentType:   d.ContentType,
+		MetadataCorrelationID: d.CorrelationId,
+		MetadataType:          d.Type,
+	} {
+		if _, ok := md[key]; !ok && value != "" {
+			md[key] = value
+		}
+	}
+
+	reasons := make([]string, 0, len(problems)+1)
+	if id == "" {
+		reasons = append(reasons, ErrorNoID)
+	}
+	for _, p := range problems {
+		reasons = append(reasons, "amqp: "+p)
+	}
+	if len(reasons) > 0 {
+		md[metadata.TransportError] = strings.Join(reasons, "; ")
+	}
+
+	msg := message.NewMessage(id, d.Body)
+	msg.Metadata = md
+	return msg, nil
+}
+
+// HeaderString converts the value of an AMQP header, as amqp091-go decodes
+// it, to the string [Marshaler.Unmarshal] puts in the message's metadata:
+//
+//   - string: itself; void (nil): ""
+//   - bool: "true" or "false"
+//   - integers of every width: decimal ("-42")
+//   - float32, float64: strconv 'g' with the shortest exact digits
+//     ("1.5", "1e+21", "NaN", "+Inf")
+//   - decimal: its value in plain decimal notation (Value 12345, Scale 2: "123.45")
+//   - timestamp: RFC 3339 in UTC ("2024-05-01T12:00:00Z"; AMQP carries seconds)
+//   - byte array: the bytes as text when they are valid UTF-8, else standard
+//     base64 with padding
+//   - table and array: JSON; inside them numbers stay JSON numbers (decimals
+//     too), timestamps and byte arrays become strings by the rules above,
+//     NaN and infinities become the strings "NaN", "+Inf", "-Inf", and a
+//     table's keys are sorted
+//
+// Any other type is an error.
+func HeaderString(v any) (string, error) {
+	switch x := v.(type) {
+	case string:
+		return x, nil
+	case nil:
+		return "", nil
+	case bool:
+		return strconv.FormatBool(x), nil
+	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64:
+		return fmt.Sprint(x), nil
+	case float32:
+		return strconv.FormatFloat(float64(x), 'g', -1, 32), nil
+	case float64:
+		return strconv.FormatFloat(x, 'g', -1, 64), nil
+	case amqp091.Decimal:
+		return decimalString(x), nil
+	case time.Time:
+		return x.UTC().Format(time.RFC3339), nil
+	case []byte:
+		return bytesString(x), nil
+	case amqp091.Table, []any:
+		j, err := jsonValue(x)
+		if err != nil {
+			return "", err
+		}
+		b, err := json.Marshal(j)
+		if err != nil {
+			return "", fmt.Errorf("cannot write %T as JSON: %w", x, err)
+		}
+		return string(b), nil
+	}
+	return "", fmt.Errorf("type %T cannot be converted to a string", v)
+}
+
+// jsonValue converts a value inside a table or array to one encoding/json
+// writes as HeaderString documents.
+func jsonValue(v any) (any, error) {
+	switch x := v.(type) {
+	case nil, string, bool, int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64:
+		return x, nil
+	case float32:
+		return floatJSON(float64(x), 32), nil
+	case float64:
+		return floatJSON(x, 64), nil
+	case amqp091.Decimal:
+		return json.Number(decimalString(x)), nil
+	case time.Time:
+		return x.UTC().Format(time.RFC3339), nil
+	case []byte:
+		return bytesString(x), nil
+	case amqp091.Table:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			j, err := jsonValue(e)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", k, err)
+			}
+			out[k] = j
+		}
+		return out, nil
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			j, err := jsonValue(e)
+			if err != nil {
+				return nil, fmt.Errorf("[%d]: %w", i, err)
+			}
+			out[i] = j
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("type %T cannot be converted to JSON", v)
+}
+
+func floatJSON(f float64, bits int) any {
+	s := strconv.FormatFloat(f, 'g', -1, bits)
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return s
+	}
+	return json.Number(s)
+}
+
+// decimalString writes d as Value × 10^-Scale in plain decimal notation.
+func decimalString(d amqp091.Decimal) string {
+	v := int64(d.Value)
+	sign := ""
+	if v < 0 {
+		sign, v = "-", -v
+	}
+	digits := strconv.FormatInt(v, 10)
+	scale := int(d.Scale)
+	if scale == 0 {
+		return sign + digits
+	}
+	if len(digits) <= scale {
+		digits = strings.Repeat("0", scale-len(digits)+1) + digits
+	}
+	return sign + digits[:len(digits)-scale] + "." + digits[len(digits)-scale:]
+}
+
+func bytesString(b []byte) string {
+	if utf8.Valid(b) {
+		return string(b)
+	}
+	return base64.StdEncoding.EncodeToString(b)
+}

@@ -1,0 +1,151 @@
+package amqp_test
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	"github.com/ThreeDotsLabs/watermill/message"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/postroom/postroom/metadata"
+	"github.com/postroom/postroom/transport/amqp"
+)
+
+func TestHeaderString(t *testing.T) {
+	t.Parallel()
+	ts := time.Date(2024, 5, 1, 14, 0, 0, 0, time.FixedZone("CEST", 2*3600))
+	for _, c := range []struct {
+		in   any
+		want string
+	}{
+		{"text", "text"},
+		{nil, ""},
+		{true, "true"},
+		{false, "false"},
+		{int8(-8), "-8"},
+		{uint8(200), "200"},
+		{int16(-16), "-16"},
+		{uint16(16), "16"},
+		{int32(-32), "-32"},
+		{uint32(32), "32"},
+		{int64(-1 << 40), "-1099511627776"},
+		{uint64(math.MaxUint64), "18446744073709551615"},
+		{42, "42"},
+		{float32(1.1), "1.1"},
+		{1.5, "1.5"},
+		{1e21, "1e+21"},
+		{math.NaN(), "NaN"},
+		{math.Inf(-1), "-Inf"},
+		{amqp091.Decimal{Scale: 2, Value: 12345}, "123.45"},
+		{amqp091.Decimal{Scale: 3, Value: -5}, "-0.005"},
+		{amqp091.Decimal{Scale: 0, Value: 7}, "7"},
+		{amqp091.Decimal{Scale: 1, Value: math.MinInt32}, "-214748364.8"},
+		{ts, "2024-05-01T12:00:00Z"},
+		{[]byte("héllo"), "héllo"},
+		{[]byte{0xff, 0x00, 0xfe}, "/wD+"},
+		{amqp091.Table{"b": int32(1), "a": "x", "n": nil}, `{"a":"x","b":1,"n":null}`},
+		{[]any{int64(1), "two", 3.5, true, amqp091.Decimal{Scale: 1, Value: 15}, ts, []byte{0xff}, math.Inf(1)},
+			`[1,"two",3.5,true,1.5,"2024-05-01T12:00:00Z","/w==","+Inf"]`},
+		{amqp091.Table{"nested": amqp091.Table{"list": []any{amqp091.Table{"k": float32(0.25)}}}}, `{"nested":{"list":[{"k":0.25}]}}`},
+	} {
+		got, err := amqp.HeaderString(c.in)
+		require.NoError(t, err, "%#v", c.in)
+		require.Equal(t, c.want, got, "%#v", c.in)
+	}
+
+	_, err := amqp.HeaderString(struct{}{})
+	require.ErrorContains(t, err, "struct {}")
+	_, err = amqp.HeaderString([]any{complex(1, 2)})
+	require.ErrorContains(t, err, "complex128")
+}
+
+// TestUnmarshalNeverFails: a header of an unknown type and a missing ID set
+// metadata.TransportError and still return the message with the rest of
+// its metadata.
+func TestUnmarshalNeverFails(t *testing.T) {
+	t.Parallel()
+	msg, err := amqp.Marshaler{}.Unmarshal(amqp091.Delivery{
+		Headers: amqp091.Table{"bad": struct{}{}, "good": int32(5)},
+		Body:    []byte("not json"),
+	})
+	require.NoError(t, err)
+	require.Empty(t, msg.UUID)
+	require.Equal(t, "5", msg.Metadata.Get("good"))
+	require.NotContains(t, msg.Metadata, "bad")
+	require.Equal(t, amqp.ErrorNoID+"; amqp: header bad: type struct {} cannot be converted to a string",
+		msg.Metadata.Get(metadata.TransportError))
+	require.Equal(t, "not json", string(msg.Payload))
+}
+
+// TestUnmarshalIDOrder: the _watermill_message_uuid header wins, then the
+// message_id property; an empty header falls through.
+func TestUnmarshalIDOrder(t *testing.T) {
+	t.Parallel()
+	m := amqp.Marshaler{}
+	for _, c := range []struct {
+		name    string
+		headers amqp091.Table
+		propID  string
+		want    string
+	}{
+		{"header", amqp091.Table{wamqp.DefaultMessageUUIDHeaderKey: "from-header"}, "from-property", "from-header"},
+		{"bytes header", amqp091.Table{wamqp.DefaultMessageUUIDHeaderKey: []byte("from-bytes")}, "", "from-bytes"},
+		{"property", nil, "from-property", "from-property"},
+		{"empty header", amqp091.Table{wamqp.DefaultMessageUUIDHeaderKey: ""}, "from-property", "from-property"},
+	} {
+		msg, err := m.Unmarshal(amqp091.Delivery{Headers: c.headers, MessageId: c.propID})
+		require.NoError(t, err)
+		require.Equal(t, c.want, msg.UUID, c.name)
+		require.Empty(t, msg.Metadata.Get(metadata.TransportError), c.name)
+		require.NotContains(t, msg.Metadata, wamqp.DefaultMessageUUIDHeaderKey, c.name)
+	}
+}
+
+// TestUnmarshalProperties: content_type, correlation_id and type become
+// metadata unless a header of the same name is there.
+func TestUnmarshalProperties(t *testing.T) {
+	t.Parallel()
+	msg, err := amqp.Marshaler{}.Unmarshal(amqp091.Delivery{
+		MessageId:     "id",
+		ContentType:   "application/json",
+		CorrelationId: "corr",
+		Type:          "OrderPlaced",
+		Headers:       amqp091.Table{amqp.MetadataType: "from-header"},
+	})
+	require.NoError(t, err)
+	require.Equal(t, message.Metadata{
+		amqp.MetadataContentType:   "application/json",
+		amqp.MetadataCorrelationID: "corr",
+		amqp.MetadataType:          "from-header",
+	}, msg.Metadata)
+}
+
+// TestMarshalerInteroperatesWithDefault: what either marshaler writes the
+// other reads back unchanged.
+func TestMarshalerInteroperatesWithDefault(t *testing.T) {
+	t.Parallel()
+	msg := message.NewMessage("0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", []byte(`{"a":1}`))
+	msg.Metadata.Set(metadata.MessageType, "orders.Placed")
+
+	ours, err := amqp.Marshaler{}.Marshal(msg)
+	require.NoError(t, err)
+	theirs, err := wamqp.DefaultMarshaler{}.Marshal(msg)
+	require.NoError(t, err)
+	require.Equal(t, theirs.Headers, ours.Headers)
+	require.Equal(t, theirs.DeliveryMode, ours.DeliveryMode)
+	require.Equal(t, msg.UUID, ours.MessageId)
+
+	for _, p := range []amqp091.Publishing{ours, theirs} {
+		d := amqp091.Delivery{Headers: p.Headers, Body: p.Body, MessageId: p.MessageId}
+		a, err := amqp.Marshaler{}.Unmarshal(d)
+		require.NoError(t, err)
+		b, err := wamqp.DefaultMarshaler{}.Unmarshal(d)
+		require.NoError(t, err)
+		for _, got := range []*message.Message{a, b} {
+			require.True(t, got.Equals(msg), "%v %v", got.UUID, got.Metadata)
+		}
+	}
+}
