@@ -1,64 +1,187 @@
 package amqp
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"log/slog"
 
-	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
+	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/postroom/postroom/transport"
+)
+
+// QueueType is the type of the queues a subscriber declares.
+type QueueType string
+
+// Queue types.
+const (
+	// QueueClassic is RabbitMQ's classic queue.
+	QueueClassic QueueType = "classic"
+	// QueueQuorum is a replicated quorum queue, declared with
+	// x-queue-type=quorum and x-delivery-limit.
+	QueueQuorum QueueType = "quorum"
+)
+
+// Defaults of Config.
+const (
+	// QueueTypeDefault is the default Config.QueueType.
+	QueueTypeDefault = QueueClassic
+	// DeliveryLimitDefault is the default Config.DeliveryLimit.
+	DeliveryLimitDefault = 20
+	// PrefetchDefault is the default Config.Prefetch: watermill-amqp hands
+	// out one message at a time per subscription anyway, and a prefetch of
+	// one keeps competing consumers fair.
+	PrefetchDefault = 1
 )
 
 // Config configures the RabbitMQ transport.
 type Config struct {
 	// URL is the broker's AMQP URL. Required (POSTROOM_AMQP_URL in the commands).
 	URL string
-	// Logger is Watermill's logger. Defaults to watermill.NopLogger.
-	Logger watermill.LoggerAdapter
+	// Logger receives the transport's and watermill-amqp's logs; SetLogger
+	// replaces it later. Defaults to discarding them.
+	Logger *slog.Logger
+	// QueueType is the type of the queues subscribers declare: QueueClassic
+	// or QueueQuorum. An existing queue keeps its type: RabbitMQ refuses to
+	// redeclare it with another (PRECONDITION_FAILED). Defaults to
+	// QueueTypeDefault (classic).
+	QueueType QueueType
+	// DeliveryLimit is the x-delivery-limit of quorum queues: RabbitMQ drops
+	// a message returned to the queue more often than that (or dead-letters
+	// it, if the queue has a dead-letter exchange), a broker-side guard
+	// against redelivery loops behind the bus's own retries. Quorum queues
+	// only. Defaults to DeliveryLimitDefault (20).
+	DeliveryLimit int
+	// Prefetch is the basic.qos prefetch count of each subscription's
+	// channel. Defaults to PrefetchDefault (1).
+	Prefetch int
+}
+
+// withDefaults returns c with unset fields at their defaults.
+func (c Config) withDefaults() Config {
+	c.QueueType = cmp.Or(c.QueueType, QueueTypeDefault)
+	if c.QueueType == QueueQuorum {
+		c.DeliveryLimit = cmp.Or(c.DeliveryLimit, DeliveryLimitDefault)
+	}
+	c.Prefetch = cmp.Or(c.Prefetch, PrefetchDefault)
+	return c
+}
+
+// validate returns every problem of c (after withDefaults).
+func (c Config) validate() error {
+	var errs []error
+	if c.URL == "" {
+		errs = append(errs, errors.New("amqp: Config.URL is empty: set POSTROOM_AMQP_URL, e.g. amqp://guest:guest@127.0.0.1:5672/"))
+	}
+	switch c.QueueType {
+	case QueueClassic:
+		if c.DeliveryLimit != 0 {
+			errs = append(errs, fmt.Errorf("amqp: Config.DeliveryLimit %d applies to quorum queues only: set QueueType to %q or leave DeliveryLimit 0", c.DeliveryLimit, QueueQuorum))
+		}
+	case QueueQuorum:
+		if c.DeliveryLimit < 0 {
+			errs = append(errs, fmt.Errorf("amqp: Config.DeliveryLimit %d is negative: set a positive limit or 0 for the default %d", c.DeliveryLimit, DeliveryLimitDefault))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("amqp: Config.QueueType %q is unknown: use %q or %q", c.QueueType, QueueClassic, QueueQuorum))
+	}
+	if c.Prefetch < 0 {
+		errs = append(errs, fmt.Errorf("amqp: Config.Prefetch %d is negative: set a positive count or 0 for the default %d", c.Prefetch, PrefetchDefault))
+	}
+	return errors.Join(errs...)
 }
 
 // Transport is the RabbitMQ transport.
 type Transport struct {
 	cfg       Config
-	publisher *amqp.Publisher
+	log       *logSink
+	publisher *wamqp.Publisher
+	mandatory *mandatoryPublisher
 
 	opened transport.Closers
 }
 
-// New connects a publisher to the broker.
+var (
+	_ transport.Transport    = (*Transport)(nil)
+	_ transport.Mandatory    = (*Transport)(nil)
+	_ transport.LoggerSetter = (*Transport)(nil)
+)
+
+// New connects a publisher to the broker. The connection for
+// PublishMandatory is opened by its first call.
 func New(cfg Config) (*Transport, error) {
-	if cfg.URL == "" {
-		return nil, errors.New("amqp: Config.URL is empty: set POSTROOM_AMQP_URL, e.g. amqp://guest:guest@127.0.0.1:5672/")
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = watermill.NopLogger{}
-	}
-	pub, err := amqp.NewPublisher(amqp.NewDurablePubSubConfig(cfg.URL, nil), cfg.Logger)
+	log := newLogSink(cfg.Logger)
+	t := &Transport{cfg: cfg, log: log, mandatory: &mandatoryPublisher{url: cfg.URL, log: log}}
+	pub, err := wamqp.NewPublisher(t.config(""), log.watermill())
 	if err != nil {
 		return nil, fmt.Errorf("amqp: connect publisher: %w", err)
 	}
-	return &Transport{cfg: cfg, publisher: pub}, nil
+	t.publisher = pub
+	return t, nil
 }
 
-// Publisher returns the publisher.
+// config is watermill-amqp's durable pub/sub config with postroom's
+// marshaler, queue names, queue arguments and prefetch.
+func (t *Transport) config(group string) wamqp.Config {
+	c := wamqp.NewDurablePubSubConfig(t.cfg.URL, func(topic string) string { return QueueName(topic, group) })
+	c.Marshaler = Marshaler{}
+	c.Consume.Qos.PrefetchCount = t.cfg.Prefetch
+	if t.cfg.QueueType == QueueQuorum {
+		c.Queue.Arguments = amqp091.Table{
+			amqp091.QueueTypeArg: amqp091.QueueTypeQuorum,
+			"x-delivery-limit":   int64(t.cfg.DeliveryLimit),
+		}
+	}
+	return c
+}
+
+// SetLogger sends the transport's and watermill-amqp's logs to l from now
+// on, also for the publisher and subscribers created before. Nil discards them.
+func (t *Transport) SetLogger(l *slog.Logger) { t.log.set(l) }
+
+// Publisher returns the publisher. A message published to a topic no queue
+// is bound to is dropped by RabbitMQ without an error (an event nobody
+// subscribes to); use PublishMandatory for commands.
 func (t *Transport) Publisher() message.Publisher { return t.publisher }
 
-// Subscriber returns a subscriber whose queue for a topic is "<topic>_<group>".
+// PublishMandatory publishes msgs to topic like Publisher().Publish, waits
+// for the broker's confirms, and fails with an error wrapping
+// transport.ErrNoRoute for each message no queue took. Calls are
+// serialised on one channel; it connects on first use and after the
+// connection is lost.
+func (t *Transport) PublishMandatory(topic string, msgs ...*message.Message) error {
+	return t.mandatory.publish(topic, msgs)
+}
+
+// Subscriber returns a subscriber whose queue for a topic is
+// QueueName(topic, group).
 func (t *Transport) Subscriber(group string) (message.Subscriber, error) {
-	sub, err := amqp.NewSubscriber(amqp.NewDurablePubSubConfig(t.cfg.URL, amqp.GenerateQueueNameTopicNameWithSuffix(group)), t.cfg.Logger)
+	sub, err := wamqp.NewSubscriber(t.config(group), t.log.watermill())
 	if err != nil {
 		return nil, fmt.Errorf("amqp: connect subscriber: %w", err)
 	}
-	t.opened.Add(sub)
-	return sub, nil
+	s := &subscriber{sub: sub, group: group, queueType: t.cfg.QueueType, log: t.log}
+	t.opened.Add(s)
+	return s, nil
 }
 
 // Competing is true: subscriptions of one group share the queue.
 func (t *Transport) Competing() bool { return true }
 
-// Close closes the publisher and every subscriber.
+// Close closes the publishers and every subscriber.
 func (t *Transport) Close() error {
-	return errors.Join(t.publisher.Close(), t.opened.Close())
+	return errors.Join(t.publisher.Close(), t.mandatory.close(), t.opened.Close())
+}
+
+// ExchangeName is the exchange a topic is published to (a durable fanout
+// exchange of the topic's name).
+func ExchangeName(topic string) string {
+	return wamqp.GenerateExchangeNameTopicName(topic)
 }

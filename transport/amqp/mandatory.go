@@ -1,0 +1,240 @@
+package amqp
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/postroom/postroom/transport"
+)
+
+// mandatoryBatch is how many messages one PublishMandatory call publishes
+// before it waits for their confirms; it is also the capacity of the
+// returns channel, which is drained after each batch, so amqp091's reader
+// never blocks on it.
+const mandatoryBatch = 64
+
+// errTransportClosed is returned by PublishMandatory after Close.
+var errTransportClosed = errors.New("amqp: the transport is closed")
+
+// mandatoryPublisher publishes with mandatory=true on its own connection
+// and channel in confirm mode. RabbitMQ sends basic.return before the
+// basic.ack of a message no queue took, and amqp091 hands both over in that
+// order from one reader goroutine, so once the confirms of a batch are in,
+// its returns are in the returns channel. Publishes are serialised by mu.
+type mandatoryPublisher struct {
+	url string
+	log *logSink
+
+	mu       sync.Mutex
+	conn     *amqp091.Connection
+	ch       *amqp091.Channel
+	returns  chan amqp091.Return
+	declared map[string]bool // exchanges declared on conn
+	connects int
+	closed   bool
+}
+
+func (p *mandatoryPublisher) publish(topic string, msgs []*message.Message) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return errTransportClosed
+	}
+	var errs []error
+	for batch := range chunk(msgs, mandatoryBatch) {
+		err := p.publishBatch(topic, batch)
+		if errors.Is(err, errNothingSent) {
+			// The channel or connection was found closed before anything
+			// of this batch was sent: reconnect and try once more.
+			err = p.publishBatch(topic, batch)
+		}
+		if errors.Is(err, errNothingSent) {
+			return fmt.Errorf("amqp: publish to topic %s: %w", topic, err)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func chunk(msgs []*message.Message, n int) func(func([]*message.Message) bool) {
+	return func(yield func([]*message.Message) bool) {
+		for len(msgs) > 0 {
+			k := min(n, len(msgs))
+			if !yield(msgs[:k]) {
+				return
+			}
+			msgs = msgs[k:]
+		}
+	}
+}
+
+// errNothingSent marks a failure before the first message of a batch was
+// handed to the broker, so a retry cannot duplicate anything.
+var errNothingSent = errors.New("nothing was sent")
+
+type nothingSent struct{ err error }
+
+func (e nothingSent) Error() string        { return e.err.Error() }
+func (e nothingSent) Unwrap() error        { return e.err }
+func (e nothingSent) Is(target error) bool { return target == errNothingSent }
+
+func (p *mandatoryPublisher) publishBatch(topic string, msgs []*message.Message) error {
+	if err := p.open(); err != nil {
+		return err
+	}
+	exchange := ExchangeName(topic)
+	if !p.declared[exchange] {
+		// As watermill-amqp's durable pub/sub config declares it.
+		if err := p.ch.ExchangeDeclare(exchange, "fanout", true, false, false, false, nil); err != nil {
+			p.reset()
+			return fmt.Errorf("amqp: declare exchange %s (fanout, durable) for topic %s: %w", exchange, topic, err)
+		}
+		p.declared[exchange] = true
+	}
+
+	confirms := make([]*amqp091.DeferredConfirmation, len(msgs))
+	for i, msg := range msgs {
+		pub, err := Marshaler{}.Marshal(msg)
+		if err != nil {
+			return fmt.Errorf("amqp: marshal message %s: %w", msg.UUID, err)
+		}
+		c, err := p.ch.PublishWithDeferredConfirmWithContext(msg.Context(), exchange, "", true, false, pub)
+		if err != nil {
+			closed := p.ch.IsClosed()
+			p.reset()
+			if i == 0 && closed {
+				return nothingSent{fmt.Errorf("amqp: publish message %s to topic %s: %w", msg.UUID, topic, err)}
+			}
+			return fmt.Errorf("amqp: publish message %s to topic %s: %w", msg.UUID, topic, err)
+		}
+		confirms[i] = c
+	}
+
+	for i, c := range confirms {
+		msg := msgs[i]
+		ok, err := c.WaitContext(msg.Context())
+		if err != nil {
+			p.reset() // its returns and confirms may still come
+			return fmt.Errorf("amqp: wait for the broker's confirm of message %s to topic %s: %w", msg.UUID, topic, err)
+		}
+		if !ok {
+			if p.ch.IsClosed() {
+				p.reset()
+				return fmt.Errorf("amqp: the channel closed before the broker confirmed message %s to topic %s: publish it again", msg.UUID, topic)
+			}
+			return fmt.Errorf("amqp: the broker refused message %s to topic %s (basic.nack): publish it again", msg.UUID, topic)
+		}
+	}
+
+	returned := map[string]amqp091.Return{}
+drain:
+	for {
+		select {
+		case r, ok := <-p.returns:
+			if !ok {
+				break drain
+			}
+			returned[returnedID(r)] = r
+		default:
+			break drain
+		}
+	}
+	var errs []error
+	for _, msg := range msgs {
+		// Two messages of one batch with the same UUID are both reported
+		// if one was returned; on a fanout exchange they route alike.
+		if r, ok := returned[msg.UUID]; ok {
+			errs = append(errs, fmt.Errorf("amqp: message %s to topic %s reached no queue (%d %s): "+
+				"no queue is bound to exchange %s; start the endpoint that subscribes to it, or check the topic name: %w",
+				msg.UUID, topic, r.ReplyCode, r.ReplyText, exchange, transport.ErrNoRoute))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// returnedID is the ID Marshal gave a returned message.
+func returnedID(r amqp091.Return) string {
+	if id, ok := r.Headers[uuidHeader].(string); ok && id != "" {
+		return id
+	}
+	return r.MessageId
+}
+
+// open connects and opens the confirm channel if they are not open.
+func (p *mandatoryPublisher) open() error {
+	if p.conn == nil || p.conn.IsClosed() {
+		p.reset()
+		conn, err := amqp091.Dial(p.url)
+		if err != nil {
+			return nothingSent{fmt.Errorf("amqp: connect the mandatory publisher: %w", err)}
+		}
+		p.conn = conn
+		p.declared = map[string]bool{}
+		p.connects++
+		if p.connects == 1 {
+			p.log.logger().Info("amqp: connected the mandatory publisher")
+		} else {
+			p.log.logger().Info("amqp: reconnected the mandatory publisher", "connects", p.connects)
+		}
+	}
+	if p.ch == nil || p.ch.IsClosed() {
+		ch, err := p.conn.Channel()
+		if err != nil {
+			p.reset()
+			return nothingSent{fmt.Errorf("amqp: open the mandatory publisher's channel: %w", err)}
+		}
+		if err := ch.Confirm(false); err != nil {
+			_ = ch.Close()
+			p.reset()
+			return nothingSent{fmt.Errorf("amqp: put the mandatory publisher's channel in confirm mode: %w", err)}
+		}
+		p.ch = ch
+		p.returns = ch.NotifyReturn(make(chan amqp091.Return, mandatoryBatch))
+	}
+	return nil
+}
+
+// reset closes the channel (and the connection if it is closed or broken),
+// so the next publish opens fresh ones.
+func (p *mandatoryPublisher) reset() {
+	if p.ch != nil {
+		// amqp091's reader blocks while delivering a return to a full
+		// channel, and Channel.Close waits for it; drain until amqp091
+		// closes the returns channel.
+		go func(returns chan amqp091.Return) {
+			for range returns {
+			}
+		}(p.returns)
+		_ = p.ch.Close()
+		p.ch, p.returns = nil, nil
+	}
+	if p.conn != nil && p.conn.IsClosed() {
+		p.conn = nil
+	}
+}
+
+// close closes the channel and the connection; later publishes fail.
+func (p *mandatoryPublisher) close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	p.reset()
+	if p.conn == nil {
+		return nil
+	}
+	err := p.conn.Close()
+	p.conn = nil
+	if errors.Is(err, amqp091.ErrClosed) {
+		return nil
+	}
+	return err
+}

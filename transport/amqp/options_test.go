@@ -1,0 +1,130 @@
+package amqp_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/transport/amqp"
+)
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	_, err := amqp.New(amqp.Config{QueueType: "lazy", Prefetch: -1})
+	require.ErrorContains(t, err, "Config.URL is empty")
+	require.ErrorContains(t, err, `Config.QueueType "lazy" is unknown`)
+	require.ErrorContains(t, err, "Config.Prefetch -1 is negative")
+
+	_, err = amqp.New(amqp.Config{URL: "amqp://x/", DeliveryLimit: 5})
+	require.ErrorContains(t, err, "applies to quorum queues only")
+	_, err = amqp.New(amqp.Config{URL: "amqp://x/", QueueType: amqp.QueueQuorum, DeliveryLimit: -1})
+	require.ErrorContains(t, err, "DeliveryLimit -1 is negative")
+}
+
+// TestQuorumQueue: with QueueType quorum the subscriber declares a quorum
+// queue (RabbitMQ refuses to redeclare it as classic) and messages flow.
+func TestQuorumQueue(t *testing.T) {
+	t.Parallel()
+	topic := testenv.Name("quorum_")
+	a := newAdmin(t)
+	a.cleanup(topic, "g")
+	tr := newTransport(t, amqp.Config{QueueType: amqp.QueueQuorum})
+	sub, err := tr.Subscriber("g")
+	require.NoError(t, err)
+	got := consume(t, sub, topic, nil)
+
+	msg := message.NewMessage(watermill.NewUUID(), []byte(`{}`))
+	require.NoError(t, tr.PublishMandatory(topic, msg))
+	require.Eventually(t, func() bool { return len(got.all()) == 1 }, 10*time.Second, 20*time.Millisecond)
+	require.Equal(t, msg.UUID, got.all()[0].UUID)
+
+	ch, err := a.conn.Channel()
+	require.NoError(t, err)
+	_, err = ch.QueueDeclare(amqp.QueueName(topic, "g"), true, false, false, false,
+		amqp091.Table{amqp091.QueueTypeArg: amqp091.QueueTypeQuorum, "x-delivery-limit": int64(amqp.DeliveryLimitDefault)})
+	require.NoError(t, err, "the queue is a quorum queue with the default delivery limit")
+	_, err = ch.QueueDeclare(amqp.QueueName(topic, "g"), true, false, false, false,
+		amqp091.Table{amqp091.QueueTypeArg: amqp091.QueueTypeClassic})
+	var amqpErr *amqp091.Error
+	require.ErrorAs(t, err, &amqpErr)
+	require.Equal(t, amqp091.PreconditionFailed, amqpErr.Code)
+}
+
+// TestQuorumDeliveryLimit: a message nacked every time is dropped by
+// RabbitMQ after DeliveryLimit redeliveries, instead of looping.
+func TestQuorumDeliveryLimit(t *testing.T) {
+	t.Parallel()
+	topic := testenv.Name("quorum_")
+	newAdmin(t).cleanup(topic, "g")
+	tr := newTransport(t, amqp.Config{QueueType: amqp.QueueQuorum, DeliveryLimit: 2})
+	sub, err := tr.Subscriber("g")
+	require.NoError(t, err)
+	got := consume(t, sub, topic, func(*message.Message) bool { return true })
+
+	require.NoError(t, tr.PublishMandatory(topic, message.NewMessage(watermill.NewUUID(), nil)))
+	time.Sleep(settle)
+	require.Len(t, got.all(), 3, "the first delivery and DeliveryLimit redeliveries")
+}
+
+// TestQuorumOverClassicQueue: subscribing with QueueType quorum to a queue
+// that exists as a classic queue fails with an error that says so.
+func TestQuorumOverClassicQueue(t *testing.T) {
+	t.Parallel()
+	topic := testenv.Name("quorum_")
+	newAdmin(t).cleanup(topic, "g")
+	classic, err := newTransport(t, amqp.Config{}).Subscriber("g")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = classic.Close() })
+	require.NoError(t, classic.(message.SubscribeInitializer).SubscribeInitialize(topic))
+
+	quorum, err := newTransport(t, amqp.Config{QueueType: amqp.QueueQuorum}).Subscriber("g")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = quorum.Close() })
+	err = quorum.(message.SubscribeInitializer).SubscribeInitialize(topic)
+	require.ErrorContains(t, err, "a classic queue cannot be redeclared as quorum")
+	require.ErrorContains(t, err, amqp.QueueName(topic, "g"))
+	var amqpErr *amqp091.Error
+	require.True(t, errors.As(err, &amqpErr) && amqpErr.Code == amqp091.PreconditionFailed, "%v", err)
+
+	_, err = quorum.Subscribe(context.Background(), topic)
+	require.ErrorContains(t, err, "a classic queue cannot be redeclared as quorum")
+}
+
+// TestPrefetch: a subscription holding one unacked message has taken
+// Prefetch messages off the queue (the others stay ready).
+func TestPrefetch(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		prefetch, wantTaken int
+	}{{0, amqp.PrefetchDefault}, {3, 3}} {
+		topic := testenv.Name("prefetch_")
+		a := newAdmin(t)
+		a.cleanup(topic, "g")
+		tr := newTransport(t, amqp.Config{Prefetch: c.prefetch})
+		sub, err := tr.Subscriber("g")
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		ch, err := sub.Subscribe(ctx, topic)
+		require.NoError(t, err)
+		for range 5 {
+			require.NoError(t, tr.PublishMandatory(topic, message.NewMessage(watermill.NewUUID(), nil)))
+		}
+		first := <-ch // held, not acked
+		require.NotNil(t, first)
+		require.Eventually(t, func() bool {
+			q, err := a.ch.QueueDeclarePassive(amqp.QueueName(topic, "g"), true, false, false, false, nil)
+			return err == nil && q.Messages == 5-c.wantTaken
+		}, 5*time.Second, 20*time.Millisecond, "prefetch %d", c.prefetch)
+		cancel()
+		require.NoError(t, sub.Close())
+		for range ch {
+		}
+	}
+}

@@ -1,0 +1,101 @@
+package amqp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	"github.com/ThreeDotsLabs/watermill/message"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/postroom/postroom/metadata"
+)
+
+// subscriber wraps watermill-amqp's subscriber of one group: it logs the
+// messages marked with metadata.TransportError and the nacks (RabbitMQ
+// requeues a nacked message at once), and explains a queue declared with
+// other arguments.
+type subscriber struct {
+	sub       *wamqp.Subscriber
+	group     string
+	queueType QueueType
+	log       *logSink
+}
+
+var (
+	_ message.Subscriber           = (*subscriber)(nil)
+	_ message.SubscribeInitializer = (*subscriber)(nil)
+)
+
+// Subscribe consumes topic from the group's queue, declaring and binding it.
+func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	in, err := s.sub.Subscribe(ctx, topic)
+	if err != nil {
+		return nil, s.explain(topic, err)
+	}
+	out := make(chan *message.Message)
+	go s.forward(topic, in, out)
+	return out, nil
+}
+
+// SubscribeInitialize declares the group's queue for topic and binds it.
+func (s *subscriber) SubscribeInitialize(topic string) error {
+	if err := s.sub.SubscribeInitialize(topic); err != nil {
+		return s.explain(topic, err)
+	}
+	return nil
+}
+
+// Close stops every subscription and closes the connection.
+func (s *subscriber) Close() error { return s.sub.Close() }
+
+// forward passes each message on and watches its outcome. watermill-amqp
+// hands out one message at a time per subscription and waits for its ack
+// or nack, so waiting here adds no delay. It ends when in is closed.
+func (s *subscriber) forward(topic string, in <-chan *message.Message, out chan<- *message.Message) {
+	defer close(out)
+	queue := QueueName(topic, s.group)
+	for msg := range in {
+		// watermill-amqp cancels the message's context once it has acked or
+		// nacked the delivery (also when it gives up at Close).
+		done := msg.Context().Done()
+		if reason := msg.Metadata.Get(metadata.TransportError); reason != "" {
+			s.log.logger().Warn("amqp: received a message the transport could not read in full; it goes to the error topic",
+				"message_id", msg.UUID, "topic", topic, "queue", queue, "reason", reason)
+		}
+		select {
+		case out <- msg:
+		case <-done:
+			continue
+		}
+		select {
+		case <-msg.Acked():
+		case <-msg.Nacked():
+		case <-done:
+		}
+		select {
+		case <-msg.Nacked():
+			reason := msg.Metadata.Get(metadata.ErrorReason)
+			if reason == "" {
+				reason = "not given (a nack carries no reason)"
+			}
+			s.log.logger().Warn("amqp: message nacked; RabbitMQ requeues it for immediate redelivery",
+				"message_id", msg.UUID, "topic", topic, "queue", queue, "reason", reason)
+		default:
+		}
+	}
+}
+
+// explain wraps an error of Subscribe or SubscribeInitialize, saying what
+// to do when the queue exists with other arguments.
+func (s *subscriber) explain(topic string, err error) error {
+	queue := QueueName(topic, s.group)
+	var amqpErr *amqp091.Error
+	if errors.As(err, &amqpErr) && amqpErr.Code == amqp091.PreconditionFailed {
+		return fmt.Errorf("amqp: queue %s exists with other arguments than this transport declares "+
+			"(QueueType %s): a classic queue cannot be redeclared as quorum, nor the reverse; "+
+			"drain and delete the queue, or set QueueType to the type it has: %w", queue, s.queueType, err)
+	}
+	return fmt.Errorf("amqp: subscribe to topic %s (queue %s): %w", topic, queue, err)
+}
