@@ -1,9 +1,51 @@
 // Package amqp is the RabbitMQ transport: watermill-amqp with durable
-// fanout exchanges (one per topic), a durable queue per topic and group,
-// persistent messages and a prefetch of one. Several subscriptions of one
-// group compete for the queue's messages, in one process or many.
-// watermill-amqp reconnects after the connection drops.
+// fanout exchanges (one per topic, see [ExchangeName]), a durable queue per
+// topic and group (see [QueueName]) and persistent messages. Several
+// subscriptions of one group compete for the queue's messages, in one
+// process or many. watermill-amqp reconnects after the connection drops.
 //
 // A nack makes RabbitMQ redeliver at once, so the bus retries in process
 // with backoff and moves a message that keeps failing to the error topic.
+//
+// # Messages from other producers
+//
+// [Marshaler] reads any message a plain AMQP client publishes and never
+// fails (watermill-amqp would nack a message it cannot read, and RabbitMQ
+// would redeliver it at once, forever). Every header becomes a string by
+// the rules of [HeaderString]: integers in decimal, booleans true/false,
+// floats with strconv 'g', decimals in plain notation, timestamps RFC 3339
+// UTC, byte arrays as text if valid UTF-8 else base64, tables and arrays
+// as JSON. The content_type, correlation_id and type properties become
+// [MetadataContentType], [MetadataCorrelationID] and [MetadataType] unless
+// a header of that name is present.
+//
+// The message ID is the _watermill_message_uuid header if it is not empty,
+// else the message_id property. A message with neither, or with a header
+// that cannot be converted, is delivered with [metadata.TransportError]
+// set to the reason (for no ID, [ErrorNoID]); the bus moves it to the
+// error topic. Marshal writes what watermill-amqp's DefaultMarshaler
+// writes, plus the message_id property.
+//
+// # Commands and events
+//
+// [Transport.Publisher] publishes without the mandatory flag: an event
+// nobody subscribes to is dropped by RabbitMQ, which is not an error.
+// [Transport.PublishMandatory] publishes with mandatory=true on a channel
+// in confirm mode and fails with an error wrapping [transport.ErrNoRoute]
+// when no queue is bound to the topic's exchange.
+//
+// # Queues
+//
+// [Config.QueueType] chooses classic (the default) or quorum queues;
+// quorum queues get x-delivery-limit [Config.DeliveryLimit] (default 20),
+// after which RabbitMQ drops a message that keeps coming back. An existing
+// queue keeps its type: RabbitMQ refuses to redeclare it with another.
+// [Config.Prefetch] is the basic.qos prefetch count (default 1).
+//
+// # Logging
+//
+// [Config.Logger] and [Transport.SetLogger] receive watermill-amqp's logs
+// and the transport's own: connects and reconnects (info), nacks (warn,
+// with the message ID) and messages marked with [metadata.TransportError]
+// (warn, with the reason).
 package amqp
