@@ -167,7 +167,7 @@ func (t *Transport) Subscriber(group string) (message.Subscriber, error) {
 	if err != nil {
 		return nil, fmt.Errorf("amqp: connect subscriber: %w", err)
 	}
-	s := &subscriber{sub: sub, group: group, queueType: t.cfg.QueueType, log: t.log}
+	s := &subscriber{sub: sub, group: group, cfg: t.cfg, log: t.log}
 	t.opened.Add(s)
 	return s, nil
 }

@@ -128,3 +128,22 @@ func TestPrefetch(t *testing.T) {
 		}
 	}
 }
+
+// TestQuorumOtherDeliveryLimit: an existing quorum queue keeps its delivery
+// limit; subscribing with another one fails with an error that says so.
+func TestQuorumOtherDeliveryLimit(t *testing.T) {
+	t.Parallel()
+	topic := testenv.Name("quorum_")
+	newAdmin(t).cleanup(topic, "g")
+	first, err := newTransport(t, amqp.Config{QueueType: amqp.QueueQuorum}).Subscriber("g")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = first.Close() })
+	require.NoError(t, first.(message.SubscribeInitializer).SubscribeInitialize(topic))
+
+	other, err := newTransport(t, amqp.Config{QueueType: amqp.QueueQuorum, DeliveryLimit: 5}).Subscriber("g")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = other.Close() })
+	err = other.(message.SubscribeInitializer).SubscribeInitialize(topic)
+	require.ErrorContains(t, err, "DeliveryLimit 5")
+	require.ErrorContains(t, err, "x-delivery-limit")
+}

@@ -17,10 +17,10 @@ import (
 // requeues a nacked message at once), and explains a queue declared with
 // other arguments.
 type subscriber struct {
-	sub       *wamqp.Subscriber
-	group     string
-	queueType QueueType
-	log       *logSink
+	sub   *wamqp.Subscriber
+	group string
+	cfg   Config
+	log   *logSink
 }
 
 var (
@@ -93,9 +93,13 @@ func (s *subscriber) explain(topic string, err error) error {
 	queue := QueueName(topic, s.group)
 	var amqpErr *amqp091.Error
 	if errors.As(err, &amqpErr) && amqpErr.Code == amqp091.PreconditionFailed {
-		return fmt.Errorf("amqp: queue %s exists with other arguments than this transport declares "+
-			"(QueueType %s): a classic queue cannot be redeclared as quorum, nor the reverse; "+
-			"drain and delete the queue, or set QueueType to the type it has: %w", queue, s.queueType, err)
+		declared := "QueueType " + string(s.cfg.QueueType)
+		if s.cfg.QueueType == QueueQuorum {
+			declared += fmt.Sprintf(", DeliveryLimit %d", s.cfg.DeliveryLimit)
+		}
+		return fmt.Errorf("amqp: queue %s exists with other arguments than this transport declares (%s): "+
+			"RabbitMQ does not change an existing queue's type or arguments (a classic queue cannot be redeclared as quorum, nor the reverse); "+
+			"drain and delete the queue, or configure the type and limit it has: %w", queue, declared, err)
 	}
 	return fmt.Errorf("amqp: subscribe to topic %s (queue %s): %w", topic, queue, err)
 }
