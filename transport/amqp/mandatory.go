@@ -84,31 +84,37 @@ func (e nothingSent) Error() string        { return e.err.Error() }
 func (e nothingSent) Unwrap() error        { return e.err }
 func (e nothingSent) Is(target error) bool { return target == errNothingSent }
 
-func (p *mandatoryPublisher) publishBatch(topic string, msgs []*message.Message) error {
+func (p *mandatoryPublisher) publishBatch(topic string, msgs []*message.Message) (err error) {
 	if err := p.open(); err != nil {
 		return err
 	}
+	// After any failure but a return, confirms or returns of this batch may
+	// still arrive: start the next batch on a fresh channel.
+	defer func() {
+		if err != nil && !errors.Is(err, transport.ErrNoRoute) {
+			p.reset()
+		}
+	}()
 	exchange := ExchangeName(topic)
 	if !p.declared[exchange] {
 		// As watermill-amqp's durable pub/sub config declares it.
 		if err := p.ch.ExchangeDeclare(exchange, "fanout", true, false, false, false, nil); err != nil {
-			p.reset()
 			return fmt.Errorf("amqp: declare exchange %s (fanout, durable) for topic %s: %w", exchange, topic, err)
 		}
 		p.declared[exchange] = true
 	}
 
-	confirms := make([]*amqp091.DeferredConfirmation, len(msgs))
+	pubs := make([]amqp091.Publishing, len(msgs))
 	for i, msg := range msgs {
-		pub, err := Marshaler{}.Marshal(msg)
-		if err != nil {
+		if pubs[i], err = (Marshaler{}).Marshal(msg); err != nil {
 			return fmt.Errorf("amqp: marshal message %s: %w", msg.UUID, err)
 		}
-		c, err := p.ch.PublishWithDeferredConfirmWithContext(msg.Context(), exchange, "", true, false, pub)
+	}
+	confirms := make([]*amqp091.DeferredConfirmation, len(msgs))
+	for i, msg := range msgs {
+		c, err := p.ch.PublishWithDeferredConfirmWithContext(msg.Context(), exchange, "", true, false, pubs[i])
 		if err != nil {
-			closed := p.ch.IsClosed()
-			p.reset()
-			if i == 0 && closed {
+			if i == 0 && p.ch.IsClosed() {
 				return nothingSent{fmt.Errorf("amqp: publish message %s to topic %s: %w", msg.UUID, topic, err)}
 			}
 			return fmt.Errorf("amqp: publish message %s to topic %s: %w", msg.UUID, topic, err)
@@ -120,12 +126,10 @@ func (p *mandatoryPublisher) publishBatch(topic string, msgs []*message.Message)
 		msg := msgs[i]
 		ok, err := c.WaitContext(msg.Context())
 		if err != nil {
-			p.reset() // its returns and confirms may still come
 			return fmt.Errorf("amqp: wait for the broker's confirm of message %s to topic %s: %w", msg.UUID, topic, err)
 		}
 		if !ok {
 			if p.ch.IsClosed() {
-				p.reset()
 				return fmt.Errorf("amqp: the channel closed before the broker confirmed message %s to topic %s: publish it again", msg.UUID, topic)
 			}
 			return fmt.Errorf("amqp: the broker refused message %s to topic %s (basic.nack): publish it again", msg.UUID, topic)
