@@ -3,16 +3,22 @@ package gochannel
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/postroom/postroom/transport"
 )
 
 // Config configures the in-memory transport. It has no settings yet: queues
 // grow as needed, so a handler that sends to its own queue never blocks.
 type Config struct{}
 
-// ErrClosed is returned by Publish after Close.
+// ErrClosed is returned by Publish, PublishMandatory, Subscribe and
+// SubscribeInitialize once the transport, or the publisher or subscriber
+// called, is closed.
 var ErrClosed = errors.New("gochannel: transport closed")
 
 // Transport is the in-memory transport: a queue per (group, topic), shared
@@ -20,14 +26,20 @@ var ErrClosed = errors.New("gochannel: transport closed")
 type Transport struct {
 	mu     sync.Mutex
 	queues map[queueKey]*queue
-	topics map[string][]*queue // the queues of the groups subscribed to each topic
+	topics map[string][]*queue // the queues of the groups that declared each topic
 
-	closed    chan struct{}
+	closed    chan struct{} // closed by Close, under mu
 	closeOnce sync.Once
-	subs      sync.WaitGroup
+	running   sync.WaitGroup // one per running queue dispatcher; Add under mu
 }
 
 type queueKey struct{ group, topic string }
+
+var (
+	_ transport.Transport          = (*Transport)(nil)
+	_ transport.Mandatory          = (*Transport)(nil)
+	_ message.SubscribeInitializer = (*groupSubscriber)(nil)
+)
 
 // New returns an in-memory transport.
 func New(Config) *Transport {
@@ -38,155 +50,182 @@ func New(Config) *Transport {
 	}
 }
 
-// Publisher returns the publisher.
-func (t *Transport) Publisher() message.Publisher { return publisher{t} }
+// Publisher returns a publisher. Each call returns a new one: closing it
+// refuses its later Publish calls and leaves the transport and the other
+// publishers as they were.
+func (t *Transport) Publisher() message.Publisher { return &publisher{t: t} }
 
-// Subscriber returns a subscriber of group: its subscriptions to a topic
-// share the topic's messages.
+// Subscriber returns a subscriber of group: its subscriptions to a topic,
+// and those of every other subscriber of group, share the group's queue for
+// the topic.
 func (t *Transport) Subscriber(group string) (message.Subscriber, error) {
-	return &groupSubscriber{t: t, group: group}, nil
+	return &groupSubscriber{t: t, group: group, subs: map[*subscription]struct{}{}}, nil
 }
 
 // Competing is true: subscriptions of one group share the topic's messages.
 func (t *Transport) Competing() bool { return true }
 
-// Close stops every subscription; messages not yet delivered are dropped.
+// Close ends every subscription (closing its channel and cancelling the
+// context of the message it holds) and drops every queued message. Publish
+// and Subscribe fail with [ErrClosed] afterwards.
 func (t *Transport) Close() error {
-	t.closeOnce.Do(func() { close(t.closed) })
-	t.subs.Wait()
+	t.closeOnce.Do(func() {
+		t.mu.Lock()
+		close(t.closed)
+		t.mu.Unlock()
+	})
+	t.running.Wait()
 	return nil
 }
 
-// queue returns the queue of group for topic, creating it on first use.
-func (t *Transport) queue(group, topic string) *queue {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+func (t *Transport) isClosed() bool {
+	select {
+	case <-t.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// declare returns the queue of group for topic, creating it on first use:
+// from then on, every message published to topic is kept in it. Callers
+// hold t.mu.
+func (t *Transport) declare(group, topic string) *queue {
 	key := queueKey{group, topic}
 	q, ok := t.queues[key]
 	if !ok {
-		q = &queue{ready: make(chan struct{}, 1)}
+		q = newQueue(t)
 		t.queues[key] = q
 		t.topics[topic] = append(t.topics[topic], q)
 	}
 	return q
 }
 
-type publisher struct{ t *Transport }
-
-// Publish appends the messages to the queue of every group subscribed to
-// topic; with none, they are dropped. It never blocks.
-func (p publisher) Publish(topic string, msgs ...*message.Message) error {
-	select {
-	case <-p.t.closed:
-		return ErrClosed
-	default:
+// publish appends msgs to the queue of every group that declared topic and
+// reports how many queues took them.
+func (t *Transport) publish(topic string, msgs []*message.Message) (int, error) {
+	t.mu.Lock()
+	if t.isClosed() {
+		t.mu.Unlock()
+		return 0, ErrClosed
 	}
-	p.t.mu.Lock()
-	queues := p.t.topics[topic]
-	p.t.mu.Unlock()
+	queues := t.topics[topic] // only ever appended to: the prefix read here stays valid
+	t.mu.Unlock()
 	for _, q := range queues {
 		q.push(msgs)
+	}
+	return len(queues), nil
+}
+
+// PublishMandatory publishes like Publish, but fails with an error wrapping
+// [transport.ErrNoRoute] when no group has declared topic (by
+// SubscribeInitialize or Subscribe), so nothing would keep the messages.
+func (t *Transport) PublishMandatory(topic string, msgs ...*message.Message) error {
+	n, err := t.publish(topic, msgs)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("gochannel: no group has subscribed to topic %q (or called SubscribeInitialize for it): %w", topic, transport.ErrNoRoute)
 	}
 	return nil
 }
 
-func (publisher) Close() error { return nil }
-
-// queue is an unbounded FIFO of messages with a wake-up signal.
-type queue struct {
-	mu    sync.Mutex
-	items []*message.Message
-	ready chan struct{} // holds a token while items may be waiting
+type publisher struct {
+	t      *Transport
+	closed atomic.Bool
 }
 
-func (q *queue) push(msgs []*message.Message) {
-	q.mu.Lock()
-	q.items = append(q.items, msgs...)
-	q.mu.Unlock()
-	q.signal()
+// Publish appends the messages to the queue of every group that declared
+// topic; with none, they are dropped (use [Transport.PublishMandatory] to
+// be told). It never blocks.
+func (p *publisher) Publish(topic string, msgs ...*message.Message) error {
+	if p.closed.Load() {
+		return ErrClosed
+	}
+	_, err := p.t.publish(topic, msgs)
+	return err
 }
 
-func (q *queue) signal() {
-	select {
-	case q.ready <- struct{}{}:
-	default:
-	}
-}
-
-// pop takes the first message, passing the signal on to the next waiting
-// subscription when more are left.
-func (q *queue) pop() (*message.Message, bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if len(q.items) == 0 {
-		return nil, false
-	}
-	msg := q.items[0]
-	q.items[0] = nil
-	q.items = q.items[1:]
-	if len(q.items) > 0 {
-		q.signal()
-	}
-	return msg, true
+// Close refuses this publisher's later Publish calls.
+func (p *publisher) Close() error {
+	p.closed.Store(true)
+	return nil
 }
 
 type groupSubscriber struct {
 	t     *Transport
 	group string
+
+	mu     sync.Mutex
+	closed bool
+	subs   map[*subscription]struct{}
 }
 
-// Subscribe delivers the group's messages of topic, one at a time: the next
-// comes once this one is acked; a nacked message is delivered again at once.
+// SubscribeInitialize declares the group's queue for topic: messages
+// published to topic from now on are kept for the group's subscriptions,
+// even those that subscribe later.
+func (s *groupSubscriber) SubscribeInitialize(topic string) error {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	s.t.mu.Lock()
+	defer s.t.mu.Unlock()
+	if s.t.isClosed() {
+		return ErrClosed
+	}
+	s.t.declare(s.group, topic)
+	return nil
+}
+
+// Subscribe declares the group's queue for topic (see SubscribeInitialize)
+// and delivers its messages, one at a time: the next comes once this one is
+// acked. A nacked message goes back to the head of the queue. The channel
+// closes when ctx ends, or the subscriber or the transport is closed; the
+// message the subscription holds then goes back to the head of the queue
+// (dropped if the transport is closed) and its context is cancelled.
 func (s *groupSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
-	q := s.t.queue(s.group, topic)
-	out := make(chan *message.Message)
-	s.t.subs.Add(1)
-	go func() {
-		defer s.t.subs.Done()
-		defer close(out)
-		for {
-			if msg, ok := q.pop(); ok {
-				if !deliver(ctx, s.t.closed, msg, out) {
-					return
-				}
-				continue
-			}
-			select {
-			case <-q.ready:
-			case <-ctx.Done():
-				return
-			case <-s.t.closed:
-				return
-			}
-		}
-	}()
-	return out, nil
-}
-
-// deliver hands a copy of msg to the subscription until it is acked; it
-// reports false when the subscription or the transport closed first.
-func deliver(ctx context.Context, closed <-chan struct{}, msg *message.Message, out chan<- *message.Message) bool {
-	for {
-		m := msg.Copy()
-		m.SetContext(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	sub := newSubscription(ctx)
+	s.t.mu.Lock()
+	if s.t.isClosed() {
+		s.t.mu.Unlock()
+		sub.cancel()
+		return nil, ErrClosed
+	}
+	s.t.declare(s.group, topic).add(sub)
+	s.t.mu.Unlock()
+	for old := range s.subs { // forget the subscriptions that have ended
 		select {
-		case out <- m:
-		case <-ctx.Done():
-			return false
-		case <-closed:
-			return false
-		}
-		select {
-		case <-m.Acked():
-			return true
-		case <-m.Nacked():
-		case <-ctx.Done():
-			return false
-		case <-closed:
-			return false
+		case <-old.ended:
+			delete(s.subs, old)
+		default:
 		}
 	}
+	s.subs[sub] = struct{}{}
+	return sub.out, nil
 }
 
-// Close does nothing: subscriptions end with their context or the transport.
-func (s *groupSubscriber) Close() error { return nil }
+// Close ends the subscriber's subscriptions and returns once their channels
+// are closed. The messages they hold go back to the head of their queues.
+func (s *groupSubscriber) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	subs := make([]*subscription, 0, len(s.subs))
+	for sub := range s.subs {
+		subs = append(subs, sub)
+		sub.cancel()
+	}
+	s.mu.Unlock()
+	for _, sub := range subs {
+		<-sub.ended
+	}
+	return nil
+}

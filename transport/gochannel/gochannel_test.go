@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/postroom/postroom/transport"
 	"github.com/postroom/postroom/transport/gochannel"
 )
 
@@ -105,4 +106,270 @@ func TestPublishNeverBlocks(t *testing.T) {
 		msg.Ack()
 	}
 	require.NoError(t, tr.Publisher().Publish("nobody-listens", message.NewMessage("x", nil)), "dropped, not an error")
+}
+
+// receive reads one message from ch, failing after a second.
+func receive(t *testing.T, ch <-chan *message.Message) *message.Message {
+	t.Helper()
+	select {
+	case msg, ok := <-ch:
+		require.True(t, ok, "channel closed")
+		return msg
+	case <-time.After(time.Second):
+		t.Fatal("no message")
+		return nil
+	}
+}
+
+// nothing fails if ch yields a message within 50ms.
+func nothing(t *testing.T, ch <-chan *message.Message) {
+	t.Helper()
+	select {
+	case msg, ok := <-ch:
+		if ok {
+			t.Fatalf("unexpected message %s", msg.UUID)
+		}
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+func closedCh(t *testing.T, ch <-chan *message.Message) {
+	t.Helper()
+	select {
+	case msg, ok := <-ch:
+		require.False(t, ok, "got %v, want the channel closed", msg)
+	default:
+		t.Fatal("channel not closed")
+	}
+}
+
+func publish(t *testing.T, tr *gochannel.Transport, topic string, uuids ...string) {
+	t.Helper()
+	for _, id := range uuids {
+		require.NoError(t, tr.Publisher().Publish(topic, message.NewMessage(id, nil)))
+	}
+}
+
+// TestQueueExistsFromSubscribeInitialize: messages published before a group
+// subscribes are kept once the group has declared the topic, by
+// SubscribeInitialize or by an earlier subscription; a topic no group has
+// declared drops them, and PublishMandatory says so.
+func TestQueueExistsFromSubscribeInitialize(t *testing.T) {
+	t.Parallel()
+	tr := gochannel.New(gochannel.Config{})
+	defer tr.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	err := tr.PublishMandatory("t", message.NewMessage("lost", nil))
+	require.ErrorIs(t, err, transport.ErrNoRoute)
+	publish(t, tr, "t", "dropped")
+
+	sub, err := tr.Subscriber("a")
+	require.NoError(t, err)
+	require.NoError(t, sub.(message.SubscribeInitializer).SubscribeInitialize("t"))
+	publish(t, tr, "t", "1")
+	require.NoError(t, tr.PublishMandatory("t", message.NewMessage("2", nil)))
+
+	ch, err := sub.Subscribe(ctx, "t")
+	require.NoError(t, err)
+	for _, want := range []string{"1", "2"} {
+		msg := receive(t, ch)
+		require.Equal(t, want, msg.UUID)
+		msg.Ack()
+	}
+	nothing(t, ch)
+
+	// Group b declares the topic by subscribing; its queue stays after the
+	// subscription ends.
+	subB, _ := tr.Subscriber("b")
+	ctxB, cancelB := context.WithCancel(ctx)
+	chB, err := subB.Subscribe(ctxB, "t")
+	require.NoError(t, err)
+	cancelB()
+	for range chB {
+	}
+	publish(t, tr, "t", "3")
+	chB, err = subB.Subscribe(ctx, "t")
+	require.NoError(t, err)
+	require.Equal(t, "3", receive(t, chB).UUID)
+	require.Equal(t, "3", receive(t, ch).UUID, "group a gets it too")
+}
+
+// TestHeldMessageGoesBackWhenItsSubscriptionEnds: a message taken and not
+// acked by a subscription that ends goes back to the head of the queue for
+// the group's other subscriptions, and its context is cancelled.
+func TestHeldMessageGoesBackWhenItsSubscriptionEnds(t *testing.T) {
+	t.Parallel()
+	tr := gochannel.New(gochannel.Config{})
+	defer tr.Close()
+	sub, _ := tr.Subscriber("a")
+	ctx1, cancel1 := context.WithCancel(context.Background())
+	defer cancel1()
+	ch1, err := sub.Subscribe(ctx1, "t")
+	require.NoError(t, err)
+	publish(t, tr, "t", "1", "2")
+	held := receive(t, ch1)
+	require.Equal(t, "1", held.UUID)
+
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	ch2, err := sub.Subscribe(ctx2, "t")
+	require.NoError(t, err)
+	msg := receive(t, ch2)
+	require.Equal(t, "2", msg.UUID)
+	msg.Ack()
+	nothing(t, ch2)
+
+	cancel1()
+	select {
+	case <-held.Context().Done():
+	case <-time.After(time.Second):
+		t.Fatal("the held message's context is not cancelled when its subscription ends")
+	}
+	msg = receive(t, ch2)
+	require.Equal(t, "1", msg.UUID, "the held message goes to the other subscription")
+	msg.Ack()
+	_, open := <-ch1
+	require.False(t, open)
+}
+
+// TestStalledSubscriptionHoldsNothing: a subscription nobody reads does not
+// keep a message from the group's other subscriptions.
+func TestStalledSubscriptionHoldsNothing(t *testing.T) {
+	t.Parallel()
+	tr := gochannel.New(gochannel.Config{})
+	defer tr.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sub, _ := tr.Subscriber("a")
+	_, err := sub.Subscribe(ctx, "t") // never read
+	require.NoError(t, err)
+	ch, err := sub.Subscribe(ctx, "t")
+	require.NoError(t, err)
+	publish(t, tr, "t", "1", "2", "3")
+	for _, want := range []string{"1", "2", "3"} {
+		msg := receive(t, ch)
+		require.Equal(t, want, msg.UUID)
+		msg.Ack()
+	}
+}
+
+// TestNackGoesBackToTheHead: one subscription gets a nacked message again
+// before the ones behind it, and the next only after an ack.
+func TestNackGoesBackToTheHead(t *testing.T) {
+	t.Parallel()
+	tr := gochannel.New(gochannel.Config{})
+	defer tr.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sub, _ := tr.Subscriber("a")
+	ch, err := sub.Subscribe(ctx, "t")
+	require.NoError(t, err)
+	publish(t, tr, "t", "1", "2")
+	msg := receive(t, ch)
+	require.Equal(t, "1", msg.UUID)
+	nothing(t, ch)
+	msg.Nack()
+	select {
+	case <-msg.Context().Done():
+	case <-time.After(time.Second):
+		t.Fatal("the context of a nacked message is not cancelled")
+	}
+	msg = receive(t, ch)
+	require.Equal(t, "1", msg.UUID)
+	msg.Ack()
+	select {
+	case <-msg.Context().Done():
+	case <-time.After(time.Second):
+		t.Fatal("the context of an acked message is not cancelled")
+	}
+	require.Equal(t, "2", receive(t, ch).UUID)
+}
+
+// TestSubscriberClose ends the subscriber's subscriptions: their channels
+// are closed when Close returns, the message held goes to another
+// subscriber of the group, and the closed subscriber refuses to subscribe.
+func TestSubscriberClose(t *testing.T) {
+	t.Parallel()
+	tr := gochannel.New(gochannel.Config{})
+	defer tr.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sub1, _ := tr.Subscriber("a")
+	sub2, _ := tr.Subscriber("a")
+	ch1, err := sub1.Subscribe(ctx, "t")
+	require.NoError(t, err)
+	ch1b, err := sub1.Subscribe(ctx, "other")
+	require.NoError(t, err)
+	publish(t, tr, "t", "1")
+	held := receive(t, ch1)
+
+	require.NoError(t, sub1.Close())
+	closedCh(t, ch1)
+	closedCh(t, ch1b)
+	require.Error(t, held.Context().Err(), "the held message's context is cancelled")
+	_, err = sub1.Subscribe(ctx, "t")
+	require.ErrorIs(t, err, gochannel.ErrClosed)
+	require.ErrorIs(t, sub1.(message.SubscribeInitializer).SubscribeInitialize("t"), gochannel.ErrClosed)
+
+	ch2, err := sub2.Subscribe(ctx, "t")
+	require.NoError(t, err)
+	require.Equal(t, "1", receive(t, ch2).UUID)
+}
+
+// TestPublishAfterClose: a closed publisher refuses to publish (the others
+// go on); a closed transport refuses everything and ends its subscriptions.
+func TestPublishAfterClose(t *testing.T) {
+	t.Parallel()
+	tr := gochannel.New(gochannel.Config{})
+	sub, _ := tr.Subscriber("a")
+	ch, err := sub.Subscribe(context.Background(), "t")
+	require.NoError(t, err)
+
+	pub := tr.Publisher()
+	require.NoError(t, pub.Close())
+	require.ErrorIs(t, pub.Publish("t", message.NewMessage("1", nil)), gochannel.ErrClosed)
+	require.NoError(t, tr.Publisher().Publish("t", message.NewMessage("2", nil)))
+	require.Equal(t, "2", receive(t, ch).UUID)
+
+	require.NoError(t, tr.Close())
+	closedCh(t, ch)
+	require.ErrorIs(t, tr.Publisher().Publish("t", message.NewMessage("3", nil)), gochannel.ErrClosed)
+	require.ErrorIs(t, tr.PublishMandatory("t", message.NewMessage("3", nil)), gochannel.ErrClosed)
+	_, err = sub.Subscribe(context.Background(), "t")
+	require.ErrorIs(t, err, gochannel.ErrClosed)
+	require.ErrorIs(t, sub.(message.SubscribeInitializer).SubscribeInitialize("t"), gochannel.ErrClosed)
+	require.NoError(t, tr.Close(), "twice")
+}
+
+// TestAckedJustBeforeTheEndIsNotRedelivered: a message acked right before
+// its subscription ends is done, even if the subscription ends before the
+// transport has seen the ack.
+func TestAckedJustBeforeTheEndIsNotRedelivered(t *testing.T) {
+	t.Parallel()
+	tr := gochannel.New(gochannel.Config{})
+	defer tr.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	other, _ := tr.Subscriber("a")
+	chOther, err := other.Subscribe(ctx, "t")
+	require.NoError(t, err)
+	for i := range 100 {
+		sub, _ := tr.Subscriber("a")
+		ch, err := sub.Subscribe(ctx, "t")
+		require.NoError(t, err)
+		publish(t, tr, "t", fmt.Sprint(i))
+		var msg *message.Message
+		select {
+		case msg = <-ch:
+		case msg = <-chOther:
+			// the other subscription took it: ack it there, and try again
+		case <-time.After(time.Second):
+			t.Fatal("no message")
+		}
+		msg.Ack()
+		require.NoError(t, sub.Close())
+	}
+	nothing(t, chOther)
 }
