@@ -49,24 +49,34 @@ func newScheduler(t *testing.T, db *gorm.DB, c *clock, instance string, schedule
 	return s
 }
 
-// TestOneEmitPerSlotAcrossInstancesAndRestarts runs three schedulers on
-// one PostgreSQL through 30 simulated days, ticking concurrently, restarted
-// every few simulated days: every slot fires exactly once.
-func TestOneEmitPerSlotAcrossInstancesAndRestarts(t *testing.T) {
-	db := testenv.Postgres(t)
-	emitsTable(t, db)
-	if sqlDB, err := db.DB(); err == nil {
-		sqlDB.SetMaxOpenConns(8)
+// TestConformanceSchedulerOncePerSlot runs three schedulers, each on its
+// own connection pool, on one database of each store through 30 simulated
+// days, ticking concurrently, restarted every few simulated days: every
+// slot fires exactly once.
+func TestConformanceSchedulerOncePerSlot(t *testing.T) {
+	for _, store := range []struct {
+		name string
+		dsn  func(testing.TB) string
+	}{{"postgres", testenv.PostgresSchemaDSN}, {"mariadb", testenv.MySQLDatabaseDSN}, {"sqlite", testenv.SQLiteDSN}} {
+		t.Run(store.name, func(t *testing.T) {
+			dsn := store.dsn(t)
+			oncePerSlot(t, testenv.Migrated(t, dsn, store.name), func() *gorm.DB { return testenv.Migrated(t, dsn, store.name) })
+		})
 	}
+}
+
+func oncePerSlot(t *testing.T, db *gorm.DB, open func() *gorm.DB) {
+	emitsTable(t, db)
 	start := time.Date(2026, 3, 1, 0, 17, 0, 0, time.UTC)
 	c := &clock{}
 	c.Set(start)
 	hourly := scheduler.Schedule{Name: "hourly", Every: time.Hour, Missed: scheduler.CatchUp}
 	halfHourly := scheduler.Schedule{Name: "cron", Cron: "*/30 * * * *", Missed: scheduler.CatchUp}
+	pools := []*gorm.DB{open(), open(), open()}
 	boot := func() []*scheduler.Scheduler {
 		var out []*scheduler.Scheduler
-		for i := range 3 {
-			out = append(out, newScheduler(t, db, c, fmt.Sprintf("instance-%d", i), hourly, halfHourly))
+		for i, pool := range pools {
+			out = append(out, newScheduler(t, pool, c, fmt.Sprintf("instance-%d", i), hourly, halfHourly))
 		}
 		return out
 	}

@@ -1,0 +1,575 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/metadata"
+	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/transport"
+	"github.com/postroom/postroom/transport/amqp"
+	"github.com/postroom/postroom/transport/gochannel"
+	wsql "github.com/postroom/postroom/transport/sql"
+)
+
+// The conformance suite: every guarantee of docs/guarantees.md that the bus
+// gives, checked once, on every store × transport the bus supports. A new
+// store or transport joins by adding one row to confStores or
+// confTransports; a combination it cannot support is declared there with
+// the reason, never skipped. docs/guarantees.md shows the matrix.
+
+type confStore struct {
+	name   string
+	open   func(testing.TB) *gorm.DB
+	outbox bool // watermill-sql has an adapter for it
+}
+
+var confStores = []confStore{
+	{"sqlite", testenv.SQLite, false},
+	{"postgres", testenv.Postgres, true},
+	{"mariadb", testenv.MySQL, true},
+}
+
+type confTransport struct {
+	name string
+	open func(t *testing.T, db *gorm.DB) transport.Transport
+	// unsupported names the stores this transport cannot run on, and why.
+	unsupported map[string]string
+}
+
+var confTransports = []confTransport{
+	{name: "gochannel", open: func(*testing.T, *gorm.DB) transport.Transport { return gochannel.New(gochannel.Config{}) }},
+	{name: "sql", open: func(t *testing.T, db *gorm.DB) transport.Transport {
+		tr, err := wsql.New(wsql.Config{DB: db, PollInterval: 20 * time.Millisecond})
+		require.NoError(t, err)
+		return tr
+	}, unsupported: map[string]string{"sqlite": "the SQL transport keeps messages in watermill-sql's tables, which have no SQLite adapter"}},
+	{name: "amqp", open: func(t *testing.T, _ *gorm.DB) transport.Transport {
+		tr, err := amqp.New(amqp.Config{URL: testenv.RequireAMQP(t)})
+		require.NoError(t, err)
+		return tr
+	}},
+}
+
+// confCase is one store × transport, for one check.
+type confCase struct {
+	store     confStore
+	transport confTransport
+	db        *gorm.DB
+	tr        transport.Transport // shared by every bus of the check
+	effects   string              // the business table
+	// errorTopic is the error topic of the check's buses.
+	errorTopic string
+}
+
+type confCheck struct {
+	name   string
+	outbox bool // needs a store with an outbox
+	run    func(t *testing.T, c *confCase)
+}
+
+var confChecks = []confCheck{
+	{"the inbox applies a message once under 8 concurrent copies", false, checkConcurrentCopies},
+	{"a failure, then a panic, then the redelivery is applied once", false, checkFailureLeavesNoTrace},
+	{"one ID from two sources is applied for each", false, checkTwoSources},
+	{"two handlers of one event each apply it once", false, checkTwoHandlers},
+	{"two endpoints on one database each apply it once", false, checkTwoEndpoints},
+	{"stale updates converge whatever the order, IDs differing only in case and spaces", false, checkStaleConvergence},
+	{"IDs of 37 to 200 bytes travel and are applied once; 201 is refused at Send", false, checkLongIDs},
+	{"keys written before consumers named their endpoint still protect", false, checkLegacyKeys},
+	{"CleanupStore fires and purges the inbox", false, checkCleanupPurges},
+	{"IDs of 37 to 200 bytes travel through the outbox", true, checkLongIDsThroughOutbox},
+	{"CleanupStore purges relayed outbox rows", true, checkCleanupPurgesOutbox},
+	{"the outbox relays everything behind a poison message", true, checkOutboxPoison},
+}
+
+func TestConformance(t *testing.T) {
+	for _, s := range confStores {
+		for _, tr := range confTransports {
+			t.Run(s.name+"+"+tr.name, func(t *testing.T) {
+				if why, ok := tr.unsupported[s.name]; ok {
+					t.Logf("unsupported, declared: %s", why)
+					return
+				}
+				for _, check := range confChecks {
+					t.Run(check.name, func(t *testing.T) {
+						if check.outbox && !s.outbox {
+							t.Logf("unsupported, declared: %s has no outbox (watermill-sql has no SQLite adapter); messages are sent after commit", s.name)
+							return
+						}
+						db := s.open(t)
+						c := &confCase{store: s, transport: tr, db: db, tr: &sharedTransport{tr.open(t, db)}, effects: testenv.Name("effects_"), errorTopic: testenv.Name("error_")}
+						t.Cleanup(func() { _ = c.tr.(*sharedTransport).Transport.Close() })
+						require.NoError(t, db.Exec("CREATE TABLE "+c.effects+" (consumer VARCHAR(200) NOT NULL, id VARCHAR(250) NOT NULL, entity VARCHAR(200) NOT NULL DEFAULT '')").Error)
+						check.run(t, c)
+					})
+				}
+			})
+		}
+	}
+}
+
+// sharedTransport lets several buses of one check share a transport (the
+// in-memory one must be shared); it is closed once, when the check ends.
+type sharedTransport struct{ transport.Transport }
+
+func (*sharedTransport) Close() error { return nil }
+
+func (s *sharedTransport) PublishMandatory(topic string, msgs ...*message.Message) error {
+	if m, ok := s.Transport.(transport.Mandatory); ok {
+		return m.PublishMandatory(topic, msgs...)
+	}
+	return s.Transport.Publisher().Publish(topic, msgs...)
+}
+
+type ConfCmd struct{ N int }
+
+func (ConfCmd) MessageName() string { return "conf.Cmd" }
+
+type ConfRelayed struct{ From string }
+
+func (ConfRelayed) MessageName() string { return "conf.Relayed" }
+
+type ConfChanged struct{ Entity string }
+
+func (ConfChanged) MessageName() string { return "conf.Changed" }
+
+// newConfBus returns a bus of a new endpoint on the case's database and
+// transport; mod adjusts its Config.
+func newConfBus(t *testing.T, c *confCase, mod func(*bus.Config)) *bus.Bus {
+	t.Helper()
+	cfg := bus.Config{
+		Endpoint:   testenv.Name("conf"),
+		ErrorTopic: c.errorTopic,
+		Transport:  c.tr,
+		DB:         c.db,
+		Retry:      bus.RetryPolicy{MaxRetries: 3, InitialBackoff: 5 * time.Millisecond},
+		Logger:     testenv.Logger(t),
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	b, err := bus.New(cfg)
+	require.NoError(t, err)
+	return b
+}
+
+// run starts b and stops it when the test ends.
+func run(t *testing.T, b *bus.Bus) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	select {
+	case <-b.Running():
+	case err := <-done:
+		t.Fatalf("bus did not start: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("bus did not start")
+	}
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+		_ = b.Close()
+	})
+}
+
+// record is a handler that writes its consumer and the message ID to the
+// effects table through the message's transaction.
+func record[T any](c *confCase, consumer string) bus.HandlerFunc[T] {
+	return func(ctx context.Context, _ *T) error {
+		return bus.Tx(ctx).Exec("INSERT INTO "+c.effects+" (consumer, id) VALUES (?, ?)", consumer, bus.MessageID(ctx)).Error
+	}
+}
+
+// effects counts the rows per consumer and ID, compared byte for byte in Go.
+func effects(t *testing.T, c *confCase) map[string]int {
+	t.Helper()
+	var rows []struct{ Consumer, ID string }
+	require.NoError(t, c.db.Raw("SELECT consumer, id FROM "+c.effects).Scan(&rows).Error)
+	out := map[string]int{}
+	for _, r := range rows {
+		out[r.Consumer+" "+r.ID]++
+	}
+	return out
+}
+
+// settled waits until handler has settled n deliveries (handled,
+// duplicate, stale or failed).
+func settled(t *testing.T, b *bus.Bus, handler string, n uint64) {
+	t.Helper()
+	c := b.Counters()
+	waitFor(t, fmt.Sprintf("%d deliveries of %s to settle", n, handler), func() bool {
+		return c.Get(handler, metrics.Handled)+c.Get(handler, metrics.Duplicate)+c.Get(handler, metrics.Stale)+c.Get(handler, metrics.Failed) >= n
+	})
+}
+
+func checkConcurrentCopies(t *testing.T, c *confCase) {
+	b := newConfBus(t, c, nil)
+	require.NoError(t, bus.Handle(b, record[ConfCmd](c, "cmd"), bus.WithInbox(), bus.WithConcurrency(8)))
+	run(t, b)
+	id := testenv.Name("copy-")
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() { require.NoError(t, bus.Send(context.Background(), b, &ConfCmd{}, bus.WithMessageID(id))) })
+	}
+	wg.Wait()
+	settled(t, b, "conf.Cmd", 8)
+	require.Equal(t, map[string]int{"cmd " + id: 1}, effects(t, c))
+	require.EqualValues(t, 1, b.Counters().Get("conf.Cmd", metrics.Handled))
+	require.EqualValues(t, 7, b.Counters().Get("conf.Cmd", metrics.Duplicate))
+}
+
+func checkFailureLeavesNoTrace(t *testing.T, c *confCase) {
+	b := newConfBus(t, c, nil)
+	var attempts atomic.Int32
+	require.NoError(t, bus.Handle(b, func(ctx context.Context, m *ConfCmd) error {
+		if err := record[ConfCmd](c, "cmd")(ctx, m); err != nil {
+			return err
+		}
+		switch attempts.Add(1) {
+		case 1:
+			return errors.New("first attempt fails after its write")
+		case 2:
+			panic("second attempt panics after its write")
+		}
+		return nil
+	}, bus.WithInbox()))
+	run(t, b)
+	id := testenv.Name("fail-")
+	require.NoError(t, bus.Send(context.Background(), b, &ConfCmd{}, bus.WithMessageID(id)))
+	settled(t, b, "conf.Cmd", 1)
+	require.Equal(t, map[string]int{"cmd " + id: 1}, effects(t, c), "the failed attempts left nothing, the third applied once")
+	require.EqualValues(t, 1, b.Counters().Get("conf.Cmd", metrics.Handled))
+	require.NoError(t, bus.Send(context.Background(), b, &ConfCmd{}, bus.WithMessageID(id)))
+	settled(t, b, "conf.Cmd", 2)
+	require.EqualValues(t, 1, b.Counters().Get("conf.Cmd", metrics.Duplicate), "the redelivery after success is a duplicate")
+	require.Equal(t, map[string]int{"cmd " + id: 1}, effects(t, c))
+}
+
+func checkTwoSources(t *testing.T, c *confCase) {
+	b := newConfBus(t, c, nil)
+	require.NoError(t, bus.Handle(b, record[ConfCmd](c, "cmd"), bus.WithInbox()))
+	run(t, b)
+	id := testenv.Name("src-")
+	for _, source := range []string{"sender-a", "sender-b", "sender-a"} {
+		require.NoError(t, bus.Send(context.Background(), b, &ConfCmd{}, bus.WithMessageID(id), bus.WithMetadata(metadata.SourceEndpoint, source)))
+	}
+	settled(t, b, "conf.Cmd", 3)
+	require.Equal(t, map[string]int{"cmd " + id: 2}, effects(t, c), "once per source")
+	require.EqualValues(t, 1, b.Counters().Get("conf.Cmd", metrics.Duplicate))
+}
+
+func checkTwoHandlers(t *testing.T, c *confCase) {
+	b := newConfBus(t, c, nil)
+	for _, name := range []string{"a", "b"} {
+		require.NoError(t, bus.Handle(b, record[ConfChanged](c, name), bus.Named(name), bus.WithInbox(), bus.WithStale()))
+	}
+	run(t, b)
+	at := time.Now().Add(-time.Minute)
+	entity := testenv.Name("e-")
+	first, older := testenv.Name("m-"), testenv.Name("m-")
+	require.NoError(t, bus.Publish(context.Background(), b, &ConfChanged{}, bus.WithMessageID(first), bus.WithVersion(entity, at)))
+	require.NoError(t, bus.Publish(context.Background(), b, &ConfChanged{}, bus.WithMessageID(older), bus.WithVersion(entity, at.Add(-time.Second))))
+	require.NoError(t, bus.Publish(context.Background(), b, &ConfChanged{}, bus.WithMessageID(first), bus.WithVersion(entity, at)))
+	for _, name := range []string{"a", "b"} {
+		settled(t, b, name, 3)
+		require.EqualValues(t, 1, b.Counters().Get(name, metrics.Handled), name)
+		require.EqualValues(t, 1, b.Counters().Get(name, metrics.Stale), name)
+		require.EqualValues(t, 1, b.Counters().Get(name, metrics.Duplicate), name)
+	}
+	require.Equal(t, map[string]int{"a " + first: 1, "b " + first: 1}, effects(t, c))
+}
+
+func checkTwoEndpoints(t *testing.T, c *confCase) {
+	var buses []*bus.Bus
+	for range 2 {
+		b := newConfBus(t, c, nil)
+		require.NoError(t, bus.Handle(b, record[ConfChanged](c, b.Endpoint()), bus.WithInbox(), bus.WithStale()))
+		buses = append(buses, b)
+	}
+	for _, b := range buses {
+		run(t, b)
+	}
+	entity, id := testenv.Name("e-"), testenv.Name("m-")
+	for range 2 {
+		require.NoError(t, bus.Publish(context.Background(), buses[0], &ConfChanged{}, bus.WithMessageID(id), bus.WithVersion(entity, time.Now())))
+	}
+	want := map[string]int{}
+	for _, b := range buses {
+		settled(t, b, "conf.Changed", 2)
+		require.EqualValues(t, 1, b.Counters().Get("conf.Changed", metrics.Handled), b.Endpoint())
+		want[b.Endpoint()+" "+id] = 1
+	}
+	require.Equal(t, want, effects(t, c))
+}
+
+// checkStaleConvergence sends, in shuffled orders, updates of one entity at
+// one timestamp whose IDs differ only in case or a trailing space, with
+// older ones among them: every ID is a distinct message, none is applied
+// after a greater one, and the last applied is the greatest (the version,
+// then the ID's bytes).
+func checkStaleConvergence(t *testing.T, c *confCase) {
+	b := newConfBus(t, c, nil)
+	var mu sync.Mutex
+	applied := map[string][]string{} // entity → IDs in the order applied
+	require.NoError(t, bus.Handle(b, func(ctx context.Context, m *ConfChanged) error {
+		mu.Lock()
+		applied[m.Entity] = append(applied[m.Entity], bus.MessageID(ctx))
+		mu.Unlock()
+		return nil
+	}, bus.WithInbox(), bus.WithStale()))
+	run(t, b)
+	at := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	tied := []string{"Order-7f3a", "order-7F3A", "order-7f3a", "order-7f3a "}
+	const rounds = 3
+	for round := range rounds {
+		entity := fmt.Sprintf("entity-%d-%s", round, testenv.Name(""))
+		type update struct {
+			id string
+			at time.Time
+		}
+		var updates []update
+		for _, id := range tied {
+			updates = append(updates, update{fmt.Sprintf("%s-%d", id[:5], round) + id[5:], at})
+		}
+		updates = append(updates, update{fmt.Sprintf("older-1-%d", round), at.Add(-time.Second)}, update{fmt.Sprintf("older-2-%d", round), at.Add(-2 * time.Second)})
+		rand.Shuffle(len(updates), func(i, j int) { updates[i], updates[j] = updates[j], updates[i] })
+		for _, u := range updates {
+			require.NoError(t, bus.Publish(context.Background(), b, &ConfChanged{Entity: entity}, bus.WithMessageID(u.id), bus.WithVersion(entity, u.at)))
+		}
+		settled(t, b, "conf.Changed", uint64(len(updates)*(round+1)))
+		mu.Lock()
+		got := applied[entity]
+		mu.Unlock()
+		ids := make([]string, 0, len(tied))
+		for _, u := range updates {
+			if u.at.Equal(at) {
+				ids = append(ids, u.id)
+			}
+		}
+		sort.Strings(ids) // bytes
+		greatest := ids[len(ids)-1]
+		require.NotEmpty(t, got)
+		require.Equal(t, greatest, got[len(got)-1], "the greatest (version, ID) is applied last; order sent: %v", updates)
+		for i := 1; i < len(got); i++ {
+			require.False(t, olderOrEqual(got[i], got[i-1], at), "%q applied after %q", got[i], got[i-1])
+		}
+	}
+	require.EqualValues(t, 0, b.Counters().Get("conf.Changed", metrics.Duplicate), "IDs that differ only in case or spaces are distinct messages")
+}
+
+// olderOrEqual compares two IDs of the convergence check: the "older-"
+// ones have earlier versions; among the tied ones the bytes decide.
+func olderOrEqual(a, b string, _ time.Time) bool {
+	rank := func(id string) (int, string) {
+		switch {
+		case strings.HasPrefix(id, "older-2"):
+			return 0, id
+		case strings.HasPrefix(id, "older-1"):
+			return 1, id
+		}
+		return 2, id
+	}
+	ra, ia := rank(a)
+	rb, ib := rank(b)
+	return ra < rb || (ra == rb && ia <= ib)
+}
+
+func longID(n int) string {
+	head := testenv.Name("id-") + "-"
+	return head + strings.Repeat("x", n-len(head))
+}
+
+func checkLongIDs(t *testing.T, c *confCase) {
+	b := newConfBus(t, c, nil)
+	require.NoError(t, bus.Handle(b, record[ConfCmd](c, "cmd"), bus.WithInbox()))
+	run(t, b)
+	want := map[string]int{}
+	for _, n := range []int{37, 64, 150, 200} {
+		id := longID(n)
+		require.NoError(t, bus.Send(context.Background(), b, &ConfCmd{}, bus.WithMessageID(id)))
+		require.NoError(t, bus.Send(context.Background(), b, &ConfCmd{}, bus.WithMessageID(id)))
+		want["cmd "+id] = 1
+	}
+	settled(t, b, "conf.Cmd", 8)
+	require.Equal(t, want, effects(t, c))
+	require.EqualValues(t, 4, b.Counters().Get("conf.Cmd", metrics.Duplicate))
+	err := bus.Send(context.Background(), b, &ConfCmd{}, bus.WithMessageID(longID(201)))
+	require.ErrorIs(t, err, bus.ErrBadMessageID)
+	require.ErrorContains(t, err, "200")
+}
+
+// checkLegacyKeys writes an inbox key and a watermark as postroom wrote
+// them before consumers named their endpoint (the handler's name alone;
+// no consumer), then redelivers: nothing is applied again.
+func checkLegacyKeys(t *testing.T, c *confCase) {
+	b := newConfBus(t, c, nil)
+	require.NoError(t, bus.Handle(b, record[ConfChanged](c, "changed"), bus.WithInbox(), bus.WithStale()))
+	id, entity := testenv.Name("old-"), testenv.Name("e-")
+	at := time.Now().Add(-time.Minute)
+	now := time.Now().UTC().Format("2006-01-02 15:04:05.000000")
+	require.NoError(t, c.db.Exec("INSERT INTO postroom_inbox (consumer, source, message_id, message_type, received_at) VALUES (?, ?, ?, ?, ?)",
+		"conf.Changed", "legacy-sender", id, "conf.Changed", now).Error)
+	require.NoError(t, c.db.Exec("INSERT INTO postroom_stale_watermarks (consumer, message_type, entity_id, version_at, message_id, updated_at) VALUES ('', ?, ?, ?, ?, ?)",
+		"conf.Changed", entity, at.UnixNano(), "zzz", now).Error)
+	run(t, b)
+	require.NoError(t, bus.Publish(context.Background(), b, &ConfChanged{}, bus.WithMessageID(id), bus.WithMetadata(metadata.SourceEndpoint, "legacy-sender"), bus.WithVersion(testenv.Name("e-"), at)))
+	require.NoError(t, bus.Publish(context.Background(), b, &ConfChanged{}, bus.WithMessageID(testenv.Name("m-")), bus.WithVersion(entity, at.Add(-time.Second))))
+	settled(t, b, "conf.Changed", 2)
+	require.EqualValues(t, 1, b.Counters().Get("conf.Changed", metrics.Duplicate), "the old inbox key still protects")
+	require.EqualValues(t, 1, b.Counters().Get("conf.Changed", metrics.Stale), "the old watermark still protects")
+	require.Empty(t, effects(t, c))
+}
+
+// shortRetention lets cleanup purge what a check wrote a few seconds ago:
+// no retries and a tiny redelivery window make a 2 s retention valid.
+func shortRetention(cfg *bus.Config) {
+	cfg.Retry = bus.RetryPolicy{NoRetries: true}
+	cfg.RedeliveryWindow = time.Millisecond
+	cfg.InboxRetention = 2 * time.Second
+	cfg.Cleanup.Interval = time.Second
+	cfg.TableGaugeInterval = -1
+}
+
+func count(t *testing.T, db *gorm.DB, query string, args ...any) int64 {
+	t.Helper()
+	var n int64
+	require.NoError(t, db.Raw(query, args...).Scan(&n).Error)
+	return n
+}
+
+func checkCleanupPurges(t *testing.T, c *confCase) {
+	b := newConfBus(t, c, shortRetention)
+	require.NoError(t, bus.Handle(b, record[ConfCmd](c, "cmd"), bus.WithInbox()))
+	run(t, b)
+	require.NoError(t, bus.Send(context.Background(), b, &ConfCmd{}))
+	settled(t, b, "conf.Cmd", 1)
+	consumer := b.Endpoint() + "/conf.Cmd"
+	require.EqualValues(t, 1, count(t, c.db, "SELECT COUNT(*) FROM postroom_inbox WHERE consumer = ?", consumer))
+	waitFor(t, "cleanup to purge the inbox key", func() bool {
+		return count(t, c.db, "SELECT COUNT(*) FROM postroom_inbox WHERE consumer = ?", consumer) == 0
+	})
+	require.Positive(t, b.Counters().Get("postroom.CleanupStore", metrics.Handled))
+}
+
+func checkLongIDsThroughOutbox(t *testing.T, c *confCase) {
+	b := newConfBus(t, c, func(cfg *bus.Config) { cfg.Outbox = true })
+	require.NoError(t, bus.Handle(b, func(ctx context.Context, m *ConfCmd) error {
+		return bus.Send(ctx, b, &ConfRelayed{}, bus.WithMessageID(longID(m.N)))
+	}, bus.WithInbox()))
+	require.NoError(t, bus.Handle(b, record[ConfRelayed](c, "relayed"), bus.WithInbox()))
+	run(t, b)
+	for _, n := range []int{37, 64, 150, 200} {
+		require.NoError(t, bus.Send(context.Background(), b, &ConfCmd{N: n}))
+	}
+	settled(t, b, "conf.Relayed", 4)
+	got := effects(t, c)
+	require.Len(t, got, 4)
+	for k, n := range got {
+		require.Equal(t, 1, n, k)
+	}
+}
+
+func checkCleanupPurgesOutbox(t *testing.T, c *confCase) {
+	b := newConfBus(t, c, func(cfg *bus.Config) { shortRetention(cfg); cfg.Outbox = true })
+	require.NoError(t, bus.Handle(b, func(ctx context.Context, m *ConfCmd) error {
+		return bus.Send(ctx, b, &ConfRelayed{})
+	}, bus.WithInbox()))
+	require.NoError(t, bus.Handle(b, record[ConfRelayed](c, "relayed"), bus.WithInbox()))
+	run(t, b)
+	require.NoError(t, bus.Send(context.Background(), b, &ConfCmd{}))
+	settled(t, b, "conf.Relayed", 1)
+	outbox := "watermill_postroom_outbox"
+	if c.store.name == "postgres" {
+		outbox = `"watermill_postroom_outbox"`
+	}
+	// Each cleanup slot is itself sent through the outbox: wait for the
+	// rows written up to now, the relayed message among them.
+	offset := "`offset`"
+	if c.store.name == "postgres" {
+		offset = `"offset"`
+	}
+	written := count(t, c.db, "SELECT MAX("+offset+") FROM "+outbox)
+	require.Positive(t, written)
+	waitFor(t, "cleanup to purge the relayed outbox rows", func() bool {
+		return count(t, c.db, "SELECT COUNT(*) FROM "+outbox+" WHERE "+offset+" <= ?", written) == 0
+	})
+}
+
+// refusing is a transport whose broker refuses the messages marked
+// "conf-poison" (on any topic but the error topic).
+type refusing struct {
+	transport.Transport
+	errorTopic string
+}
+
+func (r refusing) Publisher() message.Publisher {
+	return refusingPublisher{r.Transport.Publisher(), r.errorTopic}
+}
+
+type refusingPublisher struct {
+	message.Publisher
+	errorTopic string
+}
+
+func (p refusingPublisher) Publish(topic string, msgs ...*message.Message) error {
+	for _, m := range msgs {
+		if m.Metadata.Get("conf-poison") != "" && topic != p.errorTopic {
+			return errors.New("broker: message refused")
+		}
+	}
+	return p.Publisher.Publish(topic, msgs...)
+}
+
+func checkOutboxPoison(t *testing.T, c *confCase) {
+	b := newConfBus(t, c, func(cfg *bus.Config) { cfg.Outbox = true; cfg.Transport = refusing{c.tr, c.errorTopic} })
+	errSub, err := c.tr.Subscriber(testenv.Name("errors_"))
+	require.NoError(t, err)
+	if init, ok := errSub.(message.SubscribeInitializer); ok {
+		require.NoError(t, init.SubscribeInitialize(c.errorTopic))
+	}
+	require.NoError(t, bus.Handle(b, func(ctx context.Context, m *ConfCmd) error {
+		if err := bus.Send(ctx, b, &ConfRelayed{From: "poison"}, bus.WithMetadata("conf-poison", "yes")); err != nil {
+			return err
+		}
+		for range 3 {
+			if err := bus.Send(ctx, b, &ConfRelayed{}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, bus.WithInbox()))
+	require.NoError(t, bus.Handle(b, record[ConfRelayed](c, "relayed"), bus.WithInbox()))
+	run(t, b)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errs, err := errSub.Subscribe(ctx, c.errorTopic)
+	require.NoError(t, err)
+	require.NoError(t, bus.Send(context.Background(), b, &ConfCmd{}))
+	settled(t, b, "conf.Relayed", 3)
+	require.Len(t, effects(t, c), 3, "the three behind the poison message were relayed")
+	select {
+	case failed := <-errs:
+		failed.Ack()
+		require.Equal(t, "yes", failed.Metadata.Get("conf-poison"))
+		require.Contains(t, failed.Metadata.Get(metadata.ErrorReason), "outbox relay")
+	case <-time.After(20 * time.Second):
+		t.Fatal("the poison message did not reach the error topic")
+	}
+	require.EqualValues(t, 1, b.Counters().Get("postroom.outbox-relay", metrics.Failed))
+}
