@@ -11,7 +11,8 @@ import (
 // queue is a group's unbounded FIFO for one topic. While it has
 // subscriptions, one dispatcher goroutine offers the head message to every
 // free subscription at once and gives it to the first that reads: a
-// subscription whose reader stopped holds nothing.
+// subscription whose reader stopped holds nothing. A watcher goroutine per
+// subscription waits for the ack or nack of what it holds.
 type queue struct {
 	t    *Transport
 	wake chan struct{} // holds a token when the dispatcher has something new to look at
@@ -19,7 +20,7 @@ type queue struct {
 	mu      sync.Mutex
 	items   []*message.Message // items[head:] are queued, oldest first
 	head    int
-	added   []*subscription // new subscriptions, not yet taken up by the dispatcher
+	subs    []*subscription // every subscription not yet ended
 	running bool            // a dispatcher goroutine runs
 }
 
@@ -77,14 +78,17 @@ func (q *queue) pushFront(m *message.Message) {
 	q.items[0] = m
 }
 
-// add hands sub to the dispatcher, starting one if none runs. Callers hold
-// q.t.mu, so Transport.Close cannot start waiting in between.
+// add hands sub to the dispatcher, starting one if none runs, and starts
+// the goroutine that watches what sub holds. Callers hold q.t.mu, so
+// Transport.Close cannot start waiting in between.
 func (q *queue) add(sub *subscription) {
 	q.mu.Lock()
-	q.added = append(q.added, sub)
+	q.subs = append(q.subs, sub)
 	start := !q.running
 	q.running = true
 	q.mu.Unlock()
+	q.t.running.Add(1)
+	go q.watch(sub)
 	if start {
 		q.t.running.Add(1)
 		go q.dispatch()
@@ -99,11 +103,12 @@ type subscription struct {
 	ctx    context.Context // ends with the caller's context or the subscriber's Close
 	cancel context.CancelFunc
 	out    chan *message.Message
-	ended  chan struct{} // closed after out
+	ended  chan struct{}  // closed after out
+	took   chan *delivery // what the dispatcher delivered, for the watcher
 
-	// Owned by the dispatcher.
-	held  *delivery // delivered and not yet acked or nacked
-	offer *delivery // the copy of the head offered while the subscription is free
+	held *delivery // under queue.mu: delivered and not yet acked or nacked
+
+	offer *delivery // dispatcher only: the head, offered while the subscription is free
 }
 
 // delivery is a copy of a queued message, made for one subscription, with
@@ -122,21 +127,28 @@ func newSubscription(ctx context.Context) *subscription {
 		cancel: cancel,
 		out:    make(chan *message.Message),
 		ended:  make(chan struct{}),
+		took:   make(chan *delivery, 1),
 	}
 }
 
-// offering returns the copy of head offered to s, made once per head.
+// offering returns the copy of head offered to s. A copy nobody has
+// received yet is nobody else's, so it is rewritten when the head changes.
 func (s *subscription) offering(head *message.Message) *delivery {
-	if s.offer != nil && s.offer.queued == head {
-		return s.offer
+	if s.offer == nil {
+		ctx, cancel := context.WithCancel(s.ctx)
+		msg := message.NewMessage(head.UUID, head.Payload)
+		msg.SetContext(ctx)
+		s.offer = &delivery{msg: msg, cancel: cancel}
+	} else if s.offer.queued != head {
+		s.offer.msg.UUID, s.offer.msg.Payload = head.UUID, head.Payload
+		clear(s.offer.msg.Metadata)
 	}
-	if s.offer != nil {
-		s.offer.cancel()
+	if s.offer.queued != head {
+		s.offer.queued = head
+		for k, v := range head.Metadata {
+			s.offer.msg.Metadata[k] = v
+		}
 	}
-	msg := head.Copy()
-	ctx, cancel := context.WithCancel(s.ctx)
-	msg.SetContext(ctx)
-	s.offer = &delivery{queued: head, msg: msg, cancel: cancel}
 	return s.offer
 }
 
@@ -148,47 +160,65 @@ func (s *subscription) end() {
 	close(s.ended)
 }
 
-type caseKind int
-
-const (
-	caseWake   caseKind = iota // something was pushed or subscribed
-	caseClosed                 // the transport closed
-	caseDone                   // a subscription's context ended
-	caseAcked                  // a held message was acked
-	caseNacked                 // a held message was nacked
-	caseSent                   // a free subscription took the head
-)
-
-type selectCase struct {
-	kind caseKind
-	sub  *subscription
+// watch settles what s holds when it is acked or nacked, and wakes the
+// dispatcher when s's context ends.
+func (q *queue) watch(s *subscription) {
+	defer q.t.running.Done()
+	defer q.signal()
+	for {
+		var d *delivery
+		select {
+		case d = <-s.took:
+		case <-s.ctx.Done():
+			return
+		}
+		select {
+		case <-d.msg.Acked():
+			q.settle(s, d, false)
+		case <-d.msg.Nacked():
+			q.settle(s, d, true)
+		case <-s.ctx.Done():
+			return
+		}
+	}
 }
 
-// dispatch serves the queue's subscriptions until none is left or the
-// transport closes. It alone takes messages off the queue, puts them back
-// and ends subscriptions, so a subscription's state needs no lock.
+// settle frees s for the next message; a nacked one goes back to the head.
+func (q *queue) settle(s *subscription, d *delivery, nacked bool) {
+	q.mu.Lock()
+	if s.held == d { // else the dispatcher ended s and dealt with d
+		s.held = nil
+		if nacked {
+			q.pushFront(d.queued)
+		}
+	}
+	q.mu.Unlock()
+	d.cancel()
+	q.signal()
+}
+
+// dispatch offers the head of the queue to its free subscriptions until
+// none is left or the transport closes. It alone takes messages off the
+// queue and ends subscriptions.
 func (q *queue) dispatch() {
 	defer q.t.running.Done()
 	var (
-		subs  []*subscription
+		free  []*subscription
 		cases []reflect.SelectCase
-		whats []selectCase
 	)
 	for {
 		q.mu.Lock()
-		subs = append(subs, q.added...)
-		clear(q.added)
-		q.added = q.added[:0]
 		if q.t.isClosed() {
-			q.running = false
+			subs := q.subs
+			q.subs, q.running = nil, false
 			q.mu.Unlock()
 			for _, s := range subs {
 				s.end()
 			}
 			return
 		}
-		live := subs[:0]
-		for _, s := range subs {
+		live := q.subs[:0]
+		for _, s := range q.subs {
 			if s.ctx.Err() == nil {
 				live = append(live, s)
 				continue
@@ -196,63 +226,73 @@ func (q *queue) dispatch() {
 			if s.held != nil && !acked(s.held.msg) { // the next subscription gets it
 				q.pushFront(s.held.queued)
 			}
+			s.held = nil
 			s.end()
 		}
-		clear(subs[len(live):])
-		subs = live
-		if len(subs) == 0 {
+		clear(q.subs[len(live):])
+		q.subs = live
+		if len(q.subs) == 0 {
 			q.running = false
 			q.mu.Unlock()
 			return
 		}
 		head := q.front()
+		free = free[:0]
+		if head != nil {
+			for _, s := range q.subs {
+				if s.held == nil {
+					free = append(free, s)
+				}
+			}
+		}
 		q.mu.Unlock()
 
-		cases, whats = cases[:0], whats[:0]
-		recv := func(ch any, what selectCase) {
-			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
-			whats = append(whats, what)
-		}
-		recv(q.wake, selectCase{kind: caseWake})
-		recv(q.t.closed, selectCase{kind: caseClosed})
-		for _, s := range subs {
-			recv(s.ctx.Done(), selectCase{caseDone, s})
-			switch {
-			case s.held != nil:
-				recv(s.held.msg.Acked(), selectCase{caseAcked, s})
-				recv(s.held.msg.Nacked(), selectCase{caseNacked, s})
-			case head != nil:
+		switch len(free) {
+		case 0:
+			select {
+			case <-q.wake:
+			case <-q.t.closed:
+			}
+		case 1: // the common case under load, without reflect
+			s := free[0]
+			select {
+			case s.out <- s.offering(head).msg:
+				q.taken(s)
+			case <-q.wake:
+			case <-q.t.closed:
+			}
+		default:
+			cases = append(cases[:0],
+				reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(q.wake)},
+				reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(q.t.closed)},
+			)
+			for _, s := range free {
 				cases = append(cases, reflect.SelectCase{
 					Dir:  reflect.SelectSend,
 					Chan: reflect.ValueOf(s.out),
 					Send: reflect.ValueOf(s.offering(head).msg),
 				})
-				whats = append(whats, selectCase{caseSent, s})
 			}
-		}
-		chosen, _, _ := reflect.Select(cases)
-		switch what := whats[chosen]; what.kind {
-		case caseWake, caseClosed, caseDone:
-			// handled at the top of the loop
-		case caseAcked:
-			what.sub.held.cancel()
-			what.sub.held = nil
-		case caseNacked:
-			q.mu.Lock()
-			q.pushFront(what.sub.held.queued)
-			q.mu.Unlock()
-			what.sub.held.cancel()
-			what.sub.held = nil
-		case caseSent:
-			q.mu.Lock()
-			q.popFront() // still head: only the dispatcher takes from or returns to the front
-			q.mu.Unlock()
-			what.sub.held, what.sub.offer = what.sub.offer, nil
+			if chosen, _, _ := reflect.Select(cases); chosen >= 2 {
+				q.taken(free[chosen-2])
+			}
+			clear(free)
 		}
 	}
 }
 
-// acked reports whether msg was acked (the dispatcher may not have seen it
+// taken records that s received its offer of the head.
+func (q *queue) taken(s *subscription) {
+	d := s.offer
+	s.offer = nil
+	q.mu.Lock()
+	q.popFront() // still the head: only the dispatcher takes from or returns to the front
+	s.held = d
+	q.mu.Unlock()
+	s.took <- d // empty: the watcher took the previous one before s was free
+}
+
+// acked reports whether msg was acked (the watcher may not have seen it
 // yet).
 func acked(msg *message.Message) bool {
 	select {

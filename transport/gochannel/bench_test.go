@@ -1,0 +1,49 @@
+package gochannel_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/postroom/postroom/transport/gochannel"
+)
+
+// BenchmarkDeliver: publish b.N messages to one group and ack them on n
+// competing subscriptions.
+func BenchmarkDeliver(b *testing.B) {
+	for _, n := range []int{1, 8} {
+		b.Run(fmt.Sprintf("subscriptions=%d", n), func(b *testing.B) {
+			tr := gochannel.New(gochannel.Config{})
+			defer tr.Close()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			sub, _ := tr.Subscriber("a")
+			var done sync.WaitGroup
+			done.Add(b.N)
+			for range n {
+				ch, err := sub.Subscribe(ctx, "t")
+				if err != nil {
+					b.Fatal(err)
+				}
+				go func() {
+					for msg := range ch {
+						msg.Ack()
+						done.Done()
+					}
+				}()
+			}
+			pub := tr.Publisher()
+			msg := message.NewMessage("x", nil)
+			b.ResetTimer()
+			for range b.N {
+				if err := pub.Publish("t", msg); err != nil {
+					b.Fatal(err)
+				}
+			}
+			done.Wait()
+		})
+	}
+}
