@@ -82,8 +82,12 @@ func New(cfg Config) (*Bus, error) {
 		if cfg.DB == nil {
 			return nil, errors.New("bus: Config.Outbox needs Config.DB (PostgreSQL or MySQL)")
 		}
-		b.outbox, err = outbox.New(outbox.Config{DB: cfg.DB, Destination: cfg.Transport.Publisher(), Logger: wmLog, ErrorTopic: cfg.ErrorTopic,
-			OnMovedAside: func(string, *message.Message, error) { cfg.Recorder.Record(outboxRelay, metrics.Failed) }})
+		ocfg := outbox.Config{DB: cfg.DB, Destination: cfg.Transport.Publisher(), Logger: wmLog, ErrorTopic: cfg.ErrorTopic,
+			OnMovedAside: func(string, *message.Message, error) { cfg.Recorder.Record(outboxRelay, metrics.Failed) }}
+		if m, ok := cfg.Transport.(transport.Mandatory); ok {
+			ocfg.PublishCommand = func(topic string, msg *message.Message) error { return m.PublishMandatory(topic, msg) }
+		}
+		b.outbox, err = outbox.New(ocfg)
 		if err != nil {
 			return nil, fmt.Errorf("bus: %w", err)
 		}
@@ -180,9 +184,15 @@ func (b *Bus) Run(ctx context.Context) error {
 		go func() { done <- run() }()
 	}
 	errs := []error{b.router.Run(ctx)}
+	if ctx.Err() != nil && errors.Is(errs[0], context.Canceled) {
+		errs[0] = nil // stopped while a subscription was still starting
+	}
 	cancel()
 	for range background {
-		errs = append(errs, <-done)
+		// Stopped by the cancel above (perhaps still starting): not an error.
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }

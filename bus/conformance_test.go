@@ -95,6 +95,7 @@ var confChecks = []confCheck{
 	{"IDs of 37 to 200 bytes travel through the outbox", true, checkLongIDsThroughOutbox},
 	{"CleanupStore purges relayed outbox rows", true, checkCleanupPurgesOutbox},
 	{"the outbox relays everything behind a poison message", true, checkOutboxPoison},
+	{"a command the outbox relays to an endpoint with no queue goes to the error topic", true, checkOutboxCommandNoRoute},
 }
 
 func TestConformance(t *testing.T) {
@@ -461,9 +462,14 @@ func checkCleanupPurges(t *testing.T, c *confCase) {
 	settled(t, b, "conf.Cmd", 1)
 	consumer := b.Endpoint() + "/conf.Cmd"
 	require.EqualValues(t, 1, count(t, c.db, "SELECT COUNT(*) FROM postroom_inbox WHERE consumer = ?", consumer))
+	// A key inside the retention must stay.
+	recent := time.Now().Add(time.Hour).UTC().Format("2006-01-02 15:04:05.000000")
+	require.NoError(t, c.db.Exec("INSERT INTO postroom_inbox (consumer, source, message_id, message_type, received_at) VALUES (?, 's', 'recent', 'conf.Cmd', ?)",
+		consumer, recent).Error)
 	waitFor(t, "cleanup to purge the inbox key", func() bool {
-		return count(t, c.db, "SELECT COUNT(*) FROM postroom_inbox WHERE consumer = ?", consumer) == 0
+		return count(t, c.db, "SELECT COUNT(*) FROM postroom_inbox WHERE consumer = ?", consumer) == 1
 	})
+	require.EqualValues(t, 1, count(t, c.db, "SELECT COUNT(*) FROM postroom_inbox WHERE consumer = ? AND message_id = 'recent'", consumer))
 	require.Positive(t, b.Counters().Get("postroom.CleanupStore", metrics.Handled))
 }
 
@@ -571,5 +577,97 @@ func checkOutboxPoison(t *testing.T, c *confCase) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the poison message did not reach the error topic")
 	}
-	require.EqualValues(t, 1, b.Counters().Get("postroom.outbox-relay", metrics.Failed))
+	waitFor(t, "the move counted", func() bool { return b.Counters().Get("postroom.outbox-relay", metrics.Failed) == 1 })
+}
+
+// TestConformanceSendRightAfterRun sends a command (and, once, publishes
+// an event) right after `go b.Run(ctx)`, as the README does, on a new bus
+// each time:
+// a handler's queues exist from Handle, so nothing is lost on any
+// transport. The store is the first each transport supports.
+func TestConformanceSendRightAfterRun(t *testing.T) {
+	for _, tr := range confTransports {
+		t.Run(tr.name, func(t *testing.T) {
+			if tr.name == "sql" {
+				// A hole, declared (docs/guarantees.md, issue 17): on the SQL
+				// transport a bus started and stopped in a loop stalls (a
+				// message unhandled for 20 s by round ~25, or a router that
+				// does not close), which is not understood yet.
+				t.Logf("declared hole: the SQL transport stalls when buses start and stop in a loop")
+				return
+			}
+			var store confStore
+			for _, s := range confStores {
+				if _, no := tr.unsupported[s.name]; !no {
+					store = s
+					break
+				}
+			}
+			db := store.open(t)
+			shared := &sharedTransport{tr.open(t, db)}
+			t.Cleanup(func() { _ = shared.Transport.Close() })
+			c := &confCase{store: store, transport: tr, db: db, tr: shared, errorTopic: testenv.Name("error_")}
+			for i := range sendAfterRunRounds {
+				b := newConfBus(t, c, nil)
+				var got atomic.Int32
+				require.NoError(t, bus.Handle(b, func(context.Context, *ConfCmd) error { got.Add(1); return nil }))
+				require.NoError(t, bus.Handle(b, func(context.Context, *ConfChanged) error { got.Add(1); return nil }))
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				go func() { done <- b.Run(ctx) }()
+				require.NoError(t, bus.Send(ctx, b, &ConfCmd{N: i}))
+				want := int32(1)
+				if i == 0 {
+					// Once: on RabbitMQ every earlier bus's durable queue
+					// would keep a copy of each event.
+					require.NoError(t, bus.Publish(ctx, b, &ConfChanged{}))
+					want++
+				}
+				waitFor(t, fmt.Sprintf("round %d: every message handled", i), func() bool { return got.Load() == want })
+				<-b.Running() // stop a started router (see the closing note of issue 17 on stopping one mid-start)
+				cancel()
+				require.NoError(t, <-done)
+				require.NoError(t, b.Close())
+			}
+		})
+	}
+}
+
+// sendAfterRunRounds is how many buses each transport starts: the race it
+// looks for (a send before the router subscribed) lost messages in about
+// one run in three before queues were declared at Handle.
+const sendAfterRunRounds = 200
+
+func checkOutboxCommandNoRoute(t *testing.T, c *confCase) {
+	if c.transport.name == "sql" {
+		t.Logf("unsupported, declared: the SQL transport's topics are logs every group reads; it cannot tell that no endpoint reads one")
+		return
+	}
+	b := newConfBus(t, c, func(cfg *bus.Config) { cfg.Outbox = true })
+	errSub, err := c.tr.Subscriber(testenv.Name("errors_"))
+	require.NoError(t, err)
+	if init, ok := errSub.(message.SubscribeInitializer); ok {
+		require.NoError(t, init.SubscribeInitialize(c.errorTopic))
+	}
+	nowhere := testenv.Name("nowhere")
+	require.NoError(t, bus.Handle(b, func(ctx context.Context, m *ConfCmd) error {
+		return bus.Send(ctx, b, &ConfRelayed{}, bus.To(nowhere))
+	}, bus.WithInbox()))
+	run(t, b)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errs, err := errSub.Subscribe(ctx, c.errorTopic)
+	require.NoError(t, err)
+	require.NoError(t, bus.Send(context.Background(), b, &ConfCmd{}))
+	select {
+	case failed := <-errs:
+		failed.Ack()
+		require.Equal(t, nowhere, failed.Metadata.Get(metadata.CommandTo))
+		require.Contains(t, failed.Metadata.Get(metadata.ErrorReason), "outbox relay")
+	case <-time.After(20 * time.Second):
+		t.Fatal("the command to an endpoint with no queue did not reach the error topic")
+	}
+	err = bus.Send(context.Background(), b, &ConfRelayed{}, bus.To(nowhere))
+	require.ErrorIs(t, err, transport.ErrNoRoute, "outside a handler Send fails at once")
+	require.ErrorContains(t, err, nowhere)
 }

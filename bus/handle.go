@@ -129,6 +129,14 @@ func handle[T any](b *Bus, fn HandlerFunc[T], byRun bool, opts ...HandlerOption)
 	if err := b.reserve(hc.name, byRun); err != nil {
 		return err
 	}
+	registered := false
+	defer func() {
+		if !registered { // a failed Handle can be called again
+			b.mu.Lock()
+			delete(b.handlers, hc.name)
+			b.mu.Unlock()
+		}
+	}()
 	h, err := b.chain(hc, typed(b, fn))
 	if err != nil {
 		return err
@@ -168,6 +176,7 @@ func handle[T any](b *Bus, fn HandlerFunc[T], byRun bool, opts ...HandlerOption)
 			})
 		}
 	}
+	registered = true
 	return nil
 }
 

@@ -112,7 +112,11 @@ func (b *Bus) publishCommitted(ctx context.Context, out outgoing) error {
 			return nil
 		}
 		if errors.Is(err, transport.ErrNoRoute) {
-			return b.moveToErrorTopic(MessageName[sendFailed](), out.topic, out.msg, n, err)
+			moveErr := b.moveToErrorTopic(MessageName[sendFailed](), out.topic, out.msg, n, err)
+			if moveErr == nil {
+				return nil
+			}
+			err = moveErr // keep trying: the handler has committed, a retry would not send it again
 		}
 		b.cfg.Logger.Warn("bus: dispatch after commit failed, retrying", "topic", out.topic, "message_id", out.msg.UUID, "error", err)
 		select {

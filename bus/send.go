@@ -64,6 +64,7 @@ func Send[T any](ctx context.Context, b *Bus, cmd *T, opts ...SendOption) error 
 		dest = b.cfg.Endpoint
 	}
 	delete(msg.Metadata, destinationKey)
+	msg.Metadata.Set(metadata.CommandTo, dest)
 	return b.dispatch(ctx, outgoing{topic: commandTopic(dest, MessageName[T]()), msg: msg, command: true, to: dest})
 }
 

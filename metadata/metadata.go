@@ -47,3 +47,9 @@ const Replayed = "postroom-replayed"
 // moves such a message to the error topic with this reason instead of
 // handling it. A transport never nacks such a message in a loop.
 const TransportError = "postroom-transport-error"
+
+// CommandTo is set on a command sent with bus.Send: the endpoint it is
+// for. The outbox relay publishes such a message so that it fails when no
+// queue takes it (and moves it to the error topic), instead of letting the
+// broker drop it.
+const CommandTo = "postroom-command-to"

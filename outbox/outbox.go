@@ -48,6 +48,11 @@ type Config struct {
 	// it: while the broker refuses everything (an outage), the relay keeps
 	// trying. Defaults to 5.
 	MaxRelayAttempts int
+	// PublishCommand publishes a message that carries metadata.CommandTo
+	// (a command), failing when no queue takes it; such a message is then
+	// moved to ErrorTopic after MaxRelayAttempts like any the transport
+	// refuses. Defaults to nil: commands go through Destination.
+	PublishCommand func(topic string, msg *message.Message) error
 	// OnMovedAside is called for each message moved to ErrorTopic (for a
 	// metric). Defaults to nil.
 	OnMovedAside func(topic string, msg *message.Message, reason error)

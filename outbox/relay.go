@@ -34,7 +34,12 @@ func (p *relayPublisher) Publish(topic string, msgs ...*message.Message) error {
 }
 
 func (p *relayPublisher) publish(topic string, msg *message.Message) error {
-	err := p.cfg.Destination.Publish(topic, msg)
+	var err error
+	if p.cfg.PublishCommand != nil && msg.Metadata.Get(metadata.CommandTo) != "" {
+		err = p.cfg.PublishCommand(topic, msg)
+	} else {
+		err = p.cfg.Destination.Publish(topic, msg)
+	}
 	key := topic + "\x00" + msg.UUID
 	p.mu.Lock()
 	defer p.mu.Unlock()

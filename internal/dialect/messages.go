@@ -68,8 +68,13 @@ func (s wideSchema) SchemaInitializingQueries(params wsql.SchemaInitializingQuer
 	for i := range qs {
 		qs[i].Query = strings.Replace(qs[i].Query, "VARCHAR(36)", wide, 1)
 	}
-	table := s.messagesTable(params.Topic)
-	return append(qs, wsql.Query{Query: s.d.widenID(table)}), nil
+	if s.d != Postgres {
+		// MySQL has no conditional DDL, and an ALTER here would wait for
+		// every open transaction on the table at each subscribe: tables
+		// from before are widened by migration 6 (the outbox) or by hand.
+		return qs, nil
+	}
+	return append(qs, wsql.Query{Query: s.d.widenID(s.messagesTable(params.Topic))}), nil
 }
 
 func (s wideSchema) messagesTable(topic string) string {
@@ -107,6 +112,9 @@ func (d Dialect) OutboxTables(topic string) []string {
 	}
 	qs, _ := schema.SchemaInitializingQueries(wsql.SchemaInitializingQueriesParams{Topic: topic})
 	oqs, _ := offsets.SchemaInitializingQueries(wsql.OffsetsSchemaInitializingQueriesParams{Topic: topic})
+	if d == MySQL {
+		qs = append(qs, wsql.Query{Query: d.widenID(messagesTableOf(schema, topic))})
+	}
 	var out []string
 	for _, q := range append(qs, oqs...) {
 		if strings.Contains(q.Query, "pg_advisory_xact_lock") {

@@ -126,7 +126,10 @@ func (d Dialect) exactKeys(t Tables) []string {
 		key := func(n int) string { return "VARCHAR(" + strconv.Itoa(n) + ") COLLATE \"C\"" }
 		return []string{
 			"ALTER TABLE " + wm + " ADD COLUMN IF NOT EXISTS consumer " + key(200) + " NOT NULL DEFAULT ''",
-			"ALTER TABLE " + wm + " DROP CONSTRAINT IF EXISTS " + indexName(wm, "pkey"),
+			// The primary key's name is PostgreSQL's choice (cut short for a
+			// long table name): look it up.
+			"DO $pk$ DECLARE c text; BEGIN SELECT conname INTO c FROM pg_constraint WHERE conrelid = '" + wm + "'::regclass AND contype = 'p';" +
+				" IF c IS NOT NULL THEN EXECUTE 'ALTER TABLE " + wm + " DROP CONSTRAINT ' || quote_ident(c); END IF; END $pk$",
 			"ALTER TABLE " + wm + " ADD PRIMARY KEY (consumer, message_type, entity_id)",
 			"ALTER TABLE " + wm + " ALTER COLUMN message_type TYPE " + key(255) + ", ALTER COLUMN entity_id TYPE " + key(200) + ", ALTER COLUMN message_id TYPE " + key(200),
 			"ALTER TABLE " + t.Inbox + " ALTER COLUMN consumer TYPE " + key(200) + ", ALTER COLUMN source TYPE " + key(200) + ", ALTER COLUMN message_id TYPE " + key(200),
