@@ -11,6 +11,7 @@ import (
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/store"
 	"github.com/postroom/postroom/transport/gochannel"
 )
 
@@ -52,4 +53,31 @@ func TestShortRetentionIsRefused(t *testing.T) {
 	err = bus.Handle(b, func(context.Context, *CreateInvoice) error { return nil }, bus.WithInbox())
 	require.ErrorContains(t, err, "retention 30m0s is shorter than the retry and redelivery horizon")
 	require.ErrorContains(t, err, "raise the retention")
+}
+
+// TestCleanupWiring: a handler with only a transaction keeps nothing to
+// purge and needs no postroom tables; a Run that failed once the cleanup
+// handler was registered can be called again.
+func TestCleanupWiring(t *testing.T) {
+	t.Run("a handler with only WithTransaction switches no cleanup on", func(t *testing.T) {
+		db, err := store.Open(testenv.SQLiteDSN(t)) // not migrated
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = store.Close(db) })
+		b, err := bus.New(bus.Config{Endpoint: "plain", DB: db, Logger: testenv.Logger(t)})
+		require.NoError(t, err)
+		require.NoError(t, bus.Handle(b, func(context.Context, *CreateInvoice) error { return nil }, bus.WithTransaction()))
+		run(t, b)
+	})
+	t.Run("a failed Run can be called again", func(t *testing.T) {
+		db := testenv.SQLite(t)
+		require.NoError(t, db.Exec("DROP TABLE postroom_schedules").Error)
+		b, err := bus.New(bus.Config{Endpoint: "retried", DB: db, Logger: testenv.Logger(t)})
+		require.NoError(t, err)
+		require.NoError(t, bus.Handle(b, func(context.Context, *CreateInvoice) error { return nil }, bus.WithInbox()))
+		require.ErrorContains(t, b.Run(context.Background()), "postroom migrate")
+		require.NoError(t, db.Exec("DELETE FROM postroom_migrations WHERE version = 3").Error)
+		_, err = store.Migrate(context.Background(), db, store.Tables{})
+		require.NoError(t, err)
+		run(t, b)
+	})
 }

@@ -18,7 +18,11 @@ import (
 	"github.com/postroom/postroom/outbox"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// gorm's prepared-statement cache (Session{PrepareStmt}) starts an
+	// expiry goroutine that it never stops (gorm/internal/lru).
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("gorm.io/gorm/internal/lru.NewLRU[...].func1"))
+}
 
 // TestReturnedMessagesCommitThenRelay, on PostgreSQL and MariaDB: messages
 // a plain Watermill handler returns are queued with its transaction (none on
@@ -81,6 +85,32 @@ func TestReturnedMessagesCommitThenRelay(t *testing.T) {
 			stop()
 			require.NoError(t, <-done)
 			require.NoError(t, o.Close())
+		})
+	}
+}
+
+// TestPublishJoinsAPreparedStatementTransaction, on PostgreSQL and MariaDB:
+// with gorm's PrepareStmt the handler's transaction is a
+// *gorm.PreparedStmtTX; Publish writes through it like any other.
+func TestPublishJoinsAPreparedStatementTransaction(t *testing.T) {
+	for _, db := range []struct {
+		name string
+		open func(testing.TB) *gorm.DB
+	}{{"postgres", testenv.Postgres}, {"mariadb", testenv.MySQL}} {
+		t.Run(db.name, func(t *testing.T) {
+			prepared := db.open(t).Session(&gorm.Session{PrepareStmt: true})
+			broker := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
+			defer broker.Close()
+			o, err := outbox.New(outbox.Config{DB: prepared, Destination: broker})
+			require.NoError(t, err)
+			msg := message.NewMessage("prepared-1", []byte("{}"))
+			_, err = unitofwork.Run(prepared, msg, func(msg *message.Message) ([]*message.Message, error) {
+				return nil, o.Publish(msg.Context(), unitofwork.Tx(msg.Context()), "shipped", msg)
+			})
+			require.NoError(t, err, "Publish found the transaction under gorm's prepared-statement wrapper")
+			backlog, err := o.Backlog(context.Background())
+			require.NoError(t, err)
+			require.EqualValues(t, 1, backlog.Messages)
 		})
 	}
 }

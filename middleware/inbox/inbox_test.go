@@ -149,10 +149,12 @@ func TestInboxConformance(t *testing.T) {
 				called := false
 				handler := func(*message.Message) ([]*message.Message, error) { called = true; return nil, nil }
 				cases := map[string]inbox.KeyFunc{
-					"empty":      inbox.DefaultKey,
-					"over-long":  func(*message.Message) (inbox.Key, error) { return inbox.Key{MessageID: strings.Repeat("x", 201)}, nil },
-					"key error":  func(*message.Message) (inbox.Key, error) { return inbox.Key{}, errors.New("no ISA13 segment") },
-					"bad source": func(*message.Message) (inbox.Key, error) { return inbox.Key{Source: "\xff", MessageID: "1"}, nil },
+					"empty":             inbox.DefaultKey,
+					"over-long":         func(*message.Message) (inbox.Key, error) { return inbox.Key{MessageID: strings.Repeat("x", 201)}, nil },
+					"key error":         func(*message.Message) (inbox.Key, error) { return inbox.Key{}, errors.New("no ISA13 segment") },
+					"bad source":        func(*message.Message) (inbox.Key, error) { return inbox.Key{Source: "\xff", MessageID: "1"}, nil },
+					"NUL in the ID":     func(*message.Message) (inbox.Key, error) { return inbox.Key{MessageID: "isa\x00905"}, nil },
+					"NUL in the source": func(*message.Message) (inbox.Key, error) { return inbox.Key{Source: "ZZ\x00ACME", MessageID: "1"}, nil },
 				}
 				for name, key := range cases {
 					mw, err := inbox.New(inbox.Config{DB: db, Consumer: "c", Key: key})
