@@ -26,6 +26,9 @@ func (b *Bus) scheduleCleanup() (*scheduler.Scheduler, error) {
 	return sched, err
 }
 
+// outboxTable names the outbox's messages table in the cleanup metric.
+const outboxTable = "watermill_" + outbox.TopicDefault
+
 func (b *Bus) newCleanup() (*scheduler.Scheduler, error) {
 	ccfg := handlers.CleanupConfig{DB: b.cfg.DB, Logger: b.cfg.Logger, Now: b.cfg.Now}
 	if b.outbox != nil {
@@ -40,7 +43,9 @@ func (b *Bus) newCleanup() (*scheduler.Scheduler, error) {
 		res, err := cleanup.Purge(ctx, *m)
 		b.add(metrics.CleanupDeleted(tables.Inbox), float64(res.Inbox))
 		b.add(metrics.CleanupDeleted(tables.Watermarks), float64(res.Watermarks))
-		b.add(metrics.CleanupDeleted(outbox.TopicDefault), float64(res.Outbox))
+		if b.outbox != nil {
+			b.add(metrics.CleanupDeleted(outboxTable), float64(res.Outbox))
+		}
 		return err
 	}
 	if err := handle(b, purge, true); err != nil {

@@ -332,10 +332,8 @@ type incoming struct {
 }
 
 type outgoing struct {
-	topic   string
-	msg     *message.Message
-	command bool   // sent with Send: it must reach a queue
-	to      string // the endpoint of a command
+	topic string
+	msg   *message.Message
 }
 
 func (in *incoming) correlationID() string {

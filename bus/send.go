@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 
+	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/middleware/inbox"
 	"github.com/postroom/postroom/middleware/unitofwork"
@@ -65,7 +64,7 @@ func Send[T any](ctx context.Context, b *Bus, cmd *T, opts ...SendOption) error 
 	}
 	delete(msg.Metadata, destinationKey)
 	msg.Metadata.Set(metadata.CommandTo, dest)
-	return b.dispatch(ctx, outgoing{topic: commandTopic(dest, MessageName[T]()), msg: msg, command: true, to: dest})
+	return b.dispatch(ctx, outgoing{topic: commandTopic(dest, MessageName[T]()), msg: msg})
 }
 
 // Publish publishes an event to every endpoint that handles it. Inside a
@@ -124,7 +123,7 @@ func checkID(id string) error {
 		return fmt.Errorf("%w: empty", ErrBadMessageID)
 	case len(id) > inbox.MaxKeyLength:
 		return fmt.Errorf("%w: %d bytes, longer than the %d every transport and the inbox carry", ErrBadMessageID, len(id), inbox.MaxKeyLength)
-	case !utf8.ValidString(id) || strings.IndexByte(id, 0) >= 0:
+	case !dialect.ExactText(id):
 		return fmt.Errorf("%w %q: not valid UTF-8, or contains a NUL byte", ErrBadMessageID, id)
 	}
 	return nil
@@ -148,7 +147,8 @@ func (b *Bus) dispatch(ctx context.Context, out outgoing) error {
 // it fails instead of being dropped by the broker.
 func (b *Bus) publish(out outgoing) error {
 	var err error
-	if m, ok := b.cfg.Transport.(transport.Mandatory); ok && out.command {
+	to := out.msg.Metadata.Get(metadata.CommandTo) // set by Send
+	if m, ok := b.cfg.Transport.(transport.Mandatory); ok && to != "" {
 		err = m.PublishMandatory(out.topic, out.msg)
 	} else {
 		err = b.cfg.Transport.Publisher().Publish(out.topic, out.msg)
@@ -156,7 +156,7 @@ func (b *Bus) publish(out outgoing) error {
 	switch {
 	case errors.Is(err, transport.ErrNoRoute):
 		return fmt.Errorf("bus: send %s to endpoint %q: no queue takes it (has the endpoint started? is its name right?): %w",
-			out.msg.Metadata.Get(metadata.MessageType), out.to, err)
+			out.msg.Metadata.Get(metadata.MessageType), to, err)
 	case err != nil:
 		return fmt.Errorf("bus: publish to %s: %w", out.topic, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"gorm.io/gorm"
 )
@@ -72,3 +73,8 @@ func (d Dialect) Native(query string) string {
 	}
 	return b.String()
 }
+
+// ExactText reports whether every store keeps s byte for byte: valid UTF-8
+// without NUL (PostgreSQL refuses NUL in text). Keys, entity IDs and
+// message IDs are refused otherwise, on every store alike.
+func ExactText(s string) bool { return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 }

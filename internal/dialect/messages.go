@@ -74,17 +74,20 @@ func (s wideSchema) SchemaInitializingQueries(params wsql.SchemaInitializingQuer
 		// from before are widened by migration 6 (the outbox) or by hand.
 		return qs, nil
 	}
-	return append(qs, wsql.Query{Query: s.d.widenID(s.messagesTable(params.Topic))}), nil
+	messages, _ := s.d.messageTables(params.Topic)
+	return append(qs, wsql.Query{Query: s.d.widenID(messages)}), nil
 }
 
-func (s wideSchema) messagesTable(topic string) string {
-	switch a := s.SchemaAdapter.(type) {
-	case wsql.DefaultPostgreSQLSchema:
-		return a.MessagesTable(topic)
-	case wsql.DefaultMySQLSchema:
-		return a.MessagesTable(topic)
+// messageTables returns the quoted names of watermill-sql's tables for
+// topic on this dialect: its messages, and its consumer groups' offsets.
+func (d Dialect) messageTables(topic string) (messages, offsets string) {
+	switch d {
+	case Postgres:
+		return wsql.DefaultPostgreSQLSchema{}.MessagesTable(topic), wsql.DefaultPostgreSQLOffsetsAdapter{}.MessagesOffsetsTable(topic)
+	case MySQL:
+		return wsql.DefaultMySQLSchema{}.MessagesTable(topic), wsql.DefaultMySQLOffsetsAdapter{}.MessagesOffsetsTable(topic)
 	}
-	return ""
+	return "", ""
 }
 
 // widenID widens the ID column of a quoted message table if it is
@@ -113,7 +116,8 @@ func (d Dialect) OutboxTables(topic string) []string {
 	qs, _ := schema.SchemaInitializingQueries(wsql.SchemaInitializingQueriesParams{Topic: topic})
 	oqs, _ := offsets.SchemaInitializingQueries(wsql.OffsetsSchemaInitializingQueriesParams{Topic: topic})
 	if d == MySQL {
-		qs = append(qs, wsql.Query{Query: d.widenID(messagesTableOf(schema, topic))})
+		messages, _ := d.messageTables(topic)
+		qs = append(qs, wsql.Query{Query: d.widenID(messages)})
 	}
 	var out []string
 	for _, q := range append(qs, oqs...) {
@@ -128,45 +132,39 @@ func (d Dialect) OutboxTables(topic string) []string {
 // OutboxTablesExist returns a query that fails unless the outbox's tables
 // for topic exist (it reads no row).
 func (d Dialect) OutboxTablesExist(topic string) string {
-	schema, offsets, err := d.MessageSchema(1)
-	if err != nil {
-		return ""
-	}
-	return "SELECT 1 FROM " + messagesTableOf(schema, topic) + " WHERE 1 = 0 UNION ALL SELECT 1 FROM " + offsetsTableOf(offsets, topic) + " WHERE 1 = 0"
+	messages, offsets := d.messageTables(topic)
+	return "SELECT 1 FROM " + messages + " WHERE 1 = 0 UNION ALL SELECT 1 FROM " + offsets + " WHERE 1 = 0"
 }
 
 // OutboxPurgeWhere matches the outbox rows cleanup deletes: relayed (at or
 // below the relay's acked offset) and created more than a number of
 // seconds ago, the one argument. created_at is the database's own clock.
+// The table is "" where there is no outbox (SQLite).
 func (d Dialect) OutboxPurgeWhere(topic string) (table, where string) {
-	schema, offsets, err := d.MessageSchema(1)
-	if err != nil {
-		return "", ""
-	}
-	table = messagesTableOf(schema, topic)
-	acked := offsetsTableOf(offsets, topic)
-	if d == Postgres {
+	table, acked := d.messageTables(topic)
+	switch d {
+	case Postgres:
 		return table, `created_at < LOCALTIMESTAMP - ? * INTERVAL '1 second'` +
 			` AND (transaction_id, "offset") <= (SELECT last_processed_transaction_id, offset_acked FROM ` + acked +
 			` WHERE consumer_group = '` + OutboxRelayGroup + `')`
+	case MySQL:
+		return table, "created_at < CURRENT_TIMESTAMP - INTERVAL ? SECOND" +
+			" AND `offset` <= (SELECT offset_acked FROM " + acked + " WHERE consumer_group = '" + OutboxRelayGroup + "')"
 	}
-	return table, "created_at < CURRENT_TIMESTAMP - INTERVAL ? SECOND" +
-		" AND `offset` <= (SELECT offset_acked FROM " + acked + " WHERE consumer_group = '" + OutboxRelayGroup + "')"
+	return "", ""
 }
 
-func messagesTableOf(s wsql.SchemaAdapter, topic string) string {
-	if w, ok := s.(wideSchema); ok {
-		return w.messagesTable(topic)
+// OutboxBacklog returns the query of the messages the relay has not
+// published yet: their count and the age in seconds of the oldest.
+// Argument: the relay's consumer group.
+func (d Dialect) OutboxBacklog(topic string) string {
+	messages, offsets := d.messageTables(topic)
+	if d == Postgres {
+		return `SELECT COUNT(*), COALESCE(EXTRACT(EPOCH FROM (LOCALTIMESTAMP - MIN(m.created_at))), 0)` +
+			` FROM ` + messages + ` m LEFT JOIN ` + offsets + ` o ON o.consumer_group = $1` +
+			` WHERE o.consumer_group IS NULL OR (m.transaction_id, m."offset") > (o.last_processed_transaction_id, o.offset_acked)`
 	}
-	return ""
-}
-
-func offsetsTableOf(o wsql.OffsetsAdapter, topic string) string {
-	switch a := o.(type) {
-	case wsql.DefaultPostgreSQLOffsetsAdapter:
-		return a.MessagesOffsetsTable(topic)
-	case wsql.DefaultMySQLOffsetsAdapter:
-		return a.MessagesOffsetsTable(topic)
-	}
-	return ""
+	return "SELECT COUNT(*), COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(m.created_at), CURRENT_TIMESTAMP) / 1000000, 0)" +
+		" FROM " + messages + " m LEFT JOIN " + offsets + " o ON o.consumer_group = ?" +
+		" WHERE o.consumer_group IS NULL OR m.`offset` > o.offset_acked"
 }

@@ -3,11 +3,10 @@ package inbox
 import (
 	"errors"
 	"fmt"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/metadata"
 )
 
@@ -77,11 +76,8 @@ func checkPart(name, v string, required bool) error {
 		return &KeyError{Reason: name + " is empty: set the message ID (Watermill UUID, or the field Config.Key reads)"}
 	case len(v) > MaxKeyLength:
 		return &KeyError{Reason: fmt.Sprintf("%s is %d bytes, longer than %d", name, len(v), MaxKeyLength)}
-	case !utf8.ValidString(v):
-		return &KeyError{Reason: name + " is not valid UTF-8"}
-	case strings.IndexByte(v, 0) >= 0:
-		// PostgreSQL refuses a NUL in text; refused on every store alike.
-		return &KeyError{Reason: name + " contains a NUL byte"}
+	case !dialect.ExactText(v):
+		return &KeyError{Reason: name + " is not valid UTF-8, or contains a NUL byte"}
 	}
 	return nil
 }

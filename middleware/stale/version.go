@@ -3,12 +3,11 @@ package stale
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/metadata"
 )
 
@@ -69,7 +68,7 @@ func (v Version) validate(messageType, messageID string, now time.Time, maxSkew 
 	switch {
 	case v.EntityID == "":
 		return &VersionError{Reason: "entity ID is missing: send with bus.WithVersion or set Config.Version"}
-	case len(v.EntityID) > MaxEntityIDLength || !validText(v.EntityID):
+	case len(v.EntityID) > MaxEntityIDLength || !dialect.ExactText(v.EntityID):
 		return &VersionError{Reason: fmt.Sprintf("entity ID must be valid UTF-8 without NUL bytes, of at most %d bytes", MaxEntityIDLength)}
 	case v.At.IsZero():
 		return &VersionError{Reason: "version is missing: send with bus.WithVersion or set Config.Version"}
@@ -80,14 +79,10 @@ func (v Version) validate(messageType, messageID string, now time.Time, maxSkew 
 			v.At.Format(time.RFC3339Nano), maxSkew, now.UTC().Format(time.RFC3339Nano))}
 	case messageType == "":
 		return &VersionError{Reason: "message type is missing: set metadata postroom-message-type or Config.MessageType"}
-	case len(messageType) > 255 || !validText(messageType):
+	case len(messageType) > 255 || !dialect.ExactText(messageType):
 		return &VersionError{Reason: "message type must be valid UTF-8 without NUL bytes, of at most 255 bytes"}
-	case messageID == "" || len(messageID) > 200 || !validText(messageID):
+	case messageID == "" || len(messageID) > 200 || !dialect.ExactText(messageID):
 		return &VersionError{Reason: "message ID must be set, valid UTF-8 without NUL bytes, and at most 200 bytes (it breaks ties between equal versions)"}
 	}
 	return nil
 }
-
-// validText is what every store keeps byte for byte: valid UTF-8 without
-// NUL (PostgreSQL refuses NUL in text).
-func validText(s string) bool { return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 }
