@@ -47,8 +47,9 @@ var (
 const maxTopicLength = 40
 
 // topicOf turns a name into a topic every transport accepts: letters,
-// digits, '-', '_' and '.', at most 40 bytes; a longer name keeps its head
-// and ends in a hash of the whole, so distinct names stay distinct.
+// digits, '-', '_' and '.' (anything else becomes '-'), at most 40 bytes;
+// a name that had to change keeps its tail (the type name) and ends in a
+// hash of the whole, so distinct names stay distinct.
 func topicOf(name string) string {
 	t := strings.Trim(notTopicish.ReplaceAllString(name, "-"), "-")
 	if len(t) <= maxTopicLength && t == name {
@@ -58,6 +59,16 @@ func topicOf(name string) string {
 	head := t[max(0, len(t)-(maxTopicLength-9)):]
 	return strings.TrimLeft(head, "-.") + "-" + hex.EncodeToString(sum[:4])
 }
+
+// EventTopic returns the topic events of type T are published to: on
+// RabbitMQ the exchange a producer in another language publishes to, on
+// the SQL transport the table "watermill_<topic>". It is T's name made
+// into a topic (see topicOf), not always the name itself.
+func EventTopic[T any]() string { return eventTopic(MessageName[T]()) }
+
+// CommandTopic returns the topic commands of type T are sent to for
+// endpoint.
+func CommandTopic[T any](endpoint string) string { return commandTopic(endpoint, MessageName[T]()) }
 
 // eventTopic is where events of a type are published.
 func eventTopic(messageName string) string { return topicOf(messageName) }

@@ -58,11 +58,14 @@ func Send[T any](ctx context.Context, b *Bus, cmd *T, opts ...SendOption) error 
 	if err != nil {
 		return err
 	}
-	dest := msg.Metadata.Get(destinationKey)
-	if dest == "" {
+	dest, named := msg.Metadata[destinationKey]
+	if !named {
 		dest = b.cfg.Endpoint
 	}
 	delete(msg.Metadata, destinationKey)
+	if !endpointName.MatchString(dest) {
+		return fmt.Errorf("bus: send %s to endpoint %q: not an endpoint name (1 to 40 letters, digits, '-', '_' or '.')", MessageName[T](), dest)
+	}
 	msg.Metadata.Set(metadata.CommandTo, dest)
 	return b.dispatch(ctx, outgoing{topic: commandTopic(dest, MessageName[T]()), msg: msg})
 }
