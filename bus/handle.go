@@ -202,7 +202,7 @@ func legacyIf(inbox bool, name string) string {
 }
 
 // group is the subscriber group of a handler: one queue per handler.
-func (b *Bus) group(handler string) string { return topicOf(b.cfg.Endpoint + "." + handler) }
+func (b *Bus) group(handler string) string { return GroupOf(b.cfg.Endpoint, handler) }
 
 func (b *Bus) reserve(name string, byRun bool) error {
 	b.mu.Lock()

@@ -70,6 +70,20 @@ func EventTopic[T any]() string { return eventTopic(MessageName[T]()) }
 // endpoint.
 func CommandTopic[T any](endpoint string) string { return commandTopic(endpoint, MessageName[T]()) }
 
+// EventTopicOf is EventTopic for a message name given as a string (the
+// name MessageName returns, or a type's MessageName method), for tools and
+// producers that do not have the Go type.
+func EventTopicOf(messageName string) string { return eventTopic(messageName) }
+
+// CommandTopicOf is CommandTopic for a message name given as a string.
+func CommandTopicOf(endpoint, messageName string) string { return commandTopic(endpoint, messageName) }
+
+// GroupOf returns the subscriber group of a handler of endpoint: the queue
+// group its subscriptions share (on RabbitMQ its queue for a topic is
+// amqp.QueueName(topic, group); on the SQL transport its consumer group).
+// handler is the handler's name: bus.Named's, else its message's name.
+func GroupOf(endpoint, handler string) string { return topicOf(endpoint + "." + handler) }
+
 // eventTopic is where events of a type are published.
 func eventTopic(messageName string) string { return topicOf(messageName) }
 
