@@ -34,6 +34,8 @@ type Bus struct {
 	// registry holds Watermill's router metrics, served with postroom's on
 	// MetricsAddr; nil without MetricsAddr.
 	registry *prometheus.Registry
+	// unsettled counts the deliveries nacked, for the poison-loop guard.
+	unsettled unsettled
 
 	mu           sync.Mutex
 	handlers     map[string]bool

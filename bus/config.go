@@ -26,6 +26,7 @@ const (
 	CleanupIntervalDefault    = 12 * time.Hour
 	CleanupBatchSizeDefault   = 1000
 	MaxPayloadBytesDefault    = 1 << 20
+	MaxDeliveriesDefault      = 10
 	GaugeIntervalDefault      = 5 * time.Second
 	TableGaugeIntervalDefault = time.Minute
 	MaxRetriesDefault         = 3
@@ -105,6 +106,16 @@ type Config struct {
 	// MaxPayloadBytes is the largest payload a handler accepts; a larger one
 	// goes to the error topic unhandled. Defaults to 1 MiB.
 	MaxPayloadBytes int
+	// MaxDeliveries is how often a message may be delivered to a handler
+	// without being settled (its delivery ended in a nack: the bus was
+	// closing, the error topic was refused, a Middleware failed, or the
+	// process died while handling it); the next delivery moves it to the
+	// error topic with the reason "delivered N times without being
+	// handled", so that a poison message stops looping and blocking the
+	// messages behind it. Nacks are counted in this process; on RabbitMQ
+	// quorum queues also across processes and crashes (x-delivery-count).
+	// Defaults to 10.
+	MaxDeliveries int
 	// Marshaler turns payloads into bytes. Defaults to JSON.
 	Marshaler Marshaler
 	// Recorder counts what happens to messages. Defaults to a
@@ -179,6 +190,7 @@ func (c Config) withDefaults() Config {
 	c.ErrorTopic = cmp.Or(c.ErrorTopic, ErrorTopicDefault)
 	c.Concurrency = cmp.Or(c.Concurrency, ConcurrencyDefault)
 	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, MaxPayloadBytesDefault)
+	c.MaxDeliveries = cmp.Or(c.MaxDeliveries, MaxDeliveriesDefault)
 	c.GaugeInterval = cmp.Or(c.GaugeInterval, GaugeIntervalDefault)
 	c.TableGaugeInterval = cmp.Or(c.TableGaugeInterval, TableGaugeIntervalDefault)
 	c.InboxRetention = cmp.Or(c.InboxRetention, InboxRetentionDefault)
@@ -211,6 +223,9 @@ func (c Config) validate() error {
 	}
 	if c.Concurrency < 1 {
 		errs = append(errs, fmt.Errorf("bus: Config.Concurrency %d: must be at least 1", c.Concurrency))
+	}
+	if c.MaxDeliveries < 1 {
+		errs = append(errs, fmt.Errorf("bus: Config.MaxDeliveries %d: must be at least 1", c.MaxDeliveries))
 	}
 	if c.Retry.MaxRetries < 0 || c.Retry.InitialBackoff < 0 || c.Retry.MaxBackoff < 0 || c.Retry.Multiplier < 1 {
 		errs = append(errs, errors.New("bus: Config.Retry: retries and backoffs must not be negative and the multiplier at least 1"))

@@ -97,6 +97,7 @@ var confChecks = []confCheck{
 	{"IDs of 37 to 200 bytes travel through the outbox", true, checkLongIDsThroughOutbox, nil},
 	{"CleanupStore purges relayed outbox rows", true, checkCleanupPurgesOutbox, nil},
 	{"the outbox relays everything behind a poison message", true, checkOutboxPoison, nil},
+	{"a message nacked in a loop goes to the error topic after MaxDeliveries", false, checkPoisonLoop, nil},
 	{"a command the outbox relays to an endpoint with no queue goes to the error topic", true, checkOutboxCommandNoRoute,
 		map[string]string{"sql": "the SQL transport's topics are logs every group reads: it cannot tell that no endpoint reads one"}},
 }
@@ -673,4 +674,45 @@ func errorQueue(t *testing.T, c *confCase) <-chan *message.Message {
 	errs, err := sub.Subscribe(ctx, c.errorTopic)
 	require.NoError(t, err)
 	return errs
+}
+
+// checkPoisonLoop: a message whose every delivery ends in a nack (here a
+// Middleware fails it, outside the bus's retries) is delivered
+// MaxDeliveries times, then moved to the error topic with the reason; the
+// messages behind it are handled.
+func checkPoisonLoop(t *testing.T, c *confCase) {
+	const maxDeliveries = 3
+	var poisonDeliveries atomic.Int32
+	nackPoison := func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			if msg.Metadata.Get("conf-poison") != "" {
+				poisonDeliveries.Add(1)
+				return nil, errors.New("middleware: refused")
+			}
+			return h(msg)
+		}
+	}
+	b := newConfBus(t, c, func(cfg *bus.Config) {
+		cfg.MaxDeliveries = maxDeliveries
+		cfg.Middleware = []message.HandlerMiddleware{nackPoison}
+	})
+	errs := errorQueue(t, c)
+	require.NoError(t, bus.Handle(b, record[ConfCmd](c, "cmd"), bus.WithInbox()))
+	run(t, b)
+	poison := testenv.Name("poison-")
+	require.NoError(t, bus.Send(context.Background(), b, &ConfCmd{}, bus.WithMessageID(poison), bus.WithMetadata("conf-poison", "yes")))
+	for range 3 {
+		require.NoError(t, bus.Send(context.Background(), b, &ConfCmd{}))
+	}
+	select {
+	case failed := <-errs:
+		failed.Ack()
+		require.Equal(t, poison, failed.UUID)
+		require.Contains(t, failed.Metadata.Get(metadata.ErrorReason), fmt.Sprintf("delivered %d times without being handled", maxDeliveries))
+	case <-time.After(30 * time.Second):
+		t.Fatal("the message nacked in a loop did not reach the error topic")
+	}
+	settled(t, b, "conf.Cmd", 4)
+	require.Len(t, effects(t, c), 3, "the messages behind the poison message were handled")
+	require.EqualValues(t, maxDeliveries, poisonDeliveries.Load(), "delivered MaxDeliveries times, then moved")
 }

@@ -167,12 +167,12 @@ func handle[T any](b *Bus, fn HandlerFunc[T], byRun bool, opts ...HandlerOption)
 		for i := len(b.cfg.Middleware) - 1; i >= 0; i-- {
 			delivery = b.cfg.Middleware[i](delivery)
 		}
+		guarded := b.guarded(hc.name, topic, delivery)
 		for i := range subscriptions {
 			routerName := fmt.Sprintf("%s@%s#%d", hc.name, topic, i)
 			b.router.AddConsumerHandler(routerName, topic, sub, func(msg *message.Message) error {
 				growStack()
-				_, err := delivery(msg)
-				return err
+				return guarded(msg)
 			})
 		}
 	}

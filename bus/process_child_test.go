@@ -30,6 +30,9 @@ const (
 	childEP      = "POSTROOM_TEST_CHILD_ENDPOINT"
 	childCrashAt = "POSTROOM_TEST_CHILD_CRASH_AT" // SIGKILL self after the Nth handled message commits, before its ack
 	childOutbox  = "POSTROOM_TEST_CHILD_OUTBOX"   // "1": each Work also publishes WorkDone through the outbox
+	childPoison  = "POSTROOM_TEST_CHILD_POISON"   // N: SIGKILL self when handling Work N, before its write; one subscription
+	childMaxDel  = "POSTROOM_TEST_CHILD_MAX_DELIVERIES"
+	childQuorum  = "POSTROOM_TEST_CHILD_QUORUM" // "1": quorum queues
 )
 
 // WorkDone is published by a consumer process for each Work it handles,
@@ -50,6 +53,12 @@ func runConsumer() int {
 		return fail(err)
 	}
 	crashAt, _ := strconv.Atoi(os.Getenv(childCrashAt))
+	poison, hasPoison := os.LookupEnv(childPoison)
+	maxDeliveries, _ := strconv.Atoi(os.Getenv(childMaxDel))
+	concurrency := 2
+	if hasPoison {
+		concurrency = 1 // only the poison message is in flight when it kills the process
+	}
 	counters := &metrics.Counters{}
 	// The failpoint: after the handler's transaction has committed and
 	// before the router acks.
@@ -64,10 +73,11 @@ func runConsumer() int {
 		}
 	}
 	b, err := bus.New(bus.Config{
-		Endpoint:    os.Getenv(childEP),
-		Transport:   tr,
-		DB:          db,
-		Concurrency: 2,
+		Endpoint:      os.Getenv(childEP),
+		Transport:     tr,
+		DB:            db,
+		Concurrency:   concurrency,
+		MaxDeliveries: maxDeliveries,
 		// Retries outlast a database restart (about 8 s).
 		Retry:      bus.RetryPolicy{MaxRetries: 8, InitialBackoff: 100 * time.Millisecond, MaxBackoff: 2 * time.Second},
 		Recorder:   counters,
@@ -80,6 +90,10 @@ func runConsumer() int {
 		return fail(err)
 	}
 	err = bus.Handle(b, func(ctx context.Context, w *Work) error {
+		if hasPoison && strconv.Itoa(w.N) == poison {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
+		}
 		if err := bus.Tx(ctx).Exec("INSERT INTO effects (message_id, n) VALUES (?, ?)", strconv.Itoa(w.N), w.N).Error; err != nil {
 			return err
 		}
@@ -159,7 +173,11 @@ func runOutboxSender() int {
 // a broker outage, a millisecond apart, and prints how many it sent.
 func runSender() int {
 	fail := func(err error) int { fmt.Fprintln(os.Stderr, "sender:", err); return 2 }
-	tr, err := amqp.New(amqp.Config{URL: os.Getenv(childAMQP)})
+	cfg := amqp.Config{URL: os.Getenv(childAMQP)}
+	if os.Getenv(childQuorum) == "1" {
+		cfg.QueueType = amqp.QueueQuorum
+	}
+	tr, err := amqp.New(cfg)
 	if err != nil {
 		return fail(err)
 	}
@@ -195,7 +213,11 @@ func childDeps() (*gorm.DB, *amqp.Transport, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	tr, err := amqp.New(amqp.Config{URL: os.Getenv(childAMQP)})
+	cfg := amqp.Config{URL: os.Getenv(childAMQP)}
+	if os.Getenv(childQuorum) == "1" {
+		cfg.QueueType = amqp.QueueQuorum
+	}
+	tr, err := amqp.New(cfg)
 	if err != nil {
 		store.Close(db)
 		return nil, nil, err

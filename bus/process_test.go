@@ -12,11 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/transport/amqp"
 )
 
@@ -220,4 +222,65 @@ func TestOutboxSurvivesAKillBetweenCommitAndRelay(t *testing.T) {
 	require.NoError(t, p.db.Raw("SELECT COUNT(DISTINCT parcel) FROM shipped").Scan(&distinct).Error)
 	require.EqualValues(t, 2, distinct)
 	require.Equal(t, 1, duplicates, "the redelivered order was skipped by the inbox")
+}
+
+// runUntilKilled runs a consumer process that is expected to kill itself
+// (it may do so before it says it is ready) and checks that it did.
+func runUntilKilled(t *testing.T, p processSetup, env ...string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=consumer", childDSN+"="+p.dsn, childAMQP+"="+p.url, childEP+"="+p.endpoint)
+	cmd.Env = append(cmd.Env, env...)
+	cmd.Stderr = os.Stderr
+	require.NoError(t, cmd.Start())
+	timer := time.AfterFunc(60*time.Second, func() { _ = cmd.Process.Kill() })
+	defer timer.Stop()
+	err := cmd.Wait()
+	status, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	require.True(t, ok && status.Signaled() && status.Signal() == syscall.SIGKILL, "the poison message killed the process: %v", err)
+}
+
+// TestPoisonMessageThatKillsItsConsumer: a message whose handling kills the
+// process (SIGKILL, as an out-of-memory kill would) is redelivered to each
+// restarted process. On a quorum queue the broker counts those deliveries,
+// so the guard moves the message to the error topic on the delivery after
+// Config.MaxDeliveries, and the messages queued behind it are handled.
+func TestPoisonMessageThatKillsItsConsumer(t *testing.T) {
+	p := newProcessSetup(t).withSender(t)
+	tr, err := amqp.New(amqp.Config{URL: p.url})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tr.Close() })
+	errSub, err := tr.Subscriber(testenv.Name("errors_"))
+	require.NoError(t, err)
+	require.NoError(t, errSub.(message.SubscribeInitializer).SubscribeInitialize(bus.ErrorTopicDefault))
+	env := []string{childPoison + "=0", childMaxDel + "=2", childQuorum + "=1"}
+
+	first := startChild(t, "consumer", p.dsn, p.url, p.endpoint, 0, env...)
+	for n := range 4 { // Work 0 is the poison message, 1 to 3 wait behind it
+		p.send(t, n)
+	}
+	err = first.cmd.Wait()
+	status, ok := first.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	require.True(t, ok && status.Signaled() && status.Signal() == syscall.SIGKILL, "the poison message killed the process: %v", err)
+	runUntilKilled(t, p, env...) // its second delivery kills the next one
+
+	third := startChild(t, "consumer", p.dsn, p.url, p.endpoint, 0, env...)
+	p.waitForEffects(t, 3)
+	third.stop(t)
+	rows, distinct := p.effects(t)
+	require.EqualValues(t, 3, rows)
+	require.EqualValues(t, 3, distinct)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	failed, err := errSub.Subscribe(ctx, bus.ErrorTopicDefault)
+	require.NoError(t, err)
+	for msg := range failed {
+		msg.Ack()
+		if msg.UUID == workID(0) {
+			require.Contains(t, msg.Metadata.Get(metadata.ErrorReason), "delivered 2 times without being handled")
+			return
+		}
+	}
+	t.Fatal("the poison message did not reach the error topic")
 }

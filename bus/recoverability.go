@@ -135,6 +135,7 @@ func (b *Bus) moveToErrorTopic(handler, topic string, msg *message.Message, atte
 			failed.Metadata.Set(strings.ToValidUTF8(k, "\uFFFD"), strings.ToValidUTF8(v, "\uFFFD"))
 		}
 	}
+	delete(failed.Metadata, metadata.DeliveryCount) // a replay starts counting again
 	failed.Metadata.Set(metadata.ErrorReason, strings.ToValidUTF8(reason.Error(), "\uFFFD"))
 	failed.Metadata.Set(metadata.ErrorHandler, handler)
 	failed.Metadata.Set(metadata.ErrorAttempts, strconv.Itoa(attempts))

@@ -53,3 +53,9 @@ const TransportError = "postroom-transport-error"
 // queue takes it (and moves it to the error topic), instead of letting the
 // broker drop it.
 const CommandTo = "postroom-command-to"
+
+// DeliveryCount is set by a transport that counts deliveries (RabbitMQ's
+// quorum queues, from x-delivery-count): how many times the message was
+// delivered before this delivery without being settled. The bus's
+// poison-loop guard (bus.Config.MaxDeliveries) adds it to its own count.
+const DeliveryCount = "postroom-delivery-count"

@@ -42,6 +42,14 @@
 // queue keeps its type: RabbitMQ refuses to redeclare it with another.
 // [Config.Prefetch] is the basic.qos prefetch count (default 1).
 //
+// Quorum queues count the earlier deliveries of a message that were not
+// acked, a crash of the consumer included, in the x-delivery-count
+// header: [Marshaler.Unmarshal] moves it to [metadata.DeliveryCount], so
+// the bus's poison-loop guard (bus.Config.MaxDeliveries, default 10)
+// moves a message that keeps killing its consumer to the error topic
+// before the broker's delivery limit drops it. Classic queues do not
+// count; there the guard counts nacks within one process only.
+//
 // # Logging
 //
 // [Config.Logger] and [Transport.SetLogger] receive watermill-amqp's logs

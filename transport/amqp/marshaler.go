@@ -31,6 +31,11 @@ const (
 	MetadataType = "amqp-type"
 )
 
+// deliveryCountHeader is the header in which quorum queues count the
+// earlier deliveries of a message that were not acked (nacked with
+// requeue, or the consumer's channel closed: a crash).
+const deliveryCountHeader = "x-delivery-count"
+
 // uuidHeader is the header of the Watermill UUID.
 const uuidHeader = wamqp.DefaultMessageUUIDHeaderKey
 
@@ -102,6 +107,15 @@ func (Marshaler) Unmarshal(d amqp091.Delivery) (*message.Message, error) {
 		if _, ok := md[key]; !ok && value != "" {
 			md[key] = value
 		}
+	}
+
+	// Only the broker's count is trusted: a header of that name a producer
+	// set (a message replayed from the error topic) would move the message
+	// aside at once.
+	delete(md, metadata.DeliveryCount)
+	if c, ok := md[deliveryCountHeader]; ok { // moved, so a copy sent on does not carry it
+		md[metadata.DeliveryCount] = c
+		delete(md, deliveryCountHeader)
 	}
 
 	reasons := make([]string, 0, len(problems)+1)

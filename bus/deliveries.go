@@ -1,0 +1,94 @@
+package bus
+
+import (
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/postroom/postroom/metadata"
+)
+
+// unsettledLimit bounds the deliveries the bus remembers: a message that
+// loops is nacked again within moments, so the oldest entries of a full
+// table are messages another instance has since settled.
+const unsettledLimit = 10_000
+
+// unsettled counts, per handler group and message ID, the deliveries that
+// ended without being settled (the broker got a nack and delivers again):
+// the poison-loop guard's count in this process. A transport that counts
+// deliveries itself (RabbitMQ's quorum queues) adds what happened in other
+// processes and before a crash, through metadata.DeliveryCount.
+type unsettled struct {
+	mu    sync.Mutex
+	count map[string]int
+	order []string // insertion order, to forget the oldest when full
+}
+
+func unsettledKey(group, id string) string { return group + "\x00" + id }
+
+// previous returns how many deliveries of msg to group ended unsettled
+// before this one: the greater of this process's count and the transport's.
+func (u *unsettled) previous(group string, msg *message.Message) int {
+	u.mu.Lock()
+	n := u.count[unsettledKey(group, msg.UUID)]
+	u.mu.Unlock()
+	if c, err := strconv.Atoi(msg.Metadata.Get(metadata.DeliveryCount)); err == nil && c > n {
+		n = c
+	}
+	return n
+}
+
+// settle records the outcome of a delivery: nack (another delivery will
+// come) or settled.
+func (u *unsettled) settle(group, id string, nacked bool) {
+	key := unsettledKey(group, id)
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if !nacked {
+		delete(u.count, key) // its slot in order is skipped when reached
+		return
+	}
+	if u.count == nil {
+		u.count = map[string]int{}
+	}
+	if _, ok := u.count[key]; !ok {
+		u.order = append(u.order, key)
+		for len(u.order) > unsettledLimit {
+			delete(u.count, u.order[0])
+			u.order = u.order[1:]
+		}
+		if len(u.order) > 2*len(u.count)+64 { // compact the settled slots
+			live := u.order[:0]
+			for _, k := range u.order {
+				if _, ok := u.count[k]; ok {
+					live = append(live, k)
+				}
+			}
+			u.order = live
+		}
+	}
+	u.count[key]++
+}
+
+// guarded wraps a delivery with the poison-loop guard: a message delivered
+// Config.MaxDeliveries times without being settled goes to the error topic
+// on its next delivery, so that it stops blocking the messages behind it
+// and using the broker and the consumer in a loop. While the error topic
+// cannot take it, it is handled as usual.
+func (b *Bus) guarded(handler, topic string, delivery message.HandlerFunc) func(*message.Message) error {
+	group := b.group(handler)
+	return func(msg *message.Message) error {
+		if n := b.unsettled.previous(group, msg); n >= b.cfg.MaxDeliveries {
+			reason := fmt.Errorf("bus: delivered %d times without being handled (Config.MaxDeliveries %d): moved aside so that the messages behind it are handled", n, b.cfg.MaxDeliveries)
+			if err := b.moveToErrorTopic(handler, topic, msg, 0, reason); err == nil {
+				b.unsettled.settle(group, msg.UUID, false)
+				return nil
+			}
+		}
+		_, err := delivery(msg)
+		b.unsettled.settle(group, msg.UUID, err != nil)
+		return err
+	}
+}

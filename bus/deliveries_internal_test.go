@@ -1,0 +1,39 @@
+package bus
+
+import (
+	"strconv"
+	"testing"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	"github.com/postroom/postroom/metadata"
+)
+
+func TestUnsettledCountsNacksAndForgetsSettled(t *testing.T) {
+	var u unsettled
+	msg := message.NewMessage("m", nil)
+	for n := range 3 {
+		require.Equal(t, n, u.previous("g", msg))
+		u.settle("g", "m", true)
+	}
+	require.Zero(t, u.previous("other-group", msg), "counted per group")
+	msg.Metadata.Set(metadata.DeliveryCount, "7")
+	require.Equal(t, 7, u.previous("g", msg), "the transport's count when greater")
+	u.settle("g", "m", false)
+	msg.Metadata.Set(metadata.DeliveryCount, "not a number")
+	require.Zero(t, u.previous("g", msg), "settled: forgotten")
+}
+
+func TestUnsettledIsBounded(t *testing.T) {
+	var u unsettled
+	for i := range 3 * unsettledLimit {
+		u.settle("g", strconv.Itoa(i), true)
+		if i%2 == 0 {
+			u.settle("g", strconv.Itoa(i), false)
+		}
+	}
+	require.LessOrEqual(t, len(u.count), unsettledLimit)
+	require.LessOrEqual(t, len(u.order), 2*unsettledLimit+64)
+	require.Equal(t, 1, u.previous("g", message.NewMessage(strconv.Itoa(3*unsettledLimit-1), nil)), "the newest is kept")
+}
