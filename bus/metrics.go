@@ -2,13 +2,16 @@ package bus
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"time"
 
 	wmetrics "github.com/ThreeDotsLabs/watermill/components/metrics"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/store"
@@ -21,24 +24,27 @@ func (b *Bus) addRouterMetrics() {
 	wmetrics.NewPrometheusMetricsBuilder(b.registry, "", "").AddPrometheusRouterMetrics(b.router)
 }
 
-// metricsHandler serves postroom's counters and gauges, then Watermill's
-// router metrics, in Prometheus's text format.
+// metricsHandler registers postroom's counters and gauges on the bus's
+// registry, beside Watermill's router metrics, and serves that registry.
+// A series that cannot be gathered is logged and left out; the rest is
+// served.
 func (b *Bus) metricsHandler(counters *metrics.Counters) http.Handler {
-	own := metrics.Handler(counters)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		own.ServeHTTP(w, r)
-		families, err := b.registry.Gather()
-		if err != nil {
-			b.cfg.Logger.Warn("bus: gather Watermill's router metrics", "error", err)
+	if err := b.registry.Register(counters); err != nil {
+		var again prometheus.AlreadyRegisteredError
+		if !errors.As(err, &again) {
+			b.cfg.Logger.Warn("bus: register postroom's metrics", "error", err)
 		}
-		enc := expfmt.NewEncoder(w, expfmt.NewFormat(expfmt.TypeTextPlain))
-		for _, mf := range families {
-			if err := enc.Encode(mf); err != nil {
-				return
-			}
-		}
+	}
+	return promhttp.HandlerFor(b.registry, promhttp.HandlerOpts{
+		ErrorLog:      promLog{b.cfg.Logger},
+		ErrorHandling: promhttp.ContinueOnError,
 	})
 }
+
+// promLog logs promhttp's errors as warnings.
+type promLog struct{ l *slog.Logger }
+
+func (p promLog) Println(v ...any) { p.l.Warn("bus: metrics", "error", fmt.Sprint(v...)) }
 
 // needsTables reports whether a handler uses the inbox or the stale check.
 func (b *Bus) needsTables() bool {

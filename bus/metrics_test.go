@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
 	"github.com/stretchr/testify/require"
 
 	"github.com/postroom/postroom/bus"
@@ -18,7 +20,7 @@ import (
 )
 
 // TestMetricsEndpointMoves scrapes /metrics during a run and finds the
-// counters moving.
+// counters moving, served in the text format a Prometheus parser reads.
 func TestMetricsEndpointMoves(t *testing.T) {
 	t.Parallel()
 	db := testenv.SQLite(t)
@@ -27,25 +29,37 @@ func TestMetricsEndpointMoves(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, bus.Handle(b, func(context.Context, *CreateInvoice) error { return nil }, bus.WithInbox()))
 	start(t, b, "error")
-	handled := func() int {
-		resp, err := http.Get("http://" + b.MetricsAddr() + "/metrics")
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		m := regexp.MustCompile(`postroom_messages_total\{handler="billing.CreateInvoice",event="handled"\} (\d+)`).FindSubmatch(body)
-		if m == nil {
-			return 0
+	handled := func() float64 {
+		for _, m := range gather(t, b)["postroom_messages_total"].GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["handler"] == "billing.CreateInvoice" && labels["event"] == "handled" {
+				return m.GetCounter().GetValue()
+			}
 		}
-		n, _ := strconv.Atoi(string(m[1]))
-		return n
+		return 0
 	}
-	require.Equal(t, 0, handled())
+	require.Zero(t, handled())
 	require.Regexp(t, `^127\.0\.0\.1:\d+$`, b.MetricsAddr(), "a bare port is served on loopback only")
 	for range 3 {
 		require.NoError(t, bus.Send(context.Background(), b, &CreateInvoice{OrderID: "o"}))
 	}
 	waitFor(t, "the counter to move", func() bool { return handled() == 3 })
+}
+
+// gather scrapes /metrics and parses it as Prometheus does.
+func gather(t *testing.T, b *bus.Bus) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get("http://" + b.MetricsAddr() + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var p expfmt.TextParser
+	families, err := p.TextToMetricFamilies(resp.Body)
+	require.NoError(t, err)
+	return families
 }
 
 // scrape returns the value of the first series matching pattern (a regular

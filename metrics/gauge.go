@@ -1,42 +1,116 @@
 package metrics
 
-// Gauge names a level postroom reports, as opposed to an event it counts.
-type Gauge string
+import "github.com/prometheus/client_golang/prometheus"
 
-// The gauges postroom sets.
-const (
-	OutboxBacklog     Gauge = "postroom_outbox_backlog"      // messages committed to the outbox, not yet relayed
-	OutboxLagSeconds  Gauge = "postroom_outbox_lag_seconds"  // age of the oldest of them
-	CleanupLagSeconds Gauge = "postroom_cleanup_lag_seconds" // how far the oldest inbox key is past the retention (0: on time)
+// family is one of postroom's metrics other than postroom_messages_total:
+// its name, its one label's name (or none) and its Prometheus description.
+type family struct {
+	name  string
+	label string
+	typ   prometheus.ValueType
+	desc  *prometheus.Desc
+}
+
+func newFamily(typ prometheus.ValueType, name, label, help string) *family {
+	var labels []string
+	if label != "" {
+		labels = []string{label}
+	}
+	return &family{name: name, label: label, typ: typ, desc: prometheus.NewDesc(name, help, labels, nil)}
+}
+
+var (
+	outboxBacklog = newFamily(prometheus.GaugeValue, "postroom_outbox_backlog", "",
+		"Messages committed to the outbox and not yet relayed.")
+	outboxLag = newFamily(prometheus.GaugeValue, "postroom_outbox_lag_seconds", "",
+		"Age of the oldest message committed to the outbox and not yet relayed.")
+	cleanupLag = newFamily(prometheus.GaugeValue, "postroom_cleanup_lag_seconds", "",
+		"How far the oldest inbox key is past the retention (0: cleanup keeps up).")
+	tableRows = newFamily(prometheus.GaugeValue, "postroom_table_rows", "table",
+		"Rows of a postroom table (the planner's estimate on large PostgreSQL and MySQL tables).")
+	tableOldest = newFamily(prometheus.GaugeValue, "postroom_table_oldest_row_age_seconds", "table",
+		"Age of the oldest row of a postroom table.")
+	cleanupDeleted = newFamily(prometheus.CounterValue, "postroom_cleanup_deleted_rows_total", "table",
+		"Rows cleanup deleted from a table on this instance.")
+	scheduleFires = newFamily(prometheus.CounterValue, "postroom_schedule_fires_total", "schedule",
+		"Slots a schedule emitted on this instance.")
+	scheduleMissed = newFamily(prometheus.CounterValue, "postroom_schedule_missed_slots_total", "schedule",
+		"Slots a schedule's missed-slot policy left out on this instance.")
+
+	// families are the metrics above, in the order Describe lists them.
+	families = []*family{outboxBacklog, outboxLag, cleanupLag, tableRows, tableOldest, cleanupDeleted, scheduleFires, scheduleMissed}
+)
+
+// series is one series of a family: the family and its label's value.
+type series struct {
+	fam   *family
+	value string
+}
+
+func (s series) name() string {
+	if s.fam == nil {
+		return ""
+	}
+	return s.fam.name
+}
+
+func (s series) label() (name, value string) {
+	if s.fam == nil || s.fam.label == "" {
+		return "", ""
+	}
+	return s.fam.label, s.value
+}
+
+// Gauge names a level postroom reports, as opposed to an event it counts:
+// a metric and, for some, the value of its one label. The zero Gauge names
+// nothing and is not served.
+type Gauge struct{ s series }
+
+// Name returns the metric's name, such as "postroom_table_rows".
+func (g Gauge) Name() string { return g.s.name() }
+
+// Label returns the name and value of the metric's one label, such as
+// "table" and "postroom_inbox", or two empty strings for a metric without
+// labels.
+func (g Gauge) Label() (name, value string) { return g.s.label() }
+
+// The gauges postroom sets that have no label.
+var (
+	// OutboxBacklog is the number of messages committed to the outbox, not yet relayed.
+	OutboxBacklog = Gauge{series{fam: outboxBacklog}}
+	// OutboxLagSeconds is the age of the oldest of them.
+	OutboxLagSeconds = Gauge{series{fam: outboxLag}}
+	// CleanupLagSeconds is how far the oldest inbox key is past the retention (0: on time).
+	CleanupLagSeconds = Gauge{series{fam: cleanupLag}}
 )
 
 // TableRows is the gauge of a table's row count (an estimate on large
 // PostgreSQL and MySQL tables).
-func TableRows(table string) Gauge { return Gauge(`postroom_table_rows{table="` + table + `"}`) }
+func TableRows(table string) Gauge { return Gauge{series{tableRows, table}} }
 
 // TableOldestSeconds is the gauge of the age of a table's oldest row.
-func TableOldestSeconds(table string) Gauge {
-	return Gauge(`postroom_table_oldest_row_age_seconds{table="` + table + `"}`)
-}
+func TableOldestSeconds(table string) Gauge { return Gauge{series{tableOldest, table}} }
 
 // Count names a running total postroom reports that is not per handler
-// and event (a Prometheus counter, with its labels in the name).
-type Count string
+// and event (a Prometheus counter): a metric and the value of its one
+// label. The zero Count names nothing and is not served.
+type Count struct{ s series }
+
+// Name returns the metric's name, such as "postroom_schedule_fires_total".
+func (c Count) Name() string { return c.s.name() }
+
+// Label returns the name and value of the metric's one label, such as
+// "schedule" and "postroom.cleanup.billing".
+func (c Count) Label() (name, value string) { return c.s.label() }
 
 // CleanupDeleted counts the rows cleanup deleted from a table.
-func CleanupDeleted(table string) Count {
-	return Count(`postroom_cleanup_deleted_rows_total{table="` + table + `"}`)
-}
+func CleanupDeleted(table string) Count { return Count{series{cleanupDeleted, table}} }
 
 // ScheduleFires counts the slots a schedule emitted on this instance.
-func ScheduleFires(schedule string) Count {
-	return Count(`postroom_schedule_fires_total{schedule="` + schedule + `"}`)
-}
+func ScheduleFires(schedule string) Count { return Count{series{scheduleFires, schedule}} }
 
 // ScheduleMissed counts the slots a schedule's missed-slot policy left out.
-func ScheduleMissed(schedule string) Count {
-	return Count(`postroom_schedule_missed_slots_total{schedule="` + schedule + `"}`)
-}
+func ScheduleMissed(schedule string) Count { return Count{series{scheduleMissed, schedule}} }
 
 // GaugeSetter is implemented by a Recorder that also keeps levels; the bus
 // sets its gauges on a Recorder that implements it.

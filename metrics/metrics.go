@@ -20,6 +20,7 @@ const (
 	Parked    Event = "parked"    // an external effect's outcome is unknown; the inbox parked the message
 	Released  Event = "released"  // the handler said its external effect did not happen; the claim was released
 	Reused    Event = "reused"    // a message ID came again with a different payload checksum
+	Unrouted  Event = "unrouted"  // an event was published that no queue took
 )
 
 // Recorder receives events. Implementations must be safe for concurrent use.
@@ -34,8 +35,10 @@ type Discard struct{}
 func (Discard) Record(string, Event) {}
 
 // Counters is a Recorder that keeps a count per handler and event in
-// memory, and the gauges (GaugeSetter). Record is lock-free: every message
-// records two events or more, from every handler goroutine at once.
+// memory, and the gauges (GaugeSetter) and running totals (Adder). Record
+// is lock-free: every message records two events or more, from every
+// handler goroutine at once. Counters is a [prometheus.Collector]: register
+// it on a registry to serve what it keeps. The zero value is ready to use.
 type Counters struct {
 	n      sync.Map // eventKey → *atomic.Uint64
 	mu     sync.Mutex
