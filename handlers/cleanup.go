@@ -68,22 +68,15 @@ type CleanupConfig struct {
 
 // Cleanup handles CleanupStore.
 type Cleanup struct {
-	cfg CleanupConfig
-	d   dialect.Dialect
+	cfg   CleanupConfig
+	d     dialect.Dialect
+	stmts dialect.CleanupStatements
 }
 
 // NewCleanup returns the CleanupStore handler.
 func NewCleanup(cfg CleanupConfig) (*Cleanup, error) {
 	if cfg.DB == nil {
 		return nil, errors.New("handlers: CleanupConfig.DB is nil")
-	}
-	if err := cfg.Tables.Validate(); err != nil {
-		return nil, fmt.Errorf("handlers: %w", err)
-	}
-	if cfg.OutboxTopic != "" {
-		if err := dialect.ValidateIdentifier(cfg.OutboxTopic); err != nil {
-			return nil, fmt.Errorf("handlers: CleanupConfig.OutboxTopic: %w", err)
-		}
 	}
 	cfg.Tables = cfg.Tables.WithDefaults()
 	if cfg.Logger == nil {
@@ -96,7 +89,11 @@ func NewCleanup(cfg CleanupConfig) (*Cleanup, error) {
 	if err != nil {
 		return nil, fmt.Errorf("handlers: %w", err)
 	}
-	return &Cleanup{cfg: cfg, d: d}, nil
+	stmts, err := d.Cleanup(cfg.Tables, cfg.OutboxTopic)
+	if err != nil {
+		return nil, fmt.Errorf("handlers: CleanupConfig: %w", err)
+	}
+	return &Cleanup{cfg: cfg, d: d, stmts: stmts}, nil
 }
 
 // Handle purges for one CleanupStore message; its signature fits bus.Handle.
@@ -105,13 +102,14 @@ func (c *Cleanup) Handle(ctx context.Context, m *CleanupStore) error {
 	return err
 }
 
-// target is one table cleanup deletes from: the rows matching where.
+// target is one table cleanup deletes from, with its arguments.
 type target struct {
-	table, where string
-	args         []any
+	dialect.PurgeTarget
+	args []any
 }
 
-// targets returns the inbox and watermark targets of m, and its cut-off.
+// targets returns the inbox and watermark targets of m (and the outbox's,
+// with an outbox), and its cut-off.
 func (c *Cleanup) targets(m CleanupStore) ([]target, time.Time, error) {
 	if m.Retention < 0 || m.BatchSize < 0 {
 		return nil, time.Time{}, fmt.Errorf("handlers: CleanupStore: negative retention %s or batch size %d", m.Retention, m.BatchSize)
@@ -121,18 +119,14 @@ func (c *Cleanup) targets(m CleanupStore) ([]target, time.Time, error) {
 		cutoff = c.cfg.Now().Add(-cmp.Or(m.Retention, RetentionDefault))
 	}
 	targets := []target{
-		{c.cfg.Tables.Inbox, dialect.InboxExpired, []any{c.d.Time(cutoff), c.d.Time(c.cfg.Now())}},
-		{c.cfg.Tables.Watermarks, "updated_at < ?", []any{c.d.Time(cutoff)}},
+		{c.stmts.Inbox, []any{c.d.Time(cutoff), c.d.Time(c.cfg.Now())}},
+		{c.stmts.Watermarks, []any{c.d.Time(cutoff)}},
 	}
-	if c.cfg.OutboxTopic != "" {
+	if c.stmts.Outbox.Table != "" {
 		// The outbox's created_at is the database's clock: the cut-off
 		// goes as an age in seconds.
-		table, where := c.d.OutboxPurgeWhere(c.cfg.OutboxTopic)
-		if table == "" {
-			return nil, time.Time{}, fmt.Errorf("handlers: CleanupConfig.OutboxTopic: %s has no outbox", c.d)
-		}
 		age := int64(c.cfg.Now().Sub(cutoff) / time.Second)
-		targets = append(targets, target{table, where, []any{age}})
+		targets = append(targets, target{c.stmts.Outbox, []any{age}})
 	}
 	return targets, cutoff, nil
 }
@@ -165,8 +159,8 @@ func (c *Cleanup) Pending(ctx context.Context, m CleanupStore) (CleanupResult, e
 	res := CleanupResult{Cutoff: cutoff}
 	counts := []*int64{&res.Inbox, &res.Watermarks, &res.Outbox}
 	for i, t := range targets {
-		if err := c.cfg.DB.WithContext(ctx).Raw("SELECT COUNT(*) FROM "+t.table+" WHERE "+t.where, t.args...).Row().Scan(counts[i]); err != nil {
-			return res, fmt.Errorf("handlers: count %s: %w", t.table, err)
+		if err := c.cfg.DB.WithContext(ctx).Raw(t.Count, t.args...).Row().Scan(counts[i]); err != nil {
+			return res, fmt.Errorf("handlers: count %s: %w", t.Table, err)
 		}
 	}
 	return res, nil
@@ -175,19 +169,18 @@ func (c *Cleanup) Pending(ctx context.Context, m CleanupStore) (CleanupResult, e
 // purge deletes until a batch comes back short; each DELETE commits alone,
 // so locks are held for one batch only, and rests between batches (pause).
 func (c *Cleanup) purge(ctx context.Context, t target, batch int, pause time.Duration, batches *int) (int64, error) {
-	stmt := c.d.PurgeWhere(t.table, t.where)
 	args := append(append([]any{}, t.args...), batch)
 	var total int64
 	for {
 		start := time.Now()
-		r := c.cfg.DB.WithContext(ctx).Exec(stmt, args...)
+		r := c.cfg.DB.WithContext(ctx).Exec(t.Delete, args...)
 		if r.Error != nil {
-			return total, fmt.Errorf("handlers: purge %s: %w", t.table, r.Error)
+			return total, fmt.Errorf("handlers: purge %s: %w", t.Table, r.Error)
 		}
 		*batches++
 		total += r.RowsAffected
 		if c.cfg.Progress != nil {
-			c.cfg.Progress(t.table, total)
+			c.cfg.Progress(t.Table, total)
 		}
 		if r.RowsAffected < int64(batch) {
 			return total, nil
@@ -200,7 +193,7 @@ func (c *Cleanup) purge(ctx context.Context, t target, batch int, pause time.Dur
 			select {
 			case <-time.After(rest):
 			case <-ctx.Done():
-				return total, fmt.Errorf("handlers: purge %s: %w", t.table, ctx.Err())
+				return total, fmt.Errorf("handlers: purge %s: %w", t.Table, ctx.Err())
 			}
 		}
 	}

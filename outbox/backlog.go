@@ -21,13 +21,9 @@ type Backlog struct {
 
 // Backlog reports the relay's backlog, for a gauge or an alert.
 func (o *Outbox) Backlog(ctx context.Context) (Backlog, error) {
-	sqlDB, err := o.cfg.DB.DB()
-	if err != nil {
-		return Backlog{}, err
-	}
 	var b Backlog
 	var lagSeconds sql.NullFloat64
-	if err := sqlDB.QueryRowContext(ctx, o.d.OutboxBacklog(o.cfg.Topic), relayGroup).Scan(&b.Messages, &lagSeconds); err != nil {
+	if err := o.cfg.DB.WithContext(ctx).Raw(o.d.OutboxBacklog(o.cfg.Topic), relayGroup).Row().Scan(&b.Messages, &lagSeconds); err != nil {
 		return Backlog{}, fmt.Errorf("outbox: backlog: %w", err)
 	}
 	if b.Messages > 0 {

@@ -10,12 +10,12 @@ import (
 	"github.com/postroom/postroom/internal/dialect"
 )
 
-// Control pauses, resumes and triggers stored schedules; the operator
-// command uses it, and it needs no schedule definitions.
+// Control lists, pauses, resumes and triggers stored schedules; the
+// operator command uses it, and it needs no schedule definitions.
 type Control struct {
 	db    *gorm.DB
 	d     dialect.Dialect
-	table string
+	stmts dialect.ScheduleStatements
 }
 
 // NewControl returns a Control on db's schedules table (empty: the default).
@@ -23,14 +23,60 @@ func NewControl(db *gorm.DB, table string) (*Control, error) {
 	if table == "" {
 		table = TableDefault
 	}
-	if err := dialect.ValidateIdentifier(table); err != nil {
-		return nil, err
-	}
 	d, err := dialect.Of(db)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("scheduler: %w", err)
 	}
-	return &Control{db: db, d: d, table: table}, nil
+	stmts, err := d.Schedules(table)
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: %w", err)
+	}
+	return &Control{db: db, d: d, stmts: stmts}, nil
+}
+
+// Stored is a schedule as the table holds it.
+type Stored struct {
+	Name string `json:"name"`
+	// Spec is its timing: "every 12h0m0s" or "cron 0 3 * * *".
+	Spec      string    `json:"spec"`
+	NextRunAt time.Time `json:"next_run_at"`
+	// LastRunAt is nil until it first fired.
+	LastRunAt *time.Time `json:"last_run_at,omitempty"`
+	// LastFiredBy is the Config.Instance that fired it last.
+	LastFiredBy string `json:"last_fired_by"`
+	Paused      bool   `json:"paused"`
+}
+
+// List returns every stored schedule, by name.
+func (c *Control) List(ctx context.Context) ([]Stored, error) {
+	rows, err := c.db.WithContext(ctx).Raw(c.stmts.List).Rows()
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: list: %w", err)
+	}
+	defer rows.Close()
+	var list []Stored
+	for rows.Next() {
+		var s Stored
+		var next, last any
+		if err := rows.Scan(&s.Name, &s.Spec, &next, &last, &s.LastFiredBy, &s.Paused); err != nil {
+			return nil, fmt.Errorf("scheduler: list: %w", err)
+		}
+		if s.NextRunAt, err = c.d.ParseTime(next); err != nil {
+			return nil, fmt.Errorf("scheduler: list %q: %w", s.Name, err)
+		}
+		t, err := c.d.ParseTime(last)
+		if err != nil {
+			return nil, fmt.Errorf("scheduler: list %q: %w", s.Name, err)
+		}
+		if !t.IsZero() {
+			s.LastRunAt = &t
+		}
+		list = append(list, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("scheduler: list: %w", err)
+	}
+	return list, nil
 }
 
 // Pause stops a schedule from firing until Resume.
@@ -43,14 +89,12 @@ func (c *Control) Resume(ctx context.Context, name string) error {
 }
 
 func (c *Control) setPaused(ctx context.Context, name string, paused bool) error {
-	res := c.db.WithContext(ctx).Exec("UPDATE "+c.table+" SET paused = ? WHERE name = ?", paused, name)
-	return c.one(res, name)
+	return c.one(c.db.WithContext(ctx).Exec(c.stmts.SetPaused, paused, name), name)
 }
 
 // Trigger makes a schedule due now: the next tick of any instance fires it.
 func (c *Control) Trigger(ctx context.Context, name string, now time.Time) error {
-	res := c.db.WithContext(ctx).Exec("UPDATE "+c.table+" SET next_run_at = ? WHERE name = ?", c.d.Time(now), name)
-	return c.one(res, name)
+	return c.one(c.db.WithContext(ctx).Exec(c.stmts.Trigger, c.d.Time(now), name), name)
 }
 
 func (c *Control) one(res *gorm.DB, name string) error {

@@ -54,6 +54,7 @@ type Config struct {
 type Scheduler struct {
 	cfg       Config
 	d         dialect.Dialect
+	stmts     dialect.ScheduleStatements
 	schedules map[string]*Schedule
 }
 
@@ -99,6 +100,9 @@ func New(cfg Config) (*Scheduler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
+	if s.stmts, err = d.Schedules(cfg.Table); err != nil {
+		return nil, fmt.Errorf("scheduler: Config.Table: %w", err)
+	}
 	s.d = d
 	return s, nil
 }
@@ -110,11 +114,10 @@ func (s *Scheduler) Define(ctx context.Context) error {
 	now := s.cfg.Now()
 	db := s.cfg.DB.WithContext(ctx)
 	for _, sc := range s.schedules {
-		if err := db.Exec(s.d.ScheduleInsert(s.cfg.Table), sc.Name, sc.spec(), s.d.Time(sc.next(now)), s.d.Time(now)).Error; err != nil {
+		if err := db.Exec(s.stmts.Insert, sc.Name, sc.spec(), s.d.Time(sc.next(now)), s.d.Time(now)).Error; err != nil {
 			return fmt.Errorf("scheduler: define %q: %w", sc.Name, err)
 		}
-		res := db.Exec("UPDATE "+s.cfg.Table+" SET spec = ?, next_run_at = ?, updated_at = ? WHERE name = ? AND spec <> ?",
-			sc.spec(), s.d.Time(sc.next(now)), s.d.Time(now), sc.Name, sc.spec())
+		res := db.Exec(s.stmts.Redefine, sc.spec(), s.d.Time(sc.next(now)), s.d.Time(now), sc.Name, sc.spec())
 		if res.Error != nil {
 			return fmt.Errorf("scheduler: redefine %q: %w", sc.Name, res.Error)
 		}
@@ -144,7 +147,7 @@ func (s *Scheduler) fire(ctx context.Context, sc *Schedule) (int, error) {
 	slots, next, missed := sc.slots(due, now)
 	claimed := false
 	err = s.cfg.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		res := tx.Exec(s.d.ScheduleClaim(s.cfg.Table), s.d.Time(next), s.d.Time(now), s.cfg.Instance, s.d.Time(now), sc.Name, s.d.Time(due))
+		res := tx.Exec(s.stmts.Claim, s.d.Time(next), s.d.Time(now), s.cfg.Instance, s.d.Time(now), sc.Name, s.d.Time(due))
 		if res.Error != nil {
 			return res.Error
 		}
@@ -179,7 +182,7 @@ func (s *Scheduler) fire(ctx context.Context, sc *Schedule) (int, error) {
 
 func (s *Scheduler) state(ctx context.Context, name string) (next time.Time, paused bool, err error) {
 	var raw any
-	row := s.cfg.DB.WithContext(ctx).Raw("SELECT next_run_at, paused FROM "+s.cfg.Table+" WHERE name = ?", name).Row()
+	row := s.cfg.DB.WithContext(ctx).Raw(s.stmts.State, name).Row()
 	if err := row.Scan(&raw, &paused); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return time.Time{}, false, fmt.Errorf("scheduler: schedule %q is not stored: call Define first", name)

@@ -185,6 +185,42 @@ func TestPauseResumeTriggerAndRestart(t *testing.T) {
 	require.Error(t, ctl.Pause(ctx, "nope"))
 }
 
+// TestControlListsWhatTheTableHolds on every store: spec, next and last
+// run, who fired it, paused.
+func TestControlListsWhatTheTableHolds(t *testing.T) {
+	for _, store := range testenv.Databases {
+		t.Run(store.Name, func(t *testing.T) {
+			t.Parallel()
+			db := store.Open(t)
+			emitsTable(t, db)
+			c := &clock{}
+			start := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+			c.Set(start)
+			s := newScheduler(t, db, c, "instance-a",
+				scheduler.Schedule{Name: "hourly", Every: time.Hour},
+				scheduler.Schedule{Name: "nightly", Cron: "0 3 * * *"})
+			ctl, err := scheduler.NewControl(db, "")
+			require.NoError(t, err)
+			ctx := context.Background()
+			require.NoError(t, ctl.Pause(ctx, "nightly"))
+			c.Set(start.Add(time.Hour))
+			_, err = s.Tick(ctx)
+			require.NoError(t, err)
+
+			list, err := ctl.List(ctx)
+			require.NoError(t, err)
+			fired := start.Add(time.Hour)
+			require.Equal(t, []scheduler.Stored{
+				{Name: "hourly", Spec: "every 1h0m0s", NextRunAt: start.Add(2 * time.Hour), LastRunAt: &fired, LastFiredBy: "instance-a"},
+				{Name: "nightly", Spec: "cron 0 3 * * *", NextRunAt: time.Date(2026, 3, 2, 3, 0, 0, 0, time.UTC), Paused: true},
+			}, list)
+
+			_, err = scheduler.NewControl(db, "bad name")
+			require.ErrorContains(t, err, "bad table name")
+		})
+	}
+}
+
 func TestBadSchedulesAreRefused(t *testing.T) {
 	db := testenv.SQLite(t)
 	_, err := scheduler.New(scheduler.Config{DB: db, Emit: recordEmit, Schedules: []scheduler.Schedule{

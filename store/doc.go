@@ -4,12 +4,21 @@
 //
 // [Open] takes one DSN and returns a *gorm.DB configured for postroom:
 //
-//   - "postgres://…" or "postgresql://…": PostgreSQL through pgx (the primary target);
-//   - "mysql://user:pass@tcp(host:3306)/db" (the scheme may be left out): MySQL or MariaDB (parseTime is forced on);
-//   - ":memory:", "sqlite://path" or a file path: SQLite through a pure-Go
-//     driver, in WAL mode with a busy timeout and a single connection, so
+//   - "postgres://…" or "postgresql://…", or PostgreSQL's keyword form
+//     ("host=db dbname=app user=app"): PostgreSQL through pgx (the primary
+//     target);
+//   - "mysql://user:pass@tcp(host:3306)/db", or the same without the scheme
+//     (go-sql-driver's form): MySQL or MariaDB (parseTime is forced on);
+//   - "sqlite:path", "sqlite://path", a "file:" URI, ":memory:", or a path
+//     ending in .db, .sqlite or .sqlite3: SQLite through a pure-Go driver,
+//     in WAL mode with a busy timeout and a single connection, so
 //     concurrent handlers queue for the one writer instead of failing with
 //     "database is locked".
+//
+// Anything else is an error wrapping [ErrBadDSN] that lists these forms
+// ([DSNForms]): a host name or a mistyped scheme never creates a local
+// SQLite file. Errors never show a password; [Redact] hides the passwords
+// of a DSN for a log line.
 //
 // # Schema
 //
@@ -17,4 +26,10 @@
 // watermarks, schedules) for the database's dialect and records them in the
 // migrations table; [Plan] returns the SQL it would run, for a DBA. Table
 // names are configurable through [Tables] and validated as identifiers.
+//
+// # Inspecting
+//
+// [Stats] describes the inbox and watermark tables cheaply enough for a
+// gauge (rows and the oldest row); [InboxSummary] reads the inbox per
+// consumer for an operator (`postroom inbox stats`).
 package store

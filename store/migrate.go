@@ -24,12 +24,19 @@ func TablesDefault() Tables { return Tables{}.WithDefaults() }
 // database of dsn's kind that has none of postroom's schema yet. It does
 // not connect.
 func Plan(dsn string, tables Tables) ([]string, error) {
-	d := dialectOfDSN(dsn)
+	d, err := dialectOfDSN(dsn)
+	if err != nil {
+		return nil, err
+	}
 	if err := tables.Validate(); err != nil {
 		return nil, err
 	}
 	tables = tables.WithDefaults()
-	out := []string{d.MigrationsTable(tables)}
+	stmts, err := d.MigrationsTable(tables.Migrations)
+	if err != nil {
+		return nil, err
+	}
+	out := []string{stmts.Create}
 	for _, m := range d.Migrations(tables) {
 		out = append(out, fmt.Sprintf("-- %d: %s", m.Version, m.Name))
 		out = append(out, m.Statements...)
@@ -45,6 +52,10 @@ func Migrate(ctx context.Context, db *gorm.DB, tables Tables) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
+	stmts, err := d.MigrationsTable(tables.Migrations)
+	if err != nil {
+		return nil, err
+	}
 	var applied []int
 	err = db.WithContext(ctx).Connection(func(conn *gorm.DB) error {
 		lock, unlock := d.MigrationLock()
@@ -54,7 +65,7 @@ func Migrate(ctx context.Context, db *gorm.DB, tables Tables) ([]int, error) {
 			}
 			defer conn.Exec(unlock)
 		}
-		if err := conn.Exec(d.MigrationsTable(tables)).Error; err != nil {
+		if err := conn.Exec(stmts.Create).Error; err != nil {
 			return fmt.Errorf("store: create %s: %w", tables.Migrations, err)
 		}
 		for _, m := range d.Migrations(tables) {
@@ -65,7 +76,7 @@ func Migrate(ctx context.Context, db *gorm.DB, tables Tables) ([]int, error) {
 			// the version row is written last, so a step cut short reruns.
 			err := conn.Transaction(func(tx *gorm.DB) error {
 				var n int64
-				if err := tx.Raw("SELECT COUNT(*) FROM "+tables.Migrations+" WHERE version = ?", m.Version).Scan(&n).Error; err != nil {
+				if err := tx.Raw(stmts.Applied, m.Version).Scan(&n).Error; err != nil {
 					return fmt.Errorf("store: read %s: %w", tables.Migrations, err)
 				}
 				if n > 0 {
@@ -77,8 +88,7 @@ func Migrate(ctx context.Context, db *gorm.DB, tables Tables) ([]int, error) {
 					}
 				}
 				ran = true
-				return tx.Exec("INSERT INTO "+tables.Migrations+" (version, name, applied_at) VALUES (?, ?, ?)",
-					m.Version, m.Name, d.Time(time.Now())).Error
+				return tx.Exec(stmts.Record, m.Version, m.Name, d.Time(time.Now())).Error
 			})
 			if err != nil {
 				return err

@@ -1,10 +1,7 @@
 package store
 
 import (
-	"errors"
 	"fmt"
-	"net/url"
-	"regexp"
 	"strings"
 	"time"
 
@@ -24,21 +21,18 @@ const MaxIdleConnsDefault = 16
 // BusyTimeoutDefault is how long a SQLite statement waits for the writer lock.
 const BusyTimeoutDefault = 10 * time.Second
 
-// ErrBadDSN is returned for a DSN that names no supported database.
-var ErrBadDSN = errors.New("store: bad DSN")
-
 // Open opens the database named by dsn (see the package documentation for
-// the forms it takes). Errors never contain the DSN's password.
+// the forms it takes); a DSN of no form it knows is an error wrapping
+// ErrBadDSN, never a new SQLite file. Errors never contain the DSN's
+// password.
 func Open(dsn string) (*gorm.DB, error) {
-	if strings.TrimSpace(dsn) == "" {
-		return nil, fmt.Errorf("%w: empty (use postgres://…, mysql://…, a SQLite file or :memory:)", ErrBadDSN)
+	d, err := dialectOfDSN(dsn)
+	if err != nil {
+		return nil, err
 	}
 	cfg := &gorm.Config{Logger: logger.Discard, SkipDefaultTransaction: true}
-	var (
-		db  *gorm.DB
-		err error
-	)
-	switch dialectOfDSN(dsn) {
+	var db *gorm.DB
+	switch d {
 	case dialect.Postgres:
 		db, err = gorm.Open(postgres.Open(dsn), cfg)
 	case dialect.MySQL:
@@ -46,7 +40,7 @@ func Open(dsn string) (*gorm.DB, error) {
 	default:
 		db, err = openSQLite(dsn, cfg)
 	}
-	if err == nil && dialectOfDSN(dsn) != dialect.SQLite {
+	if err == nil && d != dialect.SQLite {
 		// database/sql keeps 2 idle connections by default: under a
 		// concurrency above that, connections would be opened and closed
 		// per message.
@@ -70,18 +64,6 @@ func Close(db *gorm.DB) error {
 		return err
 	}
 	return sqlDB.Close()
-}
-
-// dialectOfDSN tells the kind of database a DSN names.
-func dialectOfDSN(dsn string) dialect.Dialect {
-	switch {
-	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
-		return dialect.Postgres
-	case strings.HasPrefix(dsn, "mysql://"), strings.Contains(dsn, "@tcp("), strings.Contains(dsn, "@unix("):
-		return dialect.MySQL
-	default:
-		return dialect.SQLite
-	}
 }
 
 func mysqlDSN(dsn string) string {
@@ -118,41 +100,4 @@ func openSQLite(dsn string, cfg *gorm.Config) (*gorm.DB, error) {
 	// concurrent handlers wait their turn instead of failing with SQLITE_BUSY.
 	sqlDB.SetMaxOpenConns(1)
 	return db, nil
-}
-
-var mysqlPassword = regexp.MustCompile(`^([^:@/]*):([^@]*)@`)
-
-// Redact returns dsn with any password replaced by "xxxxx".
-func Redact(dsn string) string {
-	if u, err := url.Parse(dsn); err == nil && u.User != nil {
-		if _, ok := u.User.Password(); ok {
-			u.User = url.UserPassword(u.User.Username(), "xxxxx")
-			return u.String()
-		}
-		return dsn
-	}
-	if rest, ok := strings.CutPrefix(dsn, "mysql://"); ok {
-		return "mysql://" + mysqlPassword.ReplaceAllString(rest, "$1:xxxxx@")
-	}
-	return mysqlPassword.ReplaceAllString(dsn, "$1:xxxxx@")
-}
-
-// redactErr removes the DSN's password from a driver error's text.
-func redactErr(err error, dsn string) error {
-	pw := password(dsn)
-	if pw == "" || !strings.Contains(err.Error(), pw) {
-		return err
-	}
-	return errors.New(strings.ReplaceAll(err.Error(), pw, "xxxxx"))
-}
-
-func password(dsn string) string {
-	if u, err := url.Parse(dsn); err == nil && u.User != nil {
-		pw, _ := u.User.Password()
-		return pw
-	}
-	if m := mysqlPassword.FindStringSubmatch(strings.TrimPrefix(dsn, "mysql://")); m != nil {
-		return m[2]
-	}
-	return ""
 }

@@ -30,28 +30,29 @@ type TableStats struct {
 // table under ExactCountBelow rows: call it every minute or so, not per
 // message.
 func Stats(ctx context.Context, db *gorm.DB, tables Tables) ([]TableStats, error) {
-	d, tables, err := prepare(db, tables)
+	d, err := dialect.Of(db)
+	if err != nil {
+		return nil, err
+	}
+	queries, err := d.Stats(tables)
 	if err != nil {
 		return nil, err
 	}
 	db = db.WithContext(ctx)
 	var out []TableStats
-	for _, t := range []struct {
-		name, column string
-		brin         bool // the time index is BRIN on PostgreSQL (dialect's appendOnly)
-	}{{tables.Inbox, "received_at", true}, {tables.Watermarks, "updated_at", false}} {
-		s := TableStats{Table: t.name, Rows: -1}
-		if q, args := d.RowEstimate(t.name); q != "" {
-			if err := db.Raw(q, args...).Row().Scan(&s.Rows); err != nil {
-				return nil, fmt.Errorf("store: estimate rows of %s: %w", t.name, err)
+	for _, q := range queries {
+		s := TableStats{Table: q.Table, Rows: -1}
+		if q.Estimate != "" {
+			if err := db.Raw(q.Estimate, q.EstimateArgs...).Row().Scan(&s.Rows); err != nil {
+				return nil, fmt.Errorf("store: estimate rows of %s: %w", q.Table, err)
 			}
 		}
 		if s.Rows < ExactCountBelow {
-			if err := db.Raw("SELECT COUNT(*) FROM " + t.name).Row().Scan(&s.Rows); err != nil {
-				return nil, fmt.Errorf("store: count %s: %w", t.name, err)
+			if err := db.Raw(q.Count).Row().Scan(&s.Rows); err != nil {
+				return nil, fmt.Errorf("store: count %s: %w", q.Table, err)
 			}
 		}
-		if s.Oldest, err = oldest(db, d, t.name, t.column, s.Rows, t.brin); err != nil {
+		if s.Oldest, err = oldest(db, d, q, s.Rows); err != nil {
 			return nil, err
 		}
 		out = append(out, s)
@@ -59,27 +60,75 @@ func Stats(ctx context.Context, db *gorm.DB, tables Tables) ([]TableStats, error
 	return out, nil
 }
 
-// oldest returns the oldest time of column in table, zero when it is
-// empty. A large table with a BRIN index on column (the inbox on
+// oldest returns the oldest time of q's table, zero when it is empty. A
+// large table with a BRIN index on its time column (the inbox on
 // PostgreSQL) is sampled first, so that MIN reads the oldest block ranges
 // only: a full scan of a 10-million-row inbox every minute is what the
 // gauges must not cost.
-func oldest(db *gorm.DB, d dialect.Dialect, table, column string, rows int64, brin bool) (time.Time, error) {
+func oldest(db *gorm.DB, d dialect.Dialect, q dialect.StatsQueries, rows int64) (time.Time, error) {
 	var v any
-	if q := d.OldestSample(table, column, rows); brin && rows >= ExactCountBelow && q != "" {
-		if err := db.Raw(q).Row().Scan(&v); err != nil {
-			return time.Time{}, fmt.Errorf("store: sample the oldest row of %s: %w", table, err)
+	if sample := q.OldestSample(rows); rows >= ExactCountBelow && sample != "" {
+		if err := db.Raw(sample).Row().Scan(&v); err != nil {
+			return time.Time{}, fmt.Errorf("store: sample the oldest row of %s: %w", q.Table, err)
 		}
 		if v != nil {
-			if err := db.Raw(dialect.OldestBelow(table, column), v).Row().Scan(&v); err != nil {
-				return time.Time{}, fmt.Errorf("store: oldest row of %s: %w", table, err)
+			if err := db.Raw(q.OldestBelow, v).Row().Scan(&v); err != nil {
+				return time.Time{}, fmt.Errorf("store: oldest row of %s: %w", q.Table, err)
 			}
 			return d.ParseTime(v)
 		}
 		// The sample caught no row: scan it all.
 	}
-	if err := db.Raw("SELECT MIN(" + column + ") FROM " + table).Row().Scan(&v); err != nil {
-		return time.Time{}, fmt.Errorf("store: oldest row of %s: %w", table, err)
+	if err := db.Raw(q.Oldest).Row().Scan(&v); err != nil {
+		return time.Time{}, fmt.Errorf("store: oldest row of %s: %w", q.Table, err)
 	}
 	return d.ParseTime(v)
+}
+
+// ConsumerSummary describes the inbox keys of one consumer.
+type ConsumerSummary struct {
+	// Consumer is the endpoint and handler ("billing/ChargeCard").
+	Consumer string `json:"consumer"`
+	// Rows is how many keys it holds.
+	Rows int64 `json:"rows"`
+	// Oldest is when its oldest key was received.
+	Oldest time.Time `json:"oldest"`
+	// Duplicates counts the duplicates skipped for the keys still there (a
+	// purged key takes its count with it).
+	Duplicates int64 `json:"duplicates"`
+}
+
+// InboxSummary describes the inbox per consumer, by consumer. It reads the
+// whole table: an operator's query, not a gauge.
+func InboxSummary(ctx context.Context, db *gorm.DB, tables Tables) ([]ConsumerSummary, error) {
+	d, err := dialect.Of(db)
+	if err != nil {
+		return nil, err
+	}
+	table := tables.WithDefaults().Inbox
+	query, err := dialect.InboxSummary(table)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := db.WithContext(ctx).Raw(query).Rows()
+	if err != nil {
+		return nil, fmt.Errorf("store: summarise %s: %w", table, err)
+	}
+	defer rows.Close()
+	var out []ConsumerSummary
+	for rows.Next() {
+		var s ConsumerSummary
+		var oldest any
+		if err := rows.Scan(&s.Consumer, &s.Rows, &oldest, &s.Duplicates); err != nil {
+			return nil, fmt.Errorf("store: summarise %s: %w", table, err)
+		}
+		if s.Oldest, err = d.ParseTime(oldest); err != nil {
+			return nil, fmt.Errorf("store: summarise %s: %w", table, err)
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: summarise %s: %w", table, err)
+	}
+	return out, nil
 }

@@ -2,6 +2,10 @@ package store_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -9,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/store"
 )
@@ -83,35 +88,115 @@ func TestPlanNamesTheDialect(t *testing.T) {
 }
 
 func TestPasswordsNeverShow(t *testing.T) {
-	require.Equal(t, "postgres://app:xxxxx@db:5432/x", store.Redact("postgres://app:s3cret@db:5432/x"))
-	require.Equal(t, "mysql://app:xxxxx@tcp(db:3306)/x", store.Redact("mysql://app:s3cret@tcp(db:3306)/x"))
-	require.Equal(t, "app:xxxxx@tcp(db:3306)/x", store.Redact("app:s3cret@tcp(db:3306)/x"))
-	_, err := store.Open("postgres://app:s3cret@127.0.0.1:1/x?sslmode=disable&connect_timeout=2")
-	require.Error(t, err)
-	require.NotContains(t, err.Error(), "s3cret")
-	_, err = store.Open("app:s3cret@tcp(127.0.0.1:1)/x?timeout=2s")
-	require.Error(t, err)
-	require.NotContains(t, err.Error(), "s3cret")
-	_, err = store.Open("")
-	require.ErrorIs(t, err, store.ErrBadDSN)
+	for dsn, want := range map[string]string{
+		"postgres://app:s3cret@db:5432/x":                              "postgres://app:xxxxx@db:5432/x",
+		"postgres://app:s3%40cret@db:5432/x?sslmode=disable":           "postgres://app:xxxxx@db:5432/x?sslmode=disable",
+		"postgres://app@db:5432/x?sslmode=disable&password=s3cret":     "postgres://app@db:5432/x?sslmode=disable&password=xxxxx",
+		"postgresql://db/x?password=s3cret&sslmode=disable":            "postgresql://db/x?password=xxxxx&sslmode=disable",
+		"host=db dbname=x user=app password=s3cret sslmode=disable":    "host=db dbname=x user=app password=xxxxx sslmode=disable",
+		"host=db password = 's3 cret' dbname=x":                        "host=db password = xxxxx dbname=x",
+		"mysql://app:s3cret@tcp(db:3306)/x":                            "mysql://app:xxxxx@tcp(db:3306)/x",
+		"app:s3cret@tcp(db:3306)/x?parseTime=true":                     "app:xxxxx@tcp(db:3306)/x?parseTime=true",
+		"app:s3c@r/et@tcp(db:3306)/x":                                  "app:xxxxx@tcp(db:3306)/x",
+		"amqp://guest:s3cret@127.0.0.1:5672/":                          "amqp://guest:xxxxx@127.0.0.1:5672/",
+		"postgres://app@db:5432/x":                                     "postgres://app@db:5432/x",
+		"sqlite:/var/lib/app.db":                                       "sqlite:/var/lib/app.db",
+		"host=db dbname=x user=app password=s3cret password=other-one": "host=db dbname=x user=app password=xxxxx password=xxxxx",
+	} {
+		require.Equal(t, want, store.Redact(dsn), dsn)
+	}
+	require.Equal(t, "auth failed for xxxxx at postgres://app:xxxxx@db/x", store.RedactText("auth failed for s3 cret at postgres://app:s3%20cret@db/x", "postgres://app:s3%20cret@db/x"))
+
+	// Drivers' errors: nothing of the password, in any form.
+	for _, dsn := range []string{
+		"postgres://app:s3cret@127.0.0.1:1/x?sslmode=disable&connect_timeout=2",
+		"postgres://app@127.0.0.1:1/x?sslmode=disable&connect_timeout=2&password=s3cret",
+		"host=127.0.0.1 port=1 dbname=x user=app password=s3cret connect_timeout=2",
+		"app:s3cret@tcp(127.0.0.1:1)/x?timeout=2s",
+		"postgress://app:s3cret@127.0.0.1:1/x",
+	} {
+		db, err := store.Open(dsn)
+		if err == nil { // pgx connects lazily: the first query fails
+			err = db.Exec("SELECT 1").Error
+			store.Close(db)
+			require.Error(t, err, dsn)
+			err = errors.New(store.RedactText(err.Error(), dsn))
+		}
+		require.NotContains(t, err.Error(), "s3cret", dsn)
+	}
 }
 
-func TestStatsFindsTheOldestRowOfALargeInboxWithoutScanningIt(t *testing.T) {
-	db := testenv.Postgres(t)
-	base := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
-	// 300,000 keys in time order, then the oldest one last, so it sits in
-	// the table's last page, where a sample of the table rarely looks.
-	require.NoError(t, db.Exec(`INSERT INTO postroom_inbox (consumer, source, message_id, message_type, received_at)
-		SELECT 'c', '', 'm' || g, 't', ?::timestamptz + g * interval '1 second' FROM generate_series(1, 300000) g`, base).Error)
-	oldest := base.Add(-24 * time.Hour)
-	require.NoError(t, db.Exec(`INSERT INTO postroom_inbox (consumer, source, message_id, message_type, received_at)
-		VALUES ('c', '', 'oldest', 't', ?)`, oldest).Error)
-	require.NoError(t, db.Exec("VACUUM ANALYZE postroom_inbox").Error) // what autovacuum does: summarise the BRIN ranges, estimate the rows
-
-	stats, err := store.Stats(context.Background(), db, store.Tables{})
+// TestOnlyClearDSNsOpen: a DSN that is not clearly SQLite never becomes a
+// new SQLite file; a mistyped scheme says so; every form Open documents is
+// taken (PostgreSQL in its keyword form, MariaDB without a scheme, SQLite by
+// scheme or extension).
+func TestOnlyClearDSNsOpen(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	for _, dsn := range []string{"db.prod.example.com", "prod", "app.db.bak", "  ", "postgress://app:s3cret@db/x", "mariadb://db/x", "sqlite3://x.db"} {
+		_, err := store.Open(dsn)
+		require.ErrorIs(t, err, store.ErrBadDSN, dsn)
+		require.ErrorContains(t, err, "sqlite:path", "the error lists the forms: %q", dsn)
+		require.NotContains(t, err.Error(), "s3cret")
+		_, err = store.Plan(dsn, store.Tables{})
+		require.ErrorIs(t, err, store.ErrBadDSN, dsn)
+	}
+	_, err := store.Open("postgress://app@db/x")
+	require.ErrorContains(t, err, `unknown scheme "postgress"`)
+	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
-	inbox := stats[0]
-	require.Equal(t, "postroom_inbox", inbox.Table)
-	require.GreaterOrEqual(t, inbox.Rows, int64(store.ExactCountBelow), "the estimate path, where the sample is used")
-	require.True(t, oldest.Equal(inbox.Oldest), "oldest %s, got %s", oldest, inbox.Oldest)
+	require.Empty(t, entries, "no SQLite file was created")
+
+	for _, dsn := range []string{"sqlite:a.db-file", "sqlite://b", "file:c?mode=rwc", "d.db", "e.SQLite", "f.sqlite3", ":memory:", "sqlite::memory:"} {
+		db, err := store.Open(dsn)
+		require.NoError(t, err, dsn)
+		require.NoError(t, db.Exec("CREATE TABLE t (n INTEGER)").Error, dsn)
+		require.NoError(t, store.Close(db))
+	}
+
+	pg, err := url.Parse(testenv.PostgresDSN())
+	require.NoError(t, err)
+	keywords := fmt.Sprintf("host=%s port=%s dbname=%s user=%s sslmode=disable", pg.Hostname(), pg.Port(), strings.TrimPrefix(pg.Path, "/"), pg.User.Username())
+	if pw, ok := pg.User.Password(); ok {
+		keywords += " password=" + pw
+	}
+	mysqlNoScheme := testenv.MySQLDSN()
+	for _, tc := range []struct{ dsn, dialect string }{
+		{keywords, "postgres"},
+		{mysqlNoScheme, "mysql"},
+		{"mysql://" + mysqlNoScheme, "mysql"},
+	} {
+		db, err := store.Open(tc.dsn)
+		require.NoError(t, err, store.Redact(tc.dsn))
+		require.NoError(t, db.Exec("SELECT 1").Error, store.Redact(tc.dsn))
+		require.Equal(t, tc.dialect, db.Dialector.Name())
+		require.NoError(t, store.Close(db))
+	}
+}
+
+func TestInboxSummaryPerConsumer(t *testing.T) {
+	for _, s := range testenv.Databases {
+		t.Run(s.Name, func(t *testing.T) {
+			t.Parallel()
+			db := s.Open(t)
+			d, err := dialect.Of(db)
+			require.NoError(t, err)
+			base := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
+			for i, k := range []struct {
+				consumer string
+				at       time.Time
+			}{{"billing/Charge", base.Add(time.Hour)}, {"billing/Charge", base}, {"shipping/Ship", base.Add(2 * time.Hour)}} {
+				require.NoError(t, db.Exec("INSERT INTO postroom_inbox (consumer, source, message_id, message_type, received_at, duplicates) VALUES (?, '', ?, 't', ?, ?)",
+					k.consumer, fmt.Sprint(i), d.Time(k.at), i).Error)
+			}
+			got, err := store.InboxSummary(context.Background(), db, store.Tables{})
+			require.NoError(t, err)
+			require.Len(t, got, 2)
+			require.Equal(t, store.ConsumerSummary{Consumer: "billing/Charge", Rows: 2, Oldest: base, Duplicates: 1}, got[0])
+			require.Equal(t, store.ConsumerSummary{Consumer: "shipping/Ship", Rows: 1, Oldest: base.Add(2 * time.Hour), Duplicates: 2}, got[1])
+
+			_, err = store.InboxSummary(context.Background(), db, store.Tables{Inbox: "x;y"})
+			require.ErrorContains(t, err, "bad table name")
+		})
+	}
 }

@@ -85,9 +85,9 @@ func (d Dialect) ClaimsUnresolved(table string) string {
 		" WHERE " + unresolved + " ORDER BY received_at LIMIT ?"
 }
 
-// InboxExpired matches the inbox rows cleanup deletes: older than the
+// inboxExpired matches the inbox rows cleanup deletes: older than the
 // cut-off, and not processing under a live lease. Arguments: cut-off, now.
-const InboxExpired = "received_at < ? AND (status <> '" + StatusProcessing + "' OR lease_until < ?)"
+const inboxExpired = "received_at < ? AND (status <> '" + StatusProcessing + "' OR lease_until < ?)"
 
 // InboxCountDuplicate adds one to a key's count of duplicates skipped.
 // Arguments: consumer, source, message_id.

@@ -33,22 +33,3 @@ func (d Dialect) WatermarkUpsert(table string) string {
 		" WHERE " + table + ".version_at < excluded.version_at" +
 		" OR (" + table + ".version_at = excluded.version_at AND " + table + ".message_id < excluded.message_id)"
 }
-
-// PurgeBatch returns a statement that deletes at most limit rows of table
-// whose column is older than a cut-off. Arguments: cut-off, limit.
-func (d Dialect) PurgeBatch(table, column string) string {
-	return d.PurgeWhere(table, column+" < ?")
-}
-
-// PurgeWhere deletes at most limit rows matching where; the limit is the
-// last argument.
-func (d Dialect) PurgeWhere(table, where string) string {
-	switch d {
-	case MySQL:
-		return "DELETE FROM " + table + " WHERE " + where + " LIMIT ?"
-	case Postgres:
-		return "DELETE FROM " + table + " WHERE ctid IN (SELECT ctid FROM " + table + " WHERE " + where + " LIMIT ?)"
-	default:
-		return "DELETE FROM " + table + " WHERE rowid IN (SELECT rowid FROM " + table + " WHERE " + where + " LIMIT ?)"
-	}
-}

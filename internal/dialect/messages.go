@@ -136,11 +136,11 @@ func (d Dialect) OutboxTablesExist(topic string) string {
 	return "SELECT 1 FROM " + messages + " WHERE 1 = 0 UNION ALL SELECT 1 FROM " + offsets + " WHERE 1 = 0"
 }
 
-// OutboxPurgeWhere matches the outbox rows cleanup deletes: relayed (at or
+// outboxPurgeWhere matches the outbox rows cleanup deletes: relayed (at or
 // below the relay's acked offset) and created more than a number of
 // seconds ago, the one argument. created_at is the database's own clock.
 // The table is "" where there is no outbox (SQLite).
-func (d Dialect) OutboxPurgeWhere(topic string) (table, where string) {
+func (d Dialect) outboxPurgeWhere(topic string) (table, where string) {
 	table, acked := d.messageTables(topic)
 	switch d {
 	case Postgres:
@@ -161,7 +161,7 @@ func (d Dialect) OutboxBacklog(topic string) string {
 	messages, offsets := d.messageTables(topic)
 	if d == Postgres {
 		return `SELECT COUNT(*), COALESCE(EXTRACT(EPOCH FROM (LOCALTIMESTAMP - MIN(m.created_at))), 0)` +
-			` FROM ` + messages + ` m LEFT JOIN ` + offsets + ` o ON o.consumer_group = $1` +
+			` FROM ` + messages + ` m LEFT JOIN ` + offsets + ` o ON o.consumer_group = ?` +
 			` WHERE o.consumer_group IS NULL OR (m.transaction_id, m."offset") > (o.last_processed_transaction_id, o.offset_acked)`
 	}
 	return "SELECT COUNT(*), COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(m.created_at), CURRENT_TIMESTAMP) / 1000000, 0)" +

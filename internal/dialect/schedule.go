@@ -1,19 +1,49 @@
 package dialect
 
-// ScheduleInsert inserts a schedule unless one of that name exists.
-// Arguments: name, spec, next_run_at, updated_at.
-func (d Dialect) ScheduleInsert(table string) string {
-	insert := "INSERT INTO " + table + " (name, spec, next_run_at, updated_at) VALUES (?, ?, ?, ?)"
-	if d == MySQL {
-		return insert + " ON DUPLICATE KEY UPDATE name = name"
-	}
-	return insert + " ON CONFLICT DO NOTHING"
+// ScheduleStatements are the statements on one schedules table, built once
+// by [Dialect.Schedules]. Each is run with gorm's Raw or Exec and ?
+// placeholders.
+type ScheduleStatements struct {
+	// Insert inserts a schedule unless one of that name exists.
+	// Arguments: name, spec, next_run_at, updated_at.
+	Insert string
+	// Redefine stores a schedule's new spec and next slot if its spec
+	// changed. Arguments: spec, next_run_at, updated_at, name, spec.
+	Redefine string
+	// Claim moves a schedule's next_run_at forward only if it still holds
+	// the value read (compare-and-set): one row affected means this
+	// instance owns the slot. Arguments: new next_run_at, last_run_at,
+	// last_fired_by, updated_at, name, old next_run_at.
+	Claim string
+	// State reads a schedule's next_run_at and paused. Argument: name.
+	State string
+	// SetPaused pauses or resumes a schedule. Arguments: paused, name.
+	SetPaused string
+	// Trigger makes a schedule due at a time. Arguments: next_run_at, name.
+	Trigger string
+	// List reads every schedule by name: name, spec, next_run_at,
+	// last_run_at, last_fired_by, paused.
+	List string
 }
 
-// ScheduleClaim moves a schedule's next_run_at forward only if it still
-// holds the value read (compare-and-set): one row affected means this
-// instance owns the slot. Arguments: new next_run_at, last_run_at,
-// last_fired_by, updated_at, name, old next_run_at.
-func (d Dialect) ScheduleClaim(table string) string {
-	return "UPDATE " + table + " SET next_run_at = ?, last_run_at = ?, last_fired_by = ?, updated_at = ? WHERE name = ? AND next_run_at = ?"
+// Schedules validates table and returns the statements on it.
+func (d Dialect) Schedules(table string) (ScheduleStatements, error) {
+	if err := ValidateIdentifier(table); err != nil {
+		return ScheduleStatements{}, err
+	}
+	insert := "INSERT INTO " + table + " (name, spec, next_run_at, updated_at) VALUES (?, ?, ?, ?)"
+	if d == MySQL {
+		insert += " ON DUPLICATE KEY UPDATE name = name"
+	} else {
+		insert += " ON CONFLICT DO NOTHING"
+	}
+	return ScheduleStatements{
+		Insert:    insert,
+		Redefine:  "UPDATE " + table + " SET spec = ?, next_run_at = ?, updated_at = ? WHERE name = ? AND spec <> ?",
+		Claim:     "UPDATE " + table + " SET next_run_at = ?, last_run_at = ?, last_fired_by = ?, updated_at = ? WHERE name = ? AND next_run_at = ?",
+		State:     "SELECT next_run_at, paused FROM " + table + " WHERE name = ?",
+		SetPaused: "UPDATE " + table + " SET paused = ? WHERE name = ?",
+		Trigger:   "UPDATE " + table + " SET next_run_at = ? WHERE name = ?",
+		List:      "SELECT name, spec, next_run_at, last_run_at, last_fired_by, paused FROM " + table + " ORDER BY name",
+	}, nil
 }

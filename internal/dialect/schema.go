@@ -60,9 +60,27 @@ func indexName(table, suffix string) string {
 	return unqualified(table) + "_" + suffix
 }
 
-// MigrationsTable returns the statement that creates the migrations table.
-func (d Dialect) MigrationsTable(t Tables) string {
-	return "CREATE TABLE IF NOT EXISTS " + t.Migrations + " (version INTEGER NOT NULL PRIMARY KEY, name VARCHAR(200) NOT NULL, applied_at " + d.timestamp() + " NOT NULL)"
+// MigrationStatements are the statements on the migrations table, built
+// once by [Dialect.MigrationsTable].
+type MigrationStatements struct {
+	// Create creates the table if it does not exist.
+	Create string
+	// Applied counts the rows of one version (0 or 1). Argument: version.
+	Applied string
+	// Record records a version as applied. Arguments: version, name, applied_at.
+	Record string
+}
+
+// MigrationsTable validates table and returns the statements on it.
+func (d Dialect) MigrationsTable(table string) (MigrationStatements, error) {
+	if err := ValidateIdentifier(table); err != nil {
+		return MigrationStatements{}, err
+	}
+	return MigrationStatements{
+		Create:  "CREATE TABLE IF NOT EXISTS " + table + " (version INTEGER NOT NULL PRIMARY KEY, name VARCHAR(200) NOT NULL, applied_at " + d.timestamp() + " NOT NULL)",
+		Applied: "SELECT COUNT(*) FROM " + table + " WHERE version = ?",
+		Record:  "INSERT INTO " + table + " (version, name, applied_at) VALUES (?, ?, ?)",
+	}, nil
 }
 
 func (d Dialect) timestamp() string {

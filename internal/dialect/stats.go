@@ -5,41 +5,85 @@ import (
 	"strings"
 )
 
-// RowEstimate returns the query of the planner's row estimate of table
-// and its arguments, or "" on SQLite, which keeps none. The query returns
-// -1 when there is no estimate yet.
-func (d Dialect) RowEstimate(table string) (string, []any) {
-	switch d {
-	case Postgres:
-		return "SELECT COALESCE(MAX(reltuples), -1)::BIGINT FROM pg_class WHERE oid = to_regclass(?)", []any{table}
-	case MySQL:
-		if schema, name, ok := strings.Cut(table, "."); ok {
-			return "SELECT COALESCE(MAX(TABLE_ROWS), -1) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?", []any{schema, name}
-		}
-		return "SELECT COALESCE(MAX(TABLE_ROWS), -1) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?", []any{table}
-	default:
-		return "", nil
-	}
+// StatsQueries are the queries that describe one of postroom's tables: its
+// rows and its oldest row. [Dialect.Stats] builds them.
+type StatsQueries struct {
+	// Table is the table's name.
+	Table string
+	// Estimate is the planner's row estimate of the table, -1 when there is
+	// none yet, with its arguments EstimateArgs; "" on SQLite, which keeps
+	// none.
+	Estimate     string
+	EstimateArgs []any
+	// Count counts the rows exactly.
+	Count string
+	// Oldest is the oldest time of the table's time column, NULL when the
+	// table is empty.
+	Oldest string
+	// OldestBelow is Oldest at or below its one argument.
+	OldestBelow string
+
+	column string
+	brin   bool // the time column's index is BRIN, which cannot answer MIN
 }
 
-// OldestSample returns, for a large table whose time column has a BRIN
-// index (the inbox on PostgreSQL), a query of the oldest time in a sample
-// of about sampleRows of its estimated rows; "" where MIN is an index
-// lookup already. The sample's oldest is an upper bound of the table's:
+// Stats validates the names of the inbox and watermark tables and returns
+// the queries that describe them, inbox first.
+func (d Dialect) Stats(t Tables) ([]StatsQueries, error) {
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	t = t.WithDefaults()
+	return []StatsQueries{
+		d.statsQueries(t.Inbox, "received_at", d == Postgres), // see Migrations: the inbox is append-only
+		d.statsQueries(t.Watermarks, "updated_at", false),
+	}, nil
+}
+
+func (d Dialect) statsQueries(table, column string, brin bool) StatsQueries {
+	q := StatsQueries{
+		Table:       table,
+		Count:       "SELECT COUNT(*) FROM " + table,
+		Oldest:      "SELECT MIN(" + column + ") FROM " + table,
+		OldestBelow: "SELECT MIN(" + column + ") FROM " + table + " WHERE " + column + " <= ?",
+		column:      column,
+		brin:        brin,
+	}
+	switch d {
+	case Postgres:
+		q.Estimate, q.EstimateArgs = "SELECT COALESCE(MAX(reltuples), -1)::BIGINT FROM pg_class WHERE oid = to_regclass(?)", []any{table}
+	case MySQL:
+		if schema, name, ok := strings.Cut(table, "."); ok {
+			q.Estimate, q.EstimateArgs = "SELECT COALESCE(MAX(TABLE_ROWS), -1) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?", []any{schema, name}
+		} else {
+			q.Estimate, q.EstimateArgs = "SELECT COALESCE(MAX(TABLE_ROWS), -1) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?", []any{table}
+		}
+	}
+	return q
+}
+
+// OldestSample returns, for a table whose time column has a BRIN index
+// (the inbox on PostgreSQL), a query of the oldest time in a sample of
+// about sampleRows of its estimated rows; "" where MIN is an index lookup
+// already. The sample's oldest is an upper bound of the table's:
 // OldestBelow then finds the exact one through the BRIN index, reading
 // only the block ranges that hold anything older, instead of the whole
 // table.
-func (d Dialect) OldestSample(table, column string, estimatedRows int64) string {
-	if d != Postgres || estimatedRows <= 0 {
+func (q StatsQueries) OldestSample(estimatedRows int64) string {
+	if !q.brin || estimatedRows <= 0 {
 		return ""
 	}
 	const sampleRows = 20_000
 	percent := min(100, 100*float64(sampleRows)/float64(estimatedRows))
-	return fmt.Sprintf("SELECT MIN(%s) FROM %s TABLESAMPLE SYSTEM (%.4f)", column, table, percent)
+	return fmt.Sprintf("SELECT MIN(%s) FROM %s TABLESAMPLE SYSTEM (%.4f)", q.column, q.Table, percent)
 }
 
-// OldestBelow returns the query of the oldest time of column in table at
-// or below its one argument.
-func OldestBelow(table, column string) string {
-	return "SELECT MIN(" + column + ") FROM " + table + " WHERE " + column + " <= ?"
+// InboxSummary validates the inbox table's name and returns the query of
+// its keys per consumer, by consumer: consumer, rows, oldest received_at,
+// duplicates skipped.
+func InboxSummary(table string) (string, error) {
+	if err := ValidateIdentifier(table); err != nil {
+		return "", err
+	}
+	return "SELECT consumer, COUNT(*), MIN(received_at), COALESCE(SUM(duplicates), 0) FROM " + table + " GROUP BY consumer ORDER BY consumer", nil
 }

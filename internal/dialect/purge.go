@@ -1,0 +1,70 @@
+package dialect
+
+import "fmt"
+
+// PurgeTarget is what cleanup deletes from one table: the rows a cut-off
+// expires, a batch at a time.
+type PurgeTarget struct {
+	// Table is the table's name ("" for no table).
+	Table string
+	// Count counts the rows Delete would delete, all batches together.
+	Count string
+	// Delete deletes at most a limit of them; the limit is its last
+	// argument, after the target's own.
+	Delete string
+}
+
+// CleanupStatements are cleanup's targets, built once by [Dialect.Cleanup].
+type CleanupStatements struct {
+	// Inbox: keys received before the cut-off, not processing under a live
+	// lease. Arguments: cut-off, now.
+	Inbox PurgeTarget
+	// Watermarks: watermarks updated before the cut-off. Argument: cut-off.
+	Watermarks PurgeTarget
+	// Outbox: messages relayed (at or below the relay's acked offset) and
+	// created more than a number of seconds ago, by the database's own
+	// clock. Argument: that age in seconds. Its Table is "" without an
+	// outbox topic.
+	Outbox PurgeTarget
+}
+
+// Cleanup validates the table names and the outbox topic ("": no outbox)
+// and returns the statements of cleanup.
+func (d Dialect) Cleanup(t Tables, outboxTopic string) (CleanupStatements, error) {
+	if err := t.Validate(); err != nil {
+		return CleanupStatements{}, err
+	}
+	t = t.WithDefaults()
+	c := CleanupStatements{
+		Inbox:      d.purgeTarget(t.Inbox, inboxExpired),
+		Watermarks: d.purgeTarget(t.Watermarks, "updated_at < ?"),
+	}
+	if outboxTopic != "" {
+		if err := ValidateIdentifier(outboxTopic); err != nil {
+			return CleanupStatements{}, fmt.Errorf("outbox topic: %w", err)
+		}
+		table, where := d.outboxPurgeWhere(outboxTopic)
+		if table == "" {
+			return CleanupStatements{}, fmt.Errorf("%w: %s has no outbox", ErrUnsupported, d)
+		}
+		c.Outbox = d.purgeTarget(table, where)
+	}
+	return c, nil
+}
+
+func (d Dialect) purgeTarget(table, where string) PurgeTarget {
+	return PurgeTarget{Table: table, Count: "SELECT COUNT(*) FROM " + table + " WHERE " + where, Delete: d.purgeWhere(table, where)}
+}
+
+// purgeWhere deletes at most limit rows matching where; the limit is the
+// last argument.
+func (d Dialect) purgeWhere(table, where string) string {
+	switch d {
+	case MySQL:
+		return "DELETE FROM " + table + " WHERE " + where + " LIMIT ?"
+	case Postgres:
+		return "DELETE FROM " + table + " WHERE ctid IN (SELECT ctid FROM " + table + " WHERE " + where + " LIMIT ?)"
+	default:
+		return "DELETE FROM " + table + " WHERE rowid IN (SELECT rowid FROM " + table + " WHERE " + where + " LIMIT ?)"
+	}
+}
