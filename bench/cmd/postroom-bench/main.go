@@ -1,8 +1,10 @@
 // Command postroom-bench measures postroom side by side with the database's
 // own ceiling (the same SQL through pgx), the naive way and Watermill's
 // Deduplicator, on PostgreSQL, in one run, and ends with a line of ratios.
+// It lives in a module of its own (bench/), so that its chart code is no
+// requirement of the library's module. From the repository's root:
 //
-//	go run ./cmd/postroom-bench [-quick] [-postgres DSN]
+//	cd bench && go run ./cmd/postroom-bench [-quick | -sizing] [-postgres DSN]
 package main
 
 import (
@@ -13,7 +15,7 @@ import (
 	"os"
 	"runtime/pprof"
 
-	"github.com/postroom/postroom/internal/bench"
+	"github.com/postroom/postroom/bench/internal/bench"
 )
 
 func main() {
@@ -22,8 +24,9 @@ func main() {
 		"PostgreSQL DSN (env POSTROOM_POSTGRES_DSN)")
 	amqpURL := flag.String("amqp", cmp.Or(os.Getenv("POSTROOM_AMQP_URL"), "amqp://guest:guest@127.0.0.1:5672/"),
 		"RabbitMQ URL for the outbox relay run, empty to skip it (env POSTROOM_AMQP_URL)")
-	chartsDir := flag.String("charts", "", "write throughput.png and growth.png to this folder (docs/img for the docs)")
+	chartsDir := flag.String("charts", "", "write throughput.png and growth.png to this folder (../docs/img for the docs, run from bench/)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	sizing := flag.Bool("sizing", false, "only the sizing figures: CPU per inbox message, bytes per inbox row (about a minute)")
 	rounds := flag.Int("rounds", 5, "interleaved rounds of the raw and bus cases; the median counts (1 with -quick)")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -40,12 +43,17 @@ func main() {
 		defer pprof.StopCPUProfile()
 	}
 	cfg := bench.Config{PostgresDSN: *dsn, Messages: 8000, Rounds: *rounds, PurgeRows: 1_000_000, AMQPURL: *amqpURL, Out: os.Stdout,
-		GrowthSizes: []int64{10_000, 1_000_000, 10_000_000}, ChartsDir: *chartsDir}
+		GrowthSizes: []int64{10_000, 1_000_000, 10_000_000}, ChartsDir: *chartsDir, SizingRows: 1_000_000, SizingOnly: *sizing}
 	if *quick {
-		cfg.Messages, cfg.Rounds, cfg.PurgeRows, cfg.GrowthSizes = 2000, 1, 200_000, []int64{10_000, 1_000_000}
+		cfg.Messages, cfg.Rounds, cfg.PurgeRows, cfg.GrowthSizes, cfg.SizingRows = 2000, 1, 200_000, []int64{10_000, 1_000_000}, 200_000
 	}
-	fmt.Printf("postroom-bench: %d messages per measurement at concurrency 8 (%d at 1), median of %d rounds\n",
-		cfg.Messages, max(cfg.Messages/4, 1), cfg.Rounds)
+	if *sizing {
+		fmt.Printf("postroom-bench: sizing figures only, %d messages per measurement at concurrency 8, %d inbox rows\n",
+			cfg.Messages, cfg.SizingRows)
+	} else {
+		fmt.Printf("postroom-bench: %d messages per measurement at concurrency 8 (%d at 1), median of %d rounds\n",
+			cfg.Messages, max(cfg.Messages/4, 1), cfg.Rounds)
+	}
 	if _, err := bench.Run(context.Background(), cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "postroom-bench:", err)
 		pprof.StopCPUProfile()

@@ -44,6 +44,12 @@ type Config struct {
 	AMQPURL string
 	// PurgeRows is how many expired inbox rows the cleanup run purges (0: skip it).
 	PurgeRows int64
+	// SizingRows is how many inbox rows the bytes-per-row figure is
+	// measured on (0: skip the sizing figures).
+	SizingRows int64
+	// SizingOnly runs the sizing figures alone: CPU per message and bytes
+	// per inbox row.
+	SizingOnly bool
 	// Out receives the table.
 	Out io.Writer
 }
@@ -68,6 +74,8 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		return nil, err
 	}
 	defer admin.Exec("DROP SCHEMA " + schema + " CASCADE")
+	// The schema's name is also the connections' application_name: the
+	// sizing figures count the CPU of their backends.
 	dsn, err := withSearchPath(cfg.PostgresDSN, schema)
 	if err != nil {
 		return nil, err
@@ -94,6 +102,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		return nil, err
 	}
 	defer pool.Close()
+	if cfg.SizingOnly {
+		return nil, runSizing(ctx, admin, db, pool, schema, cfg.Messages, max(cfg.SizingRows, 1), cfg.Out)
+	}
 
 	// Every round measures every case once, in the same order, and the
 	// median of the rounds counts: drift over the run (autovacuum, a noisy
@@ -180,6 +191,11 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		}
 		line += fmt.Sprintf(" purge_p99/base=%.2f", float64(p.DuringP99)/float64(p.BaseP99))
 	}
+	if cfg.SizingRows > 0 {
+		if err := runSizing(ctx, admin, db, pool, schema, cfg.Messages, cfg.SizingRows, cfg.Out); err != nil {
+			return nil, err
+		}
+	}
 	line += extras
 	if cfg.ChartsDir != "" {
 		if err := charts(cfg.ChartsDir, results, sqliteRates, rabbitRates, growth); err != nil {
@@ -198,6 +214,7 @@ func withSearchPath(dsn, schema string) (string, error) {
 	}
 	q := u.Query()
 	q.Set("search_path", schema)
+	q.Set("application_name", schema)
 	u.RawQuery = q.Encode()
 	return u.String(), nil
 }

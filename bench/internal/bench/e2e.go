@@ -36,12 +36,13 @@ func runE2E(ctx context.Context, db *gorm.DB, kind Kind, concurrency int, n int6
 
 // runE2EOn is runE2E on a given transport, which it closes.
 func runE2EOn(ctx context.Context, tr transport.Transport, db *gorm.DB, kind Kind, concurrency int, n int64) (time.Duration, error) {
-	return runE2EWith(ctx, tr, db, kind, concurrency, n, 1)
+	return runE2EWith(ctx, tr, db, kind, concurrency, n, 1, nil)
 }
 
 // runE2EWith sends each of the n messages copies times with the same ID,
-// back to back, as a broker redelivering them would.
-func runE2EWith(ctx context.Context, tr transport.Transport, db *gorm.DB, kind Kind, concurrency int, n int64, copies int) (time.Duration, error) {
+// back to back, as a broker redelivering them would. A meter, if not nil,
+// measures the CPU of the timed window alone.
+func runE2EWith(ctx context.Context, tr transport.Transport, db *gorm.DB, kind Kind, concurrency int, n int64, copies int, meter *cpuMeter) (time.Duration, error) {
 	cfg := bus.Config{
 		Endpoint:    "bench",
 		Transport:   tr,
@@ -132,6 +133,9 @@ func runE2EWith(ctx context.Context, tr transport.Transport, db *gorm.DB, kind K
 			}
 		}
 	}
+	if err := meter.start(ctx); err != nil {
+		return 0, err
+	}
 	start := time.Now()
 	close(gate)
 	deadline := time.After(10 * time.Minute)
@@ -141,6 +145,9 @@ func runE2EWith(ctx context.Context, tr transport.Transport, db *gorm.DB, kind K
 		select {
 		case <-done:
 			elapsed := time.Since(start)
+			if err := meter.stop(ctx); err != nil {
+				return 0, err
+			}
 			// Settled, not handled: at concurrency above one a stale run may
 			// see an entity's newer update first and skip the older one.
 			if counters.Total(metrics.Failed) > 0 || settled(counters) != uint64(total) {
