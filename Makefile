@@ -1,4 +1,4 @@
-.PHONY: test services quickstart bench bench-quick bench-charts bench-check
+.PHONY: test services quickstart bench bench-quick bench-sizing bench-charts bench-check
 
 # The whole suite: brings up PostgreSQL, MariaDB and RabbitMQ if needed.
 test:
@@ -17,6 +17,10 @@ bench:
 
 bench-quick:
 	cd bench && go run ./cmd/postroom-bench -quick
+
+# The sizing figures alone: CPU per inbox message, bytes per inbox row.
+bench-sizing:
+	cd bench && go run ./cmd/postroom-bench -sizing
 
 # A full run that also redraws the charts of docs/benchmarks.md.
 bench-charts:
