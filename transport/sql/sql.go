@@ -36,6 +36,7 @@ var _ transport.LoggerSetter = (*Transport)(nil)
 type Transport struct {
 	cfg       Config
 	log       *logsink.Sink
+	dialect   dialect.Dialect
 	db        wsql.Beginner
 	schema    wsql.SchemaAdapter
 	offsets   wsql.OffsetsAdapter
@@ -56,7 +57,7 @@ func New(cfg Config) (*Transport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sql: %w", err)
 	}
-	t := &Transport{cfg: cfg, log: logsink.New(cfg.Logger)}
+	t := &Transport{cfg: cfg, log: logsink.New(cfg.Logger), dialect: d}
 	// Binary payloads (the marshaler is pluggable, and a malformed message
 	// must still reach the handler, and so the error topic); batches of
 	// one, since the offsets adapter acks a whole fetched batch; an ID
@@ -97,7 +98,7 @@ func (t *Transport) Subscriber(group string) (message.Subscriber, error) {
 		return nil, fmt.Errorf("sql: subscriber: %w", err)
 	}
 	t.opened.Add(sub)
-	return sub, nil
+	return &subscriber{Subscriber: sub, t: t, group: group}, nil
 }
 
 // Competing is true: subscriptions of one group share its offsets.
