@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/postroom/postroom/internal/logsink"
 	"github.com/postroom/postroom/transport"
 )
 
@@ -97,7 +98,7 @@ func (c Config) validate() error {
 // Transport is the RabbitMQ transport.
 type Transport struct {
 	cfg       Config
-	log       *logSink
+	log       *logsink.Sink
 	publisher *wamqp.Publisher
 	mandatory *mandatoryPublisher
 
@@ -117,9 +118,9 @@ func New(cfg Config) (*Transport, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	log := newLogSink(cfg.Logger)
+	log := logsink.New(cfg.Logger)
 	t := &Transport{cfg: cfg, log: log, mandatory: &mandatoryPublisher{url: cfg.URL, log: log}}
-	pub, err := wamqp.NewPublisher(t.config(""), log.watermill())
+	pub, err := wamqp.NewPublisher(t.config(""), log.Watermill())
 	if err != nil {
 		return nil, fmt.Errorf("amqp: connect publisher: %w", err)
 	}
@@ -144,7 +145,7 @@ func (t *Transport) config(group string) wamqp.Config {
 
 // SetLogger sends the transport's and watermill-amqp's logs to l from now
 // on, also for the publisher and subscribers created before. Nil discards them.
-func (t *Transport) SetLogger(l *slog.Logger) { t.log.set(l) }
+func (t *Transport) SetLogger(l *slog.Logger) { t.log.Set(l) }
 
 // Publisher returns the publisher. A message published to a topic no queue
 // is bound to is dropped by RabbitMQ without an error (an event nobody
@@ -163,7 +164,7 @@ func (t *Transport) PublishMandatory(topic string, msgs ...*message.Message) err
 // Subscriber returns a subscriber whose queue for a topic is
 // QueueName(topic, group).
 func (t *Transport) Subscriber(group string) (message.Subscriber, error) {
-	sub, err := wamqp.NewSubscriber(t.config(group), t.log.watermill())
+	sub, err := wamqp.NewSubscriber(t.config(group), t.log.Watermill())
 	if err != nil {
 		return nil, fmt.Errorf("amqp: connect subscriber: %w", err)
 	}

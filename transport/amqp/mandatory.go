@@ -8,6 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/postroom/postroom/internal/logsink"
 	"github.com/postroom/postroom/transport"
 )
 
@@ -27,7 +28,7 @@ var errTransportClosed = errors.New("amqp: the transport is closed")
 // its returns are in the returns channel. Publishes are serialised by mu.
 type mandatoryPublisher struct {
 	url string
-	log *logSink
+	log *logsink.Sink
 
 	mu       sync.Mutex
 	conn     *amqp091.Connection
@@ -182,9 +183,9 @@ func (p *mandatoryPublisher) open() error {
 		p.declared = map[string]bool{}
 		p.connects++
 		if p.connects == 1 {
-			p.log.logger().Info("amqp: connected the mandatory publisher")
+			p.log.Logger().Info("amqp: connected the mandatory publisher")
 		} else {
-			p.log.logger().Info("amqp: reconnected the mandatory publisher", "connects", p.connects)
+			p.log.Logger().Info("amqp: reconnected the mandatory publisher", "connects", p.connects)
 		}
 	}
 	if p.ch == nil || p.ch.IsClosed() {

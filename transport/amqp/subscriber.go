@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/postroom/postroom/internal/logsink"
 	"github.com/postroom/postroom/metadata"
 )
 
@@ -20,7 +21,7 @@ type subscriber struct {
 	sub   *wamqp.Subscriber
 	group string
 	cfg   Config
-	log   *logSink
+	log   *logsink.Sink
 }
 
 var (
@@ -61,7 +62,7 @@ func (s *subscriber) forward(topic string, in <-chan *message.Message, out chan<
 		// nacked the delivery (also when it gives up at Close).
 		done := msg.Context().Done()
 		if reason := msg.Metadata.Get(metadata.TransportError); reason != "" {
-			s.log.logger().Warn("amqp: received a message the transport could not read in full; it goes to the error topic",
+			s.log.Logger().Warn("amqp: received a message the transport could not read in full; it goes to the error topic",
 				"message_id", msg.UUID, "topic", topic, "queue", queue, "reason", reason)
 		}
 		select {
@@ -80,7 +81,7 @@ func (s *subscriber) forward(topic string, in <-chan *message.Message, out chan<
 			if reason == "" {
 				reason = "not given (a nack carries no reason)"
 			}
-			s.log.logger().Warn("amqp: message nacked; RabbitMQ requeues it for immediate redelivery",
+			s.log.Logger().Warn("amqp: message nacked; RabbitMQ requeues it for immediate redelivery",
 				"message_id", msg.UUID, "topic", topic, "queue", queue, "reason", reason)
 		default:
 		}

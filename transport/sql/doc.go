@@ -6,4 +6,29 @@
 // watermill-sql commits the subscriber's own transaction even after a nack;
 // postroom never puts business writes in it: handlers write through their
 // unit of work.
+//
+// # Rows from other programs
+//
+// A program that is not postroom publishes by inserting a row into the
+// topic's table "watermill_<topic>" (columns uuid, payload, metadata; on
+// PostgreSQL also transaction_id = pg_current_xact_id()). The metadata
+// column must be a JSON object: a string value is taken as it is, null as
+// "", any other value (number, boolean, object, array) as its JSON text. A
+// row whose metadata is not a JSON object is delivered with
+// metadata.TransportError set, and the bus moves it to the error topic with
+// the reason; it never holds up the rows behind it. (watermill-sql's own
+// adapters fail on such a row at every poll, forever.)
+//
+// # Logging
+//
+// [Config.Logger] and [Transport.SetLogger] (the bus passes its
+// Config.Logger) receive watermill-sql's logs: failed polls and acks at
+// error level, the rest at debug and trace.
+//
+// # Commands
+//
+// A topic's table is a log that every group reads from its own offset: the
+// transport cannot tell that no endpoint reads a topic, so a command sent
+// to an endpoint that never started waits in its table until one does (it
+// is not dropped, and bus.Send does not fail).
 package sql

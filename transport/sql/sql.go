@@ -3,14 +3,15 @@ package sql
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/logsink"
 	"github.com/postroom/postroom/transport"
 )
 
@@ -23,13 +24,19 @@ type Config struct {
 	DB *gorm.DB
 	// PollInterval is how long a subscriber waits when it found no message. Defaults to 100ms.
 	PollInterval time.Duration
-	// Logger is Watermill's logger. Defaults to watermill.NopLogger.
-	Logger watermill.LoggerAdapter
+	// Logger receives watermill-sql's logs (a row it cannot read, a failed
+	// poll); SetLogger replaces it later, and the bus sets its own.
+	// Defaults to discarding them.
+	Logger *slog.Logger
 }
+
+var _ transport.LoggerSetter = (*Transport)(nil)
 
 // Transport is the SQL transport.
 type Transport struct {
 	cfg       Config
+	log       *logsink.Sink
+	dialect   dialect.Dialect
 	db        wsql.Beginner
 	schema    wsql.SchemaAdapter
 	offsets   wsql.OffsetsAdapter
@@ -46,14 +53,11 @@ func New(cfg Config) (*Transport, error) {
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = PollIntervalDefault
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = watermill.NopLogger{}
-	}
 	d, err := dialect.Of(cfg.DB)
 	if err != nil {
 		return nil, fmt.Errorf("sql: %w", err)
 	}
-	t := &Transport{cfg: cfg}
+	t := &Transport{cfg: cfg, log: logsink.New(cfg.Logger), dialect: d}
 	// Binary payloads (the marshaler is pluggable, and a malformed message
 	// must still reach the handler, and so the error topic); batches of
 	// one, since the offsets adapter acks a whole fetched batch; an ID
@@ -66,12 +70,16 @@ func New(cfg Config) (*Transport, error) {
 		return nil, fmt.Errorf("sql: %w", err)
 	}
 	t.db = wsql.BeginnerFromStdSQL(sqlDB)
-	t.publisher, err = wsql.NewPublisher(t.db, wsql.PublisherConfig{SchemaAdapter: t.schema, AutoInitializeSchema: true}, cfg.Logger)
+	t.publisher, err = wsql.NewPublisher(t.db, wsql.PublisherConfig{SchemaAdapter: t.schema, AutoInitializeSchema: true}, t.log.Watermill())
 	if err != nil {
 		return nil, fmt.Errorf("sql: publisher: %w", err)
 	}
 	return t, nil
 }
+
+// SetLogger sends watermill-sql's logs to l from now on, also for the
+// publisher and subscribers created before. Nil discards them.
+func (t *Transport) SetLogger(l *slog.Logger) { t.log.Set(l) }
 
 // Publisher returns the publisher.
 func (t *Transport) Publisher() message.Publisher { return t.publisher }
@@ -85,12 +93,12 @@ func (t *Transport) Subscriber(group string) (message.Subscriber, error) {
 		SchemaAdapter:    t.schema,
 		OffsetsAdapter:   t.offsets,
 		InitializeSchema: true,
-	}, t.cfg.Logger)
+	}, t.log.Watermill())
 	if err != nil {
 		return nil, fmt.Errorf("sql: subscriber: %w", err)
 	}
 	t.opened.Add(sub)
-	return sub, nil
+	return &subscriber{Subscriber: sub, t: t, group: group}, nil
 }
 
 // Competing is true: subscriptions of one group share its offsets.

@@ -1,4 +1,7 @@
-package amqp
+// Package logsink is a logger a transport can swap after it has handed
+// it to Watermill: a transport gets the bus's logger (SetLogger) after
+// New, when its publisher already holds an adapter.
+package logsink
 
 import (
 	"context"
@@ -8,10 +11,11 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 )
 
-// logSink holds the logger the transport and watermill-amqp write to. It
-// can be swapped at any time (SetLogger): watermill-amqp keeps the adapter
-// it was given in New, and the adapter reads the current logger on each call.
-type logSink struct {
+// Sink holds the logger a transport and its Watermill publisher and
+// subscribers write to. It can be swapped at any time (Set): Watermill
+// keeps the adapter it was given, and the adapter reads the current
+// logger on each call.
+type Sink struct {
 	target atomic.Pointer[logTarget]
 }
 
@@ -20,32 +24,33 @@ type logTarget struct {
 	wm   watermill.LoggerAdapter
 }
 
-func newLogSink(l *slog.Logger) *logSink {
-	s := &logSink{}
-	s.set(l)
+// New returns a sink writing to l (nil: discard).
+func New(l *slog.Logger) *Sink {
+	s := &Sink{}
+	s.Set(l)
 	return s
 }
 
-// set makes l the target; nil discards everything.
-func (s *logSink) set(l *slog.Logger) {
+// Set makes l the target; nil discards everything.
+func (s *Sink) Set(l *slog.Logger) {
 	if l == nil {
 		l = slog.New(slog.DiscardHandler)
 	}
 	s.target.Store(&logTarget{slog: l, wm: watermill.NewSlogLogger(l)})
 }
 
-// logger is the current target, for the transport's own logs.
-func (s *logSink) logger() *slog.Logger { return s.target.Load().slog }
+// Logger is the current target, for the transport's own logs.
+func (s *Sink) Logger() *slog.Logger { return s.target.Load().slog }
 
-// watermill returns an adapter for watermill-amqp that forwards to the
-// current target.
-func (s *logSink) watermill() watermill.LoggerAdapter { return forwardingLogger{sink: s} }
+// Watermill returns an adapter for Watermill that forwards to the current
+// target.
+func (s *Sink) Watermill() watermill.LoggerAdapter { return forwardingLogger{sink: s} }
 
 // forwardingLogger is a watermill.LoggerAdapter that forwards to the
-// logSink's current target (watermill's slog adapter, whose Trace is
+// Sink's current target (watermill's slog adapter, whose Trace is
 // watermill.LevelTrace), with the fields of With.
 type forwardingLogger struct {
-	sink   *logSink
+	sink   *Sink
 	fields watermill.LogFields
 }
 

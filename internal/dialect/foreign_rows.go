@@ -1,0 +1,66 @@
+package dialect
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/postroom/postroom/metadata"
+)
+
+// UnmarshalMessage reads a row of a message table, also one another
+// program inserted: metadata must be a JSON object; a string value is
+// taken as it is, null as "", any other value (number, boolean, object,
+// array) as its JSON text. watermill-sql's own adapters fail on anything
+// but string values, and a row that fails to read is fetched again at
+// every poll, forever, holding up every row behind it. Metadata that is
+// not a JSON object (or not JSON) leaves the message with
+// metadata.TransportError set to the reason, so the bus moves it to the
+// error topic.
+func (s wideSchema) UnmarshalMessage(params wsql.UnmarshalMessageParams) (wsql.Row, error) {
+	r := wsql.Row{}
+	var err error
+	switch s.d {
+	case Postgres:
+		var transactionID wsql.XID8
+		err = params.Row.Scan(&r.Offset, &transactionID, &r.UUID, &r.Payload, &r.Metadata)
+		r.ExtraData = map[string]any{"transaction_id": transactionID}
+	default:
+		err = params.Row.Scan(&r.Offset, &r.UUID, &r.Payload, &r.Metadata)
+	}
+	if err != nil {
+		return wsql.Row{}, fmt.Errorf("could not scan message row: %w", err)
+	}
+	r.Msg = message.NewMessage(string(r.UUID), r.Payload)
+	md, err := ForeignMetadata(r.Metadata)
+	if err != nil {
+		md = message.Metadata{metadata.TransportError: "sql: " + err.Error()}
+	}
+	r.Msg.Metadata = md
+	return r, nil
+}
+
+// ForeignMetadata reads the metadata column of a message row by the rule
+// of UnmarshalMessage. Empty (NULL) is no metadata.
+func ForeignMetadata(raw []byte) (message.Metadata, error) {
+	md := message.Metadata{}
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return md, nil
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return nil, fmt.Errorf("metadata is not a JSON object of string values: %w", err)
+	}
+	for k, v := range fields {
+		var str string // null leaves it ""
+		if json.Unmarshal(v, &str) == nil {
+			md[k] = str
+		} else {
+			md[k] = string(v)
+		}
+	}
+	return md, nil
+}
