@@ -7,6 +7,22 @@ export PATH="$PATH:/usr/local/go/bin:$(go env GOPATH)/bin"
 
 bash scripts/services.sh
 
+# The foreign-producer example (docs/foreign-producers.md) runs a Node.js
+# script with amqplib; its test fails in CI without them.
+echo "test: Node.js for examples/foreign-producer"
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  if ! command -v apt-get >/dev/null; then
+    echo "test: node and npm are missing and there is no apt-get: install Node.js 18 or newer with npm, then run again"; exit 1
+  fi
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
+  echo "test: node or npm missing: installing Debian's nodejs and npm with apt-get"
+  $sudo apt-get update -qq
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
+fi
+(cd examples/foreign-producer && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+echo "test: npm ci in examples/foreign-producer installed amqplib" \
+  "$(node -p 'require("./examples/foreign-producer/node_modules/amqplib/package.json").version') (node $(node --version))"
+
 echo "test: gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then echo "gofmt would change:"; echo "$unformatted"; exit 1; fi
