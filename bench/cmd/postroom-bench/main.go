@@ -19,14 +19,14 @@ import (
 )
 
 func main() {
-	quick := flag.Bool("quick", false, "a run under a minute: fewer messages, one round")
+	quick := flag.Bool("quick", false, "a run of about a minute: fewer messages, one round")
 	dsn := flag.String("postgres", cmp.Or(os.Getenv("POSTROOM_POSTGRES_DSN"), "postgres://postgres@127.0.0.1:5432/postroom_test?sslmode=disable"),
 		"PostgreSQL DSN (env POSTROOM_POSTGRES_DSN)")
 	amqpURL := flag.String("amqp", cmp.Or(os.Getenv("POSTROOM_AMQP_URL"), "amqp://guest:guest@127.0.0.1:5672/"),
 		"RabbitMQ URL for the outbox relay run, empty to skip it (env POSTROOM_AMQP_URL)")
 	chartsDir := flag.String("charts", "", "write throughput.png and growth.png to this folder (../docs/img for the docs, run from bench/)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
-	sizing := flag.Bool("sizing", false, "only the sizing figures: CPU per inbox message, bytes per inbox row (about a minute)")
+	sizing := flag.Bool("sizing", false, "only the sizing figures: CPU per inbox message, bytes per inbox row (about 20 s)")
 	rounds := flag.Int("rounds", 5, "interleaved rounds of the raw and bus cases; the median counts (1 with -quick)")
 	flag.Parse()
 	if *cpuprofile != "" {
