@@ -43,7 +43,7 @@ idempotency key), then resolve each one with "postroom inbox resolve".`,
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for scripts")
 	cmd.Flags().IntVar(&limit, "limit", 100, "list at most this many, oldest first")
-	return cmd
+	return opts.databaseFlags(cmd, inboxTable)
 }
 
 func printUnresolved(out io.Writer, list []inbox.Unresolved, asJSON bool) error {
@@ -102,5 +102,5 @@ func newInboxResolve(opts *options) *cobra.Command {
 	cmd.Flags().StringVar(&source, "source", "", "the key's source (the sending endpoint; empty by default)")
 	cmd.Flags().BoolVar(&done, "done", false, "the effect happened")
 	cmd.Flags().BoolVar(&release, "release", false, "the effect did not happen: run the message again")
-	return cmd
+	return opts.databaseFlags(cmd, inboxTable)
 }

@@ -24,10 +24,11 @@ import (
 type errorOptions struct {
 	url, topic string
 	limit      int
+	secrets    *[]string // the broker URL in use goes there, to be redacted from errors
 }
 
-func newErrors() *cobra.Command {
-	o := &errorOptions{}
+func newErrors(opts *options) *cobra.Command {
+	o := &errorOptions{secrets: &opts.secrets}
 	cmd := &cobra.Command{
 		Use:   "errors",
 		Short: "List, show and replay the messages in the error topic (RabbitMQ)",
@@ -38,18 +39,23 @@ messages in place. Replaying sends a message back to the queue of the handler
 that failed, with its original ID, and removes it from the error topic: a
 handler with an inbox skips it if it was handled since.`,
 	}
-	cmd.PersistentFlags().StringVar(&o.url, "amqp", os.Getenv("POSTROOM_AMQP_URL"), "RabbitMQ URL (env POSTROOM_AMQP_URL)")
+	cmd.PersistentFlags().StringVar(&o.url, "amqp", "", "RabbitMQ URL, amqp://user:pass@host:5672/ (default: $POSTROOM_AMQP_URL)")
 	cmd.PersistentFlags().StringVar(&o.topic, "error-topic", bus.ErrorTopicDefault, "the bus's Config.ErrorTopic")
 	cmd.PersistentFlags().IntVar(&o.limit, "limit", 1000, "look at most at this many messages, oldest first")
 	cmd.AddCommand(newErrorsList(o), newErrorsShow(o), newErrorsReplay(o))
 	return cmd
 }
 
-func (o *errorOptions) open() (*amqp.Queue, error) {
-	if o.url == "" {
+func (o *errorOptions) open(cmd *cobra.Command) (*amqp.Queue, error) {
+	url := o.url
+	if !cmd.Flags().Changed("amqp") {
+		url = os.Getenv("POSTROOM_AMQP_URL")
+	}
+	if url == "" {
 		return nil, errors.New("no broker: pass --amqp or set POSTROOM_AMQP_URL")
 	}
-	return amqp.OpenQueue(o.url, o.topic, bus.ErrorQueueGroup)
+	*o.secrets = append(*o.secrets, url)
+	return amqp.OpenQueue(url, o.topic, bus.ErrorQueueGroup)
 }
 
 // failedMessage is one message of the error topic, as printed.
@@ -87,7 +93,7 @@ func newErrorsList(o *errorOptions) *cobra.Command {
 		Short: "The messages in the error topic, oldest first; they stay there",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			q, err := o.open()
+			q, err := o.open(cmd)
 			if err != nil {
 				return err
 			}
@@ -129,7 +135,7 @@ func newErrorsShow(o *errorOptions) *cobra.Command {
 		Short: "One message of the error topic: its reason, metadata and payload (as JSON)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			q, err := o.open()
+			q, err := o.open(cmd)
 			if err != nil {
 				return err
 			}
@@ -172,7 +178,7 @@ For a handler WithExternalEffects, resolve a parked message first
 			if all == (len(args) > 0) {
 				return errors.New("pass the IDs to replay, or --all")
 			}
-			q, err := o.open()
+			q, err := o.open(cmd)
 			if err != nil {
 				return err
 			}

@@ -43,11 +43,7 @@ func TestErrorsListShowReplay(t *testing.T) {
 		}
 		return bus.Tx(ctx).Exec("INSERT INTO invoices (n) VALUES (?)", m.N).Error
 	}, bus.WithInbox()))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- b.Run(ctx) }()
-	t.Cleanup(func() { cancel(); require.NoError(t, <-done); require.NoError(t, b.Close()) })
-	<-b.Running()
+	ctx := runBus(t, b)
 
 	c := b.Counters()
 	for _, m := range []struct {

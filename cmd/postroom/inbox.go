@@ -9,22 +9,16 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/handlers"
-	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/middleware/inbox"
 	"github.com/postroom/postroom/store"
 )
 
 func newInbox(opts *options) *cobra.Command {
-	cmd := &cobra.Command{Use: "inbox", Short: "Look at and purge the inbox (handled message keys)"}
+	cmd := &cobra.Command{Use: "inbox", Short: "Look at, purge and resolve the inbox (handled message keys)"}
 	cmd.AddCommand(newInboxStats(opts), newInboxPurge(opts), newInboxUnresolved(opts), newInboxResolve(opts))
 	return cmd
-}
-
-type consumerStats struct {
-	Consumer   string    `json:"consumer"`
-	Rows       int64     `json:"rows"`
-	Oldest     time.Time `json:"oldest"`
-	Duplicates int64     `json:"duplicates"`
 }
 
 func newInboxStats(opts *options) *cobra.Command {
@@ -42,42 +36,21 @@ the oldest, and how many duplicates were skipped for the keys still there
 				return err
 			}
 			defer store.Close(db)
-			tables := opts.tables.WithDefaults()
-			rows, err := db.WithContext(cmd.Context()).Raw("SELECT consumer, COUNT(*), MIN(received_at), COALESCE(SUM(duplicates), 0) FROM " + tables.Inbox + " GROUP BY consumer ORDER BY consumer").Rows()
+			stats, err := store.InboxSummary(cmd.Context(), db, opts.tables)
 			if err != nil {
-				return err
-			}
-			defer rows.Close()
-			d, err := dialect.Of(db)
-			if err != nil {
-				return err
-			}
-			var stats []consumerStats
-			for rows.Next() {
-				var s consumerStats
-				var oldest any
-				if err := rows.Scan(&s.Consumer, &s.Rows, &oldest, &s.Duplicates); err != nil {
-					return err
-				}
-				if s.Oldest, err = d.ParseTime(oldest); err != nil {
-					return err
-				}
-				stats = append(stats, s)
-			}
-			if err := rows.Err(); err != nil {
 				return err
 			}
 			return printStats(cmd.OutOrStdout(), stats, asJSON)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for scripts")
-	return cmd
+	return opts.databaseFlags(cmd, inboxTable)
 }
 
-func printStats(out io.Writer, stats []consumerStats, asJSON bool) error {
+func printStats(out io.Writer, stats []store.ConsumerSummary, asJSON bool) error {
 	if asJSON {
 		if stats == nil {
-			stats = []consumerStats{}
+			stats = []store.ConsumerSummary{}
 		}
 		return json.NewEncoder(out).Encode(stats)
 	}
@@ -89,24 +62,49 @@ func printStats(out io.Writer, stats []consumerStats, asJSON bool) error {
 	return w.Flush()
 }
 
+// purgeHorizon is the redelivery horizon of a bus with the default
+// settings, the shortest --older-than purge takes without --force: the
+// broker's window (RedeliveryWindow), the in-process retries' backoff, and
+// the lease of a handler with external effects, whose claim a copy may
+// wait out. It is what bus.New checks InboxRetention against. The command
+// cannot see a deployment's own settings.
+var purgeHorizon = bus.RedeliveryWindowDefault + bus.RetryPolicy{
+	MaxRetries:     bus.MaxRetriesDefault,
+	InitialBackoff: bus.InitialBackoffDefault,
+	MaxBackoff:     bus.MaxBackoffDefault,
+	Multiplier:     bus.BackoffMultiplierDefault,
+}.Horizon() + inbox.LeaseDefault
+
 func newInboxPurge(opts *options) *cobra.Command {
-	var olderThan time.Duration
 	var (
-		batch int
-		pause time.Duration
+		olderThan time.Duration
+		batch     int
+		pause     time.Duration
+		force     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "purge --older-than 240h",
 		Short: "Delete inbox keys and stale watermarks older than a duration, in batches",
 		Long: `purge runs the same batched delete as the CleanupStore handler, with a
-progress bar on a terminal and a line a second otherwise. Keys younger
-than the longest time a message can still be redelivered must stay, or a
-redelivery is handled again: keep --older-than above your retry and
-redelivery horizon (the bus refuses a shorter retention).`,
+progress bar on a terminal and a line a second otherwise.
+
+A key younger than the longest time its message can still be redelivered
+still protects against that redelivery: purged, the redelivery is handled
+again. purge refuses an --older-than below ` + purgeHorizon.String() + `, the horizon
+of a bus with the default settings (RedeliveryWindow ` + bus.RedeliveryWindowDefault.String() + `, the default
+retries, the ` + inbox.LeaseDefault.String() + ` lease of a handler with external effects), unless
+--force. It cannot see your endpoints' settings: with a longer
+RedeliveryWindow or more retries, keep --older-than above their horizon
+yourself (the bus refuses an InboxRetention below it).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if olderThan <= 0 {
 				return fmt.Errorf("--older-than must be positive, e.g. 240h")
+			}
+			if olderThan < purgeHorizon && !force {
+				return fmt.Errorf("%w: --older-than %s would delete keys younger than %s, the redelivery horizon of a bus with the default settings, "+
+					"and a redelivery of their messages would be handled again: pass a longer --older-than, or --force once no message can come back",
+					inbox.ErrRetentionTooShort, olderThan, purgeHorizon)
 			}
 			db, err := opts.open()
 			if err != nil {
@@ -131,13 +129,14 @@ redelivery horizon (the bus refuses a shorter retention).`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "purged %d inbox keys and %d watermarks older than %s in %d batches\n",
+			fmt.Fprintf(out, "purged %d inbox keys and %d watermarks older than %s in %d batches\n",
 				res.Inbox, res.Watermarks, res.Cutoff.Format(time.RFC3339), res.Batches)
 			return nil
 		},
 	}
-	cmd.Flags().DurationVar(&olderThan, "older-than", 0, "delete rows older than this, e.g. 240h (required)")
+	cmd.Flags().DurationVar(&olderThan, "older-than", 0, "delete rows older than this, e.g. 240h (required; at least "+purgeHorizon.String()+" without --force)")
 	cmd.Flags().IntVar(&batch, "batch", handlers.BatchSizeDefault, "rows per DELETE")
 	cmd.Flags().DurationVar(&pause, "pause", 0, "rest between batches; 0 rests as long as the batch took, -1ns runs at full speed")
-	return cmd
+	cmd.Flags().BoolVar(&force, "force", false, "purge below the redelivery horizon (no message can come back: every endpoint stopped, queues drained)")
+	return opts.databaseFlags(cmd, inboxTable, watermarksTable)
 }

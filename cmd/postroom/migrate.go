@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
@@ -19,15 +18,17 @@ func newMigrate(opts *options) *cobra.Command {
 under a lock, so several instances may run it at once. With --print it
 only prints the SQL of every version for this kind of database (for a DBA
 to review or apply), without connecting.`,
-		Example: `  postroom migrate --dsn postgres://postgres@127.0.0.1:5432/app?sslmode=disable
-  postroom migrate --print --dsn mysql://root@tcp(127.0.0.1:3306)/app`,
+		Example: `  postroom migrate --dsn 'postgres://postgres@127.0.0.1:5432/app?sslmode=disable'
+  postroom migrate --print --dsn 'mysql://root@tcp(127.0.0.1:3306)/app'
+  postroom migrate --print --dsn sqlite:app.db`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if opts.dsn == "" {
-				return errors.New("no database: pass --dsn or set POSTROOM_DSN")
-			}
 			if print {
-				stmts, err := store.Plan(opts.dsn, opts.tables)
+				dsn, err := opts.databaseDSN()
+				if err != nil {
+					return err
+				}
+				stmts, err := store.Plan(dsn, opts.tables)
 				if err != nil {
 					return err
 				}
@@ -58,5 +59,5 @@ to review or apply), without connecting.`,
 		},
 	}
 	cmd.Flags().BoolVar(&print, "print", false, "print the SQL instead of running it")
-	return cmd
+	return opts.databaseFlags(cmd, inboxTable, watermarksTable, schedulesTable)
 }

@@ -13,7 +13,9 @@ import (
 
 	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/middleware/inbox"
 	"github.com/postroom/postroom/scheduler"
+	"github.com/postroom/postroom/store"
 )
 
 func TestInboxStatsAndPurge(t *testing.T) {
@@ -32,7 +34,7 @@ func TestInboxStatsAndPurge(t *testing.T) {
 
 	out, err := run(t, "inbox", "stats", "--json", "--dsn", dsn)
 	require.NoError(t, err)
-	var stats []consumerStats
+	var stats []store.ConsumerSummary
 	require.NoError(t, json.Unmarshal([]byte(out), &stats))
 	require.Len(t, stats, 2)
 	require.Equal(t, "billing", stats[0].Consumer)
@@ -55,6 +57,38 @@ func TestInboxStatsAndPurge(t *testing.T) {
 	require.ErrorContains(t, err, "--older-than must be positive")
 }
 
+// TestInboxPurgeRefusesBelowTheHorizon: keys younger than the redelivery
+// horizon still protect against a redelivery; purge keeps them unless
+// --force, and says why.
+func TestInboxPurgeRefusesBelowTheHorizon(t *testing.T) {
+	dsn := testenv.PostgresSchemaDSN(t)
+	db := testenv.Migrated(t, dsn, "PostgreSQL")
+	d, err := dialect.Of(db)
+	require.NoError(t, err)
+	require.NoError(t, db.Exec(d.InboxInsert("postroom_inbox"), "billing/Charge", "", "recent", "t", d.Time(time.Now().Add(-45*time.Minute))).Error)
+	keys := func() (n int64) {
+		require.NoError(t, db.Raw("SELECT COUNT(*) FROM postroom_inbox").Scan(&n).Error)
+		return n
+	}
+
+	for _, olderThan := range []string{"30m", "1h", (purgeHorizon - time.Millisecond).String()} {
+		_, err = run(t, "inbox", "purge", "--older-than", olderThan, "--dsn", dsn)
+		require.ErrorIs(t, err, inbox.ErrRetentionTooShort, olderThan)
+		require.ErrorContains(t, err, "a redelivery of their messages would be handled again")
+		require.ErrorContains(t, err, "--force")
+	}
+	require.EqualValues(t, 1, keys(), "nothing purged")
+
+	out, err := run(t, "inbox", "purge", "--older-than", purgeHorizon.String(), "--dsn", dsn)
+	require.NoError(t, err, "at the horizon")
+	require.Contains(t, out, "purged 0 inbox keys")
+	out, err = run(t, "inbox", "purge", "--older-than", "30m", "--force", "--dsn", dsn)
+	require.NoError(t, err)
+	require.Contains(t, out, "purged 1 inbox keys")
+	require.Zero(t, keys())
+	require.Equal(t, time.Hour+time.Minute+700*time.Millisecond, purgeHorizon, "RedeliveryWindow, three retries from 100ms, an external-effects lease")
+}
+
 func TestSchedulesCommands(t *testing.T) {
 	dsn := testenv.PostgresSchemaDSN(t)
 	db := testenv.Migrated(t, dsn, "PostgreSQL")
@@ -62,7 +96,7 @@ func TestSchedulesCommands(t *testing.T) {
 
 	out, err := run(t, "schedules", "list", "--json", "--dsn", dsn)
 	require.NoError(t, err)
-	var list []scheduleRow
+	var list []scheduler.Stored
 	require.NoError(t, json.Unmarshal([]byte(out), &list))
 	require.Len(t, list, 1)
 	require.Equal(t, "cleanup", list[0].Name)
