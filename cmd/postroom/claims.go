@@ -1,11 +1,10 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"text/tabwriter"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -47,20 +46,11 @@ idempotency key), then resolve each one with "postroom inbox resolve".`,
 }
 
 func printUnresolved(out io.Writer, list []inbox.Unresolved, asJSON bool) error {
-	if asJSON {
-		if list == nil {
-			list = []inbox.Unresolved{}
-		}
-		return json.NewEncoder(out).Encode(list)
-	}
-	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "CONSUMER\tSOURCE\tMESSAGE ID\tSTATUS\tATTEMPTS\tRECEIVED\tIDEMPOTENCY KEY")
-	for _, u := range list {
-		key := inbox.IdempotencyKeyOf(u.Consumer, inbox.Key{Source: u.Source, MessageID: u.MessageID})
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", u.Consumer, u.Source, u.MessageID, u.Status, u.Attempts,
-			u.ReceivedAt.Format(time.RFC3339), key)
-	}
-	return w.Flush()
+	return printList(out, asJSON, list, []string{"CONSUMER", "SOURCE", "MESSAGE ID", "STATUS", "ATTEMPTS", "RECEIVED", "IDEMPOTENCY KEY"},
+		func(u inbox.Unresolved) []string {
+			key := inbox.IdempotencyKeyOf(u.Consumer, inbox.Key{Source: u.Source, MessageID: u.MessageID})
+			return []string{u.Consumer, u.Source, u.MessageID, u.Status, strconv.Itoa(u.Attempts), u.ReceivedAt.Format(time.RFC3339), key}
+		})
 }
 
 func newInboxResolve(opts *options) *cobra.Command {

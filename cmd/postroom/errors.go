@@ -9,7 +9,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -106,27 +105,21 @@ func newErrorsList(o *errorOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return json.NewEncoder(cmd.OutOrStdout()).Encode(list)
-			}
-			return printFailed(cmd.OutOrStdout(), list)
+			return printFailed(cmd.OutOrStdout(), list, asJSON)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for scripts")
 	return cmd
 }
 
-func printFailed(out io.Writer, list []failedMessage) error {
-	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "ID\tHANDLER\tATTEMPTS\tAT\tREASON")
-	for _, f := range list {
+func printFailed(out io.Writer, list []failedMessage, asJSON bool) error {
+	return printList(out, asJSON, list, []string{"ID", "HANDLER", "ATTEMPTS", "AT", "REASON"}, func(f failedMessage) []string {
 		reason := f.Reason
 		if len(reason) > 80 {
 			reason = strings.ToValidUTF8(reason[:77], "") + "..."
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", f.ID, f.Handler, f.Attempts, f.At, reason)
-	}
-	return w.Flush()
+		return []string{f.ID, f.Handler, f.Attempts, f.At, reason}
+	})
 }
 
 func newErrorsShow(o *errorOptions) *cobra.Command {

@@ -1,10 +1,9 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
-	"text/tabwriter"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -48,18 +47,9 @@ the oldest, and how many duplicates were skipped for the keys still there
 }
 
 func printStats(out io.Writer, stats []store.ConsumerSummary, asJSON bool) error {
-	if asJSON {
-		if stats == nil {
-			stats = []store.ConsumerSummary{}
-		}
-		return json.NewEncoder(out).Encode(stats)
-	}
-	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "CONSUMER\tROWS\tOLDEST\tDUPLICATES")
-	for _, s := range stats {
-		fmt.Fprintf(w, "%s\t%d\t%s\t%d\n", s.Consumer, s.Rows, s.Oldest.Format(time.RFC3339), s.Duplicates)
-	}
-	return w.Flush()
+	return printList(out, asJSON, stats, []string{"CONSUMER", "ROWS", "OLDEST", "DUPLICATES"}, func(s store.ConsumerSummary) []string {
+		return []string{s.Consumer, strconv.FormatInt(s.Rows, 10), s.Oldest.Format(time.RFC3339), strconv.FormatInt(s.Duplicates, 10)}
+	})
 }
 
 // purgeHorizon is the redelivery horizon of a bus with the default

@@ -1,11 +1,8 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -122,20 +119,7 @@ func routesOf(endpoint, handler string, commands, events []string) ([]route, err
 }
 
 func printRoutes(out io.Writer, routes []route, asJSON bool) error {
-	if asJSON {
-		return json.NewEncoder(out).Encode(routes)
-	}
-	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "KIND\tMESSAGE\tTOPIC\tRABBITMQ EXCHANGE\tHANDLER GROUP\tRABBITMQ QUEUE")
-	for _, r := range routes {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Kind, r.Message, r.Topic, r.Exchange, orDash(r.Group), orDash(r.Queue))
-	}
-	return w.Flush()
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
+	return printList(out, asJSON, routes, []string{"KIND", "MESSAGE", "TOPIC", "RABBITMQ EXCHANGE", "HANDLER GROUP", "RABBITMQ QUEUE"}, func(r route) []string {
+		return []string{r.Kind, r.Message, r.Topic, r.Exchange, orDash(r.Group), orDash(r.Queue)}
+	})
 }

@@ -1,10 +1,9 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
-	"text/tabwriter"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -79,20 +78,11 @@ func newSchedulesList(opts *options) *cobra.Command {
 }
 
 func printSchedules(out io.Writer, list []scheduler.Stored, asJSON bool) error {
-	if asJSON {
-		if list == nil {
-			list = []scheduler.Stored{}
-		}
-		return json.NewEncoder(out).Encode(list)
-	}
-	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "NAME\tSPEC\tNEXT RUN\tLAST RUN\tLAST FIRED BY\tPAUSED")
-	for _, r := range list {
+	return printList(out, asJSON, list, []string{"NAME", "SPEC", "NEXT RUN", "LAST RUN", "LAST FIRED BY", "PAUSED"}, func(r scheduler.Stored) []string {
 		last := "-"
 		if r.LastRunAt != nil {
 			last = r.LastRunAt.Format(time.RFC3339)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%v\n", r.Name, r.Spec, r.NextRunAt.Format(time.RFC3339), last, r.LastFiredBy, r.Paused)
-	}
-	return w.Flush()
+		return []string{r.Name, r.Spec, r.NextRunAt.Format(time.RFC3339), last, r.LastFiredBy, strconv.FormatBool(r.Paused)}
+	})
 }
