@@ -113,3 +113,44 @@ func TestCleanupRestsBetweenBatches(t *testing.T) {
 	require.EqualValues(t, 7, res.Inbox)
 	require.GreaterOrEqual(t, time.Since(start), 200*time.Millisecond)
 }
+
+// TestCleanupPendingCountsWhatPurgeDeletes on every store, deleting
+// nothing itself.
+func TestCleanupPendingCountsWhatPurgeDeletes(t *testing.T) {
+	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	for _, store := range testenv.Databases {
+		t.Run(store.Name, func(t *testing.T) {
+			t.Parallel()
+			db := store.Open(t)
+			d, err := dialect.Of(db)
+			require.NoError(t, err)
+			for i, age := range []time.Duration{300 * time.Hour, 250 * time.Hour, time.Hour} {
+				require.NoError(t, db.Exec(d.InboxInsert("postroom_inbox"), "c", "s", fmt.Sprint(i), "t", d.Time(now.Add(-age))).Error)
+				require.NoError(t, db.Exec(d.WatermarkUpsert("postroom_stale_watermarks"), "c", "t", fmt.Sprint(i), 1, "m", d.Time(now.Add(-age))).Error)
+			}
+			require.NoError(t, db.Exec(d.ClaimInsert("postroom_inbox"), "c", "s", "live", "t", d.Time(now.Add(-300*time.Hour)), d.Time(now.Add(time.Minute)), "", nil).Error)
+			c, err := handlers.NewCleanup(handlers.CleanupConfig{DB: db, Now: func() time.Time { return now }, Logger: testenv.Logger(t)})
+			require.NoError(t, err)
+			m := handlers.CleanupStore{Retention: 240 * time.Hour}
+			pending, err := c.Pending(context.Background(), m)
+			require.NoError(t, err)
+			require.EqualValues(t, 2, pending.Inbox, "the live claim stays")
+			require.EqualValues(t, 2, pending.Watermarks)
+			require.EqualValues(t, 4, count(t, db, "SELECT COUNT(*) FROM postroom_inbox"), "nothing deleted")
+			res, err := c.Purge(context.Background(), m)
+			require.NoError(t, err)
+			require.Equal(t, pending.Inbox, res.Inbox)
+			require.Equal(t, pending.Watermarks, res.Watermarks)
+		})
+	}
+}
+
+func TestCleanupRefusesBadConfig(t *testing.T) {
+	db := testenv.SQLite(t)
+	_, err := handlers.NewCleanup(handlers.CleanupConfig{DB: db, OutboxTopic: "postroom_outbox"})
+	require.ErrorIs(t, err, dialect.ErrUnsupported, "SQLite has no outbox")
+	_, err = handlers.NewCleanup(handlers.CleanupConfig{DB: db, Tables: dialect.Tables{Inbox: "x; DROP TABLE y"}})
+	require.ErrorIs(t, err, dialect.ErrBadIdentifier)
+	_, err = handlers.NewCleanup(handlers.CleanupConfig{DB: testenv.Postgres(t), OutboxTopic: "bad topic"})
+	require.ErrorIs(t, err, dialect.ErrBadIdentifier)
+}
