@@ -5,5 +5,5 @@ INSERT INTO `watermill_billing.cmd.billing.CreateInvoice` (uuid, payload, metada
 VALUES (
     UUID(), -- the message ID
     '{"OrderID": "order-1", "Amount": 120}', -- the payload, JSON
-    '{"postroom-message-type": "billing.CreateInvoice", "postroom-source-endpoint": "webshop"}' -- string values only
+    '{"postroom-message-type": "billing.CreateInvoice", "postroom-source-endpoint": "webshop"}' -- metadata, a JSON object
 );

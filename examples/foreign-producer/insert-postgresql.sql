@@ -5,6 +5,6 @@ INSERT INTO "watermill_billing.cmd.billing.CreateInvoice" (uuid, payload, metada
 VALUES (
     gen_random_uuid()::text, -- the message ID
     convert_to('{"OrderID": "order-1", "Amount": 120}', 'UTF8'), -- the payload, JSON
-    '{"postroom-message-type": "billing.CreateInvoice", "postroom-source-endpoint": "webshop"}', -- string values only
+    '{"postroom-message-type": "billing.CreateInvoice", "postroom-source-endpoint": "webshop"}', -- metadata, a JSON object
     pg_current_xact_id() -- what watermill-sql orders and reads by
 );

@@ -248,8 +248,10 @@ func deleteAfter(t *testing.T, url, name string) {
 // TestSQLInsertOnPostgreSQL and TestSQLInsertOnMariaDB run the page's
 // INSERT statement against an endpoint "billing" on the SQL transport (in
 // a database of the test's own): its handler gets the command once. Rows
-// without an ID or with a payload that is not JSON go to the error topic
-// with the reason, and do not hold up the rows behind them.
+// without an ID, with a payload that is not JSON or with metadata that is
+// not a JSON object go to the error topic with the reason, and do not hold
+// up the rows behind them; metadata values that are not strings arrive as
+// their JSON text.
 func TestSQLInsertOnPostgreSQL(t *testing.T) {
 	t.Parallel()
 	testSQLInsert(t, testenv.Postgres(t), "insert-postgresql.sql",
@@ -281,20 +283,25 @@ func testSQLInsert(t *testing.T, db *gorm.DB, file, insert string) {
 	require.Equal(t, "webshop", got[0].Metadata[metadata.SourceEndpoint])
 
 	meta := `{"postroom-message-type": "billing.CreateInvoice"}`
-	for _, bad := range []struct{ id, payload, reason string }{
-		{"", `{"OrderID": "order-2", "Amount": 1}`, "message ID is empty"},
-		{"not-json", `<invoice/>`, "malformed"},
+	for _, bad := range []struct{ id, payload, meta, reason string }{
+		{"", `{"OrderID": "order-2", "Amount": 1}`, meta, "message ID is empty"},
+		{"not-json", `<invoice/>`, meta, "malformed"},
+		{"not-an-object", `{"OrderID": "order-2", "Amount": 1}`, `["attempt", 1]`, "metadata is not a JSON object"},
 	} {
-		require.NoError(t, db.Exec(insert, bad.id, bad.payload, meta).Error)
+		require.NoError(t, db.Exec(insert, bad.id, bad.payload, bad.meta).Error)
 		failed := nextError(t, errs)
 		require.Equal(t, bad.id, failed.UUID)
 		require.Contains(t, failed.Metadata.Get(metadata.ErrorReason), bad.reason)
 	}
-	require.NoError(t, db.Exec(insert, "after-the-bad-ones", `{"OrderID": "order-3", "Amount": 3}`, meta).Error)
-	waitSettled(t, e, 4)
+	require.NoError(t, db.Exec(insert, "after-the-bad-ones", `{"OrderID": "order-3", "Amount": 3}`,
+		`{"postroom-message-type": "billing.CreateInvoice", "attempt": 1, "retried": false, "note": null}`).Error)
+	waitSettled(t, e, 5)
 	got = e.handled()
 	require.Len(t, got, 2)
 	require.Equal(t, "after-the-bad-ones", got[1].ID)
+	require.Equal(t, "1", got[1].Metadata["attempt"], "a number is its JSON text")
+	require.Equal(t, "false", got[1].Metadata["retried"])
+	require.Equal(t, "", got[1].Metadata["note"])
 }
 
 // TestThePageShowsTheseFiles: docs/foreign-producers.md shows each file as
