@@ -318,5 +318,14 @@ func TestThePageShowsTheseFiles(t *testing.T) {
 			errs = append(errs, errors.New(f+" is not shown as it is: copy it into its block again"))
 		}
 	}
+	// The names in the page's `postroom routes` output are the bus's.
+	group := bus.GroupOf("billing", messageName)
+	for _, name := range []string{bus.CommandTopicOf("billing", messageName), group,
+		amqp.QueueName(bus.CommandTopicOf("billing", messageName), group),
+		amqp.QueueName(bus.EventTopicOf("billing.InvoiceCreated"), bus.GroupOf("billing", "billing.InvoiceCreated"))} {
+		if !strings.Contains(string(page), " "+name+"\n") && !strings.Contains(string(page), " "+name+" ") {
+			errs = append(errs, errors.New("the page's routes do not show "+name))
+		}
+	}
 	require.NoError(t, errors.Join(errs...))
 }
