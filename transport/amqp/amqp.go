@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/postroom/postroom/internal/closers"
 	"github.com/postroom/postroom/internal/logsink"
 	"github.com/postroom/postroom/transport"
 )
@@ -101,7 +102,7 @@ type Transport struct {
 	log       *logsink.Sink
 	publisher *confirmPublisher
 
-	opened transport.Closers
+	opened closers.Closers
 }
 
 var (
