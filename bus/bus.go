@@ -40,6 +40,8 @@ type Bus struct {
 	mu           sync.Mutex
 	handlers     map[string]bool
 	running      bool
+	routerRan    bool // Run started the router: Close must stop it
+	closed       bool
 	needsCleanup bool
 	consumers    []consumerKeys
 	cleanup      *scheduler.Scheduler // built by the first Run that needs it
@@ -52,13 +54,8 @@ func New(cfg Config) (*Bus, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Migrate {
-		if cfg.DB == nil {
-			return nil, errors.New("bus: Config.Migrate needs Config.DB")
-		}
-		if _, err := store.Migrate(context.Background(), cfg.DB, store.Tables{}); err != nil {
-			return nil, fmt.Errorf("bus: %w", err)
-		}
+	if cfg.Migrate && cfg.DB == nil {
+		return nil, errors.New("bus: Config.Migrate needs Config.DB")
 	}
 	if cfg.Transport == nil {
 		cfg.Transport = gochannel.New(gochannel.Config{})
@@ -121,7 +118,11 @@ func (b *Bus) Counters() *metrics.Counters {
 // Run handles messages until ctx is done or Close is called.
 func (b *Bus) Run(ctx context.Context) error {
 	b.mu.Lock()
-	if b.running {
+	switch {
+	case b.closed:
+		b.mu.Unlock()
+		return errors.New("bus: Run called after Close")
+	case b.running:
 		b.mu.Unlock()
 		return errors.New("bus: Run called twice")
 	}
@@ -140,6 +141,11 @@ func (b *Bus) Run(ctx context.Context) error {
 			b.mu.Unlock()
 		}
 	}()
+	if b.cfg.Migrate {
+		if _, err := store.Migrate(ctx, b.cfg.DB, store.Tables{}); err != nil {
+			return fmt.Errorf("bus: %w", err)
+		}
+	}
 	if err := b.declareErrorQueue(); err != nil {
 		return err
 	}
@@ -180,6 +186,13 @@ func (b *Bus) Run(ctx context.Context) error {
 		}
 		background = append(background, serve)
 	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return errors.New("bus: closed while Run was starting")
+	}
+	b.routerRan = true
+	b.mu.Unlock()
 	started = true
 	done := make(chan error, len(background))
 	for _, run := range background {
@@ -257,7 +270,14 @@ func (b *Bus) Running() <-chan struct{} { return b.router.Running() }
 
 // Close stops handling (waiting for messages in flight) and closes the transport.
 func (b *Bus) Close() error {
-	errs := []error{b.router.Close()}
+	b.mu.Lock()
+	b.closed = true
+	ran := b.routerRan
+	b.mu.Unlock()
+	var errs []error
+	if ran { // a router that never ran would wait its close timeout for nothing
+		errs = append(errs, b.router.Close())
+	}
 	if b.outbox != nil {
 		errs = append(errs, b.outbox.Close())
 	}

@@ -2,6 +2,7 @@ package bus_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/store"
 	"github.com/postroom/postroom/transport"
 	"github.com/postroom/postroom/transport/amqp"
 	"github.com/postroom/postroom/transport/gochannel"
@@ -140,11 +142,15 @@ func TestBusScenarios(t *testing.T) {
 			}, bus.WithInbox()))
 			require.NoError(t, db.Exec("CREATE TABLE invoices (order_id VARCHAR(100) NOT NULL, amount INTEGER NOT NULL)").Error)
 
-			var panics atomic.Int32
+			var panics, unrecoverable atomic.Int32
 			require.NoError(t, bus.Handle(b, func(ctx context.Context, m *OrderPlaced) error {
-				if m.OrderID == "panic" {
+				switch m.OrderID {
+				case "panic":
 					panics.Add(1)
 					panic("customer record missing")
+				case "unrecoverable":
+					unrecoverable.Add(1)
+					return bus.Unrecoverable(errors.New("customer c-9 does not exist"))
 				}
 				return nil
 			}))
@@ -161,6 +167,17 @@ func TestBusScenarios(t *testing.T) {
 				require.NoError(t, db.Raw("SELECT COUNT(*) FROM invoices WHERE order_id = 'o-1'").Scan(&n).Error)
 				require.EqualValues(t, 1, n)
 				require.EqualValues(t, 1, ep.Counters().Get("billing.CreateInvoice", metrics.Handled))
+			})
+
+			t.Run("an error marked bus.Unrecoverable goes to the error topic without retries", func(t *testing.T) {
+				require.NoError(t, bus.Publish(ctx, ep.Bus, &OrderPlaced{OrderID: "unrecoverable"}))
+				failed := <-ep.errors
+				require.Contains(t, failed.Metadata.Get(metadata.ErrorReason), "customer c-9 does not exist")
+				require.Equal(t, 1, bus.ErrorAttempts(failed))
+				require.EqualValues(t, 1, unrecoverable.Load())
+				require.NoError(t, bus.Unrecoverable(nil))
+				require.True(t, bus.IsUnrecoverable(bus.Unrecoverable(context.Canceled)))
+				require.ErrorIs(t, bus.Unrecoverable(context.Canceled), context.Canceled)
 			})
 
 			t.Run("a panicking handler ends in the error topic and the bus keeps running", func(t *testing.T) {
@@ -231,4 +248,43 @@ func TestBusScenarios(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestConfigMigrateRunsInRun: New does no I/O; Config.Migrate applies the
+// migrations when Run starts, with Run's context.
+func TestConfigMigrateRunsInRun(t *testing.T) {
+	db, err := store.Open(testenv.SQLiteDSN(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { store.Close(db) })
+	b, err := bus.New(bus.Config{Endpoint: "migrating", DB: db, Migrate: true, Logger: testenv.Logger(t)})
+	require.NoError(t, err)
+	require.False(t, db.Migrator().HasTable("postroom_inbox"), "New migrated nothing")
+	require.NoError(t, bus.Handle(b, func(context.Context, *OrderPlaced) error { return nil }, bus.WithInbox()))
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.ErrorIs(t, b.Run(cancelled), context.Canceled, "the migration runs with Run's context")
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	<-b.Running()
+	require.True(t, db.Migrator().HasTable("postroom_inbox"))
+	stop()
+	require.NoError(t, <-done)
+	require.NoError(t, b.Close())
+}
+
+// TestCloseAfterAFailedRun: Close after a Run that failed before the
+// router started returns at once, without the router's close timeout.
+func TestCloseAfterAFailedRun(t *testing.T) {
+	db, err := store.Open(testenv.SQLiteDSN(t)) // not migrated: Run fails
+	require.NoError(t, err)
+	t.Cleanup(func() { store.Close(db) })
+	b, err := bus.New(bus.Config{Endpoint: "failing", DB: db, Logger: testenv.Logger(t)})
+	require.NoError(t, err)
+	require.NoError(t, bus.Handle(b, func(context.Context, *OrderPlaced) error { return nil }, bus.WithInbox()))
+	require.ErrorContains(t, b.Run(context.Background()), "postroom migrate")
+	began := time.Now()
+	require.NoError(t, b.Close())
+	require.Less(t, time.Since(began), 5*time.Second, "Close did not wait for a router that never ran")
+	require.ErrorContains(t, b.Run(context.Background()), "after Close")
 }

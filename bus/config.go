@@ -159,8 +159,9 @@ type Config struct {
 	// Propagator writes and reads the trace context in metadata. Defaults to
 	// W3C Trace Context.
 	Propagator propagation.TextMapPropagator
-	// Migrate applies postroom's migrations to DB in New (the same as
-	// `postroom migrate`). Defaults to false: migrations are explicit.
+	// Migrate applies postroom's migrations to DB when Run starts, with
+	// Run's context (the same as `postroom migrate`). Defaults to false:
+	// migrations are explicit.
 	Migrate bool
 	// Cleanup schedules CleanupStore, which purges inbox keys and watermarks
 	// older than InboxRetention. It is on as soon as a handler uses the

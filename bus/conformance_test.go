@@ -98,6 +98,8 @@ var confChecks = []confCheck{
 	{"CleanupStore purges relayed outbox rows", true, checkCleanupPurgesOutbox, nil},
 	{"the outbox relays everything behind a poison message", true, checkOutboxPoison, nil},
 	{"a message nacked in a loop goes to the error topic after MaxDeliveries", false, checkPoisonLoop, nil},
+	{"an event nobody subscribes to is not an error, and is counted as unrouted", false, checkUnroutedEvent,
+		map[string]string{"sql": "the SQL transport's topics are logs every group reads: it cannot tell that nobody reads one"}},
 	{"a command the outbox relays to an endpoint with no queue goes to the error topic", true, checkOutboxCommandNoRoute,
 		map[string]string{"sql": "the SQL transport's topics are logs every group reads: it cannot tell that no endpoint reads one"}},
 }
@@ -709,4 +711,19 @@ func checkPoisonLoop(t *testing.T, c *confCase) {
 	settled(t, b, "conf.Cmd", 4)
 	require.Len(t, effects(t, c), 3, "the messages behind the poison message were handled")
 	require.EqualValues(t, maxDeliveries, poisonDeliveries.Load(), "delivered MaxDeliveries times, then moved")
+}
+
+type ConfUnheard struct{}
+
+func (ConfUnheard) MessageName() string { return "conf.Unheard" }
+
+func checkUnroutedEvent(t *testing.T, c *confCase) {
+	b := newConfBus(t, c, nil)
+	require.NoError(t, bus.Handle(b, record[ConfCmd](c, "cmd")))
+	run(t, b)
+	require.NoError(t, bus.Publish(context.Background(), b, &ConfUnheard{}), "an event nobody subscribes to is not an error")
+	require.EqualValues(t, 1, b.Counters().Get("conf.Unheard", metrics.Unrouted))
+	err := bus.Send(context.Background(), b, &ConfUnheard{}, bus.To(testenv.Name("nowhere")))
+	require.ErrorIs(t, err, transport.ErrNoRoute, "a command no queue takes is")
+	require.EqualValues(t, 1, b.Counters().Get("conf.Unheard", metrics.Unrouted), "and it is not counted as an unrouted event")
 }

@@ -357,6 +357,17 @@ func (e *unrecoverableError) Error() string       { return e.err.Error() }
 func (e *unrecoverableError) Unwrap() error       { return e.err }
 func (e *unrecoverableError) Unrecoverable() bool { return true }
 
+// Unrecoverable wraps err to say that retrying cannot help (a malformed
+// order, a customer that does not exist): a handler that returns it has
+// its message moved to the error topic at once, without retries.
+// errors.Is and errors.As see err through it; nil stays nil.
+func Unrecoverable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &unrecoverableError{err}
+}
+
 // IsUnrecoverable reports whether err, or an error it wraps, says retrying
 // cannot help (it has a method Unrecoverable() bool that returns true). Such
 // a message goes to the error topic without retries.

@@ -33,6 +33,7 @@ const (
 	childPoison  = "POSTROOM_TEST_CHILD_POISON"   // N: SIGKILL self when handling Work N, before its write; one subscription
 	childMaxDel  = "POSTROOM_TEST_CHILD_MAX_DELIVERIES"
 	childQuorum  = "POSTROOM_TEST_CHILD_QUORUM" // "1": quorum queues
+	childErrors  = "POSTROOM_TEST_CHILD_ERROR_TOPIC"
 )
 
 // WorkDone is published by a consumer process for each Work it handles,
@@ -78,6 +79,7 @@ func runConsumer() int {
 		DB:            db,
 		Concurrency:   concurrency,
 		MaxDeliveries: maxDeliveries,
+		ErrorTopic:    os.Getenv(childErrors),
 		// Retries outlast a database restart (about 8 s).
 		Retry:      bus.RetryPolicy{MaxRetries: 8, InitialBackoff: 100 * time.Millisecond, MaxBackoff: 2 * time.Second},
 		Recorder:   counters,

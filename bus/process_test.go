@@ -252,8 +252,12 @@ func TestPoisonMessageThatKillsItsConsumer(t *testing.T) {
 	t.Cleanup(func() { _ = tr.Close() })
 	errSub, err := tr.Subscriber(testenv.Name("errors_"))
 	require.NoError(t, err)
-	require.NoError(t, errSub.(message.SubscribeInitializer).SubscribeInitialize(bus.ErrorTopicDefault))
-	env := []string{childPoison + "=0", childMaxDel + "=2", childQuorum + "=1"}
+	// An error topic of its own: its children declare their error queue as
+	// a quorum queue, which a classic declaration of the same queue (by
+	// any other test) would refuse.
+	errorTopic := testenv.Name("error_")
+	require.NoError(t, errSub.(message.SubscribeInitializer).SubscribeInitialize(errorTopic))
+	env := []string{childPoison + "=0", childMaxDel + "=2", childQuorum + "=1", childErrors + "=" + errorTopic}
 
 	first := startChild(t, "consumer", p.dsn, p.url, p.endpoint, 0, env...)
 	for n := range 4 { // Work 0 is the poison message, 1 to 3 wait behind it
@@ -273,7 +277,7 @@ func TestPoisonMessageThatKillsItsConsumer(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	failed, err := errSub.Subscribe(ctx, bus.ErrorTopicDefault)
+	failed, err := errSub.Subscribe(ctx, errorTopic)
 	require.NoError(t, err)
 	for msg := range failed {
 		msg.Ack()

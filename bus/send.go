@@ -11,6 +11,7 @@ import (
 
 	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/metadata"
+	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/middleware/inbox"
 	"github.com/postroom/postroom/middleware/unitofwork"
 	"github.com/postroom/postroom/transport"
@@ -145,21 +146,27 @@ func (b *Bus) dispatch(ctx context.Context, out outgoing) error {
 	return b.publish(out)
 }
 
-// publish publishes out now. A command goes through the transport's
-// mandatory publish where it has one: sent to an endpoint with no queue,
-// it fails instead of being dropped by the broker.
+// publish publishes out now, through the transport's mandatory publish
+// where it has one: a command sent to an endpoint with no queue fails
+// instead of being dropped by the broker, and an event nobody subscribes
+// to is logged at debug level and counted as unrouted (under the
+// message's type), which is not an error.
 func (b *Bus) publish(out outgoing) error {
 	var err error
 	to := out.msg.Metadata.Get(metadata.CommandTo) // set by Send
-	if m, ok := b.cfg.Transport.(transport.Mandatory); ok && to != "" {
+	if m, ok := b.cfg.Transport.(transport.Mandatory); ok {
 		err = m.PublishMandatory(out.topic, out.msg)
 	} else {
 		err = b.cfg.Transport.Publisher().Publish(out.topic, out.msg)
 	}
+	name := out.msg.Metadata.Get(metadata.MessageType)
 	switch {
+	case errors.Is(err, transport.ErrNoRoute) && to == "":
+		b.cfg.Logger.Debug("bus: no queue takes the event: nobody subscribes to it", "message_type", name, "topic", out.topic, "message_id", out.msg.UUID)
+		b.cfg.Recorder.Record(name, metrics.Unrouted)
+		return nil
 	case errors.Is(err, transport.ErrNoRoute):
-		return fmt.Errorf("bus: send %s to endpoint %q: no queue takes it (has the endpoint started? is its name right?): %w",
-			out.msg.Metadata.Get(metadata.MessageType), to, err)
+		return fmt.Errorf("bus: send %s to endpoint %q: no queue takes it (has the endpoint started? is its name right?): %w", name, to, err)
 	case err != nil:
 		return fmt.Errorf("bus: publish to %s: %w", out.topic, err)
 	}

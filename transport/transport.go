@@ -2,9 +2,7 @@ package transport
 
 import (
 	"errors"
-	"io"
 	"log/slog"
-	"sync"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 )
@@ -21,32 +19,6 @@ type Transport interface {
 	Competing() bool
 	// Close releases the transport's connections.
 	Close() error
-}
-
-// Closers collects what a transport opens (its publisher, one subscriber per
-// group) and closes them all, in order, once. Safe for concurrent use.
-type Closers struct {
-	mu   sync.Mutex
-	list []io.Closer
-}
-
-// Add records c for Close.
-func (cs *Closers) Add(c io.Closer) {
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	cs.list = append(cs.list, c)
-}
-
-// Close closes everything added, and returns every error.
-func (cs *Closers) Close() error {
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	var errs []error
-	for _, c := range cs.list {
-		errs = append(errs, c.Close())
-	}
-	cs.list = nil
-	return errors.Join(errs...)
 }
 
 // ErrNoRoute is wrapped by PublishMandatory's error when no queue takes the

@@ -25,6 +25,7 @@ import (
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/middleware/inbox"
+	"github.com/postroom/postroom/middleware/inbox/edi"
 	"github.com/postroom/postroom/store"
 )
 
@@ -125,7 +126,7 @@ func run() error {
 	var failNextAfterBooking atomic.Bool
 	failNextAfterBooking.Store(true)
 	err = bus.Handle(b, func(ctx context.Context, m *Interchange) error {
-		ic, err := inbox.ParseInterchange([]byte(m.Raw))
+		ic, err := edi.ParseInterchange([]byte(m.Raw))
 		if err != nil {
 			return err
 		}
@@ -148,7 +149,7 @@ func run() error {
 			return errors.New("lost the connection after booking")
 		}
 		return nil
-	}, bus.WithInboxKey(inbox.EDIKey),
+	}, bus.WithInboxKey(edi.Key),
 		// The accounting API deduplicates on the key: an attempt whose
 		// outcome is unknown may run again.
 		bus.WithExternalEffects(bus.ExternalEffects{OnUnknown: inbox.Retry}))

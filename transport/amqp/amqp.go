@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/postroom/postroom/internal/closers"
 	"github.com/postroom/postroom/internal/logsink"
 	"github.com/postroom/postroom/transport"
 )
@@ -99,10 +100,9 @@ func (c Config) validate() error {
 type Transport struct {
 	cfg       Config
 	log       *logsink.Sink
-	publisher *wamqp.Publisher
-	mandatory *mandatoryPublisher
+	publisher *confirmPublisher
 
-	opened transport.Closers
+	opened closers.Closers
 }
 
 var (
@@ -111,21 +111,16 @@ var (
 	_ transport.LoggerSetter = (*Transport)(nil)
 )
 
-// New connects a publisher to the broker. The connection for
-// PublishMandatory is opened by its first call.
+// New returns a transport for cfg; it connects nothing. The publisher
+// connects on its first publish (and again after the connection is lost),
+// each subscriber when it is created.
 func New(cfg Config) (*Transport, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	log := logsink.New(cfg.Logger)
-	t := &Transport{cfg: cfg, log: log, mandatory: &mandatoryPublisher{url: cfg.URL, log: log}}
-	pub, err := wamqp.NewPublisher(t.config(""), log.Watermill())
-	if err != nil {
-		return nil, fmt.Errorf("amqp: connect publisher: %w", err)
-	}
-	t.publisher = pub
-	return t, nil
+	return &Transport{cfg: cfg, log: log, publisher: &confirmPublisher{url: cfg.URL, log: log}}, nil
 }
 
 // config is watermill-amqp's durable pub/sub config with postroom's
@@ -147,10 +142,23 @@ func (t *Transport) config(group string) wamqp.Config {
 // on, also for the publisher and subscribers created before. Nil discards them.
 func (t *Transport) SetLogger(l *slog.Logger) { t.log.Set(l) }
 
-// Publisher returns the publisher. A message published to a topic no queue
-// is bound to is dropped by RabbitMQ without an error (an event nobody
-// subscribes to); use PublishMandatory for commands.
-func (t *Transport) Publisher() message.Publisher { return t.publisher }
+// Publisher returns the publisher. Publish returns once the broker has
+// confirmed every message (publisher confirms), so a message the broker
+// did not take is an error, never lost in silence. A message published to
+// a topic no queue is bound to is dropped by RabbitMQ without an error (an
+// event nobody subscribes to); use PublishMandatory to be told.
+func (t *Transport) Publisher() message.Publisher { return plainPublisher{t.publisher} }
+
+// plainPublisher is the Publisher: confirmed, not mandatory.
+type plainPublisher struct{ p *confirmPublisher }
+
+// Publish publishes msgs to topic and waits for the broker's confirms.
+func (p plainPublisher) Publish(topic string, msgs ...*message.Message) error {
+	return p.p.publish(topic, msgs, false)
+}
+
+// Close closes the publisher's connection; later publishes fail.
+func (p plainPublisher) Close() error { return p.p.close() }
 
 // PublishMandatory publishes msgs to topic like Publisher().Publish, waits
 // for the broker's confirms, and fails with an error wrapping
@@ -158,7 +166,7 @@ func (t *Transport) Publisher() message.Publisher { return t.publisher }
 // serialised on one channel; it connects on first use and after the
 // connection is lost.
 func (t *Transport) PublishMandatory(topic string, msgs ...*message.Message) error {
-	return t.mandatory.publish(topic, msgs)
+	return t.publisher.publish(topic, msgs, true)
 }
 
 // Subscriber returns a subscriber whose queue for a topic is
@@ -178,7 +186,7 @@ func (t *Transport) Competing() bool { return true }
 
 // Close closes the publishers and every subscriber.
 func (t *Transport) Close() error {
-	return errors.Join(t.publisher.Close(), t.mandatory.close(), t.opened.Close())
+	return errors.Join(t.publisher.close(), t.opened.Close())
 }
 
 // ExchangeName is the exchange a topic is published to (a durable fanout

@@ -33,22 +33,22 @@ func TestPublishMandatoryReconnects(t *testing.T) {
 	}
 	require.ErrorIs(t, publish(), transport.ErrNoRoute)
 
-	require.NoError(t, tr.mandatory.conn.Close()) // as if the broker dropped it
+	require.NoError(t, tr.publisher.conn.Close()) // as if the broker dropped it
 	require.ErrorIs(t, publish(), transport.ErrNoRoute)
 
-	require.NoError(t, tr.mandatory.ch.Close())
+	require.NoError(t, tr.publisher.ch.Close())
 	require.ErrorIs(t, publish(), transport.ErrNoRoute)
 
-	require.Equal(t, 2, tr.mandatory.connects)
-	require.Contains(t, mu.String(), "amqp: reconnected the mandatory publisher")
+	require.Equal(t, 2, tr.publisher.connects)
+	require.Contains(t, mu.String(), "amqp: reconnected the publisher")
 }
 
 func deleteExchange(t *testing.T, topic string) {
 	tr, err := New(Config{URL: testenv.RequireAMQP(t)})
 	require.NoError(t, err)
 	defer tr.Close()
-	require.NoError(t, tr.mandatory.open())
-	_ = tr.mandatory.ch.ExchangeDelete(ExchangeName(topic), false, false)
+	require.NoError(t, tr.publisher.open())
+	_ = tr.publisher.ch.ExchangeDelete(ExchangeName(topic), false, false)
 }
 
 type syncWriter struct {

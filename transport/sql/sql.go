@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"gorm.io/gorm"
 
+	"github.com/postroom/postroom/internal/closers"
 	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/internal/logsink"
 	"github.com/postroom/postroom/transport"
@@ -42,7 +43,7 @@ type Transport struct {
 	offsets   wsql.OffsetsAdapter
 	publisher *wsql.Publisher
 
-	opened transport.Closers
+	opened closers.Closers
 }
 
 // New returns a SQL transport on cfg.DB.

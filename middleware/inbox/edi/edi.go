@@ -1,4 +1,9 @@
-package inbox
+// Package edi reads the envelope of X12 and EDIFACT interchanges, for an
+// inbox key that makes a resent interchange a duplicate: the sender and
+// the control reference (ISA13, UNB 0020), whatever the message's ID.
+//
+//	bus.Handle(b, handleInvoice, bus.WithInboxKey(edi.Key))
+package edi
 
 import (
 	"bytes"
@@ -7,11 +12,13 @@ import (
 	"strings"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/postroom/postroom/middleware/inbox"
 )
 
 // ErrNotInterchange is returned for a payload that starts with neither an
 // X12 ISA segment nor an EDIFACT UNB (or UNA) segment.
-var ErrNotInterchange = errors.New("inbox: payload is not an X12 or EDIFACT interchange")
+var ErrNotInterchange = errors.New("edi: payload is not an X12 or EDIFACT interchange")
 
 // Interchange identifies an EDI interchange: its sender and its control
 // reference, which the sender never reuses.
@@ -96,13 +103,15 @@ func parseEDIFACT(p []byte) (Interchange, error) {
 	return Interchange{Sender: elements[2][0], Control: elements[5][0]}, nil
 }
 
-// EDIKey is a KeyFunc for EDI interchanges in the payload: the source is
-// the interchange sender and the message ID its control reference, so a
-// resent interchange is a duplicate whatever its Watermill UUID.
-func EDIKey(msg *message.Message) (Key, error) {
+// Key is an inbox.KeyFunc for EDI interchanges in the payload: the source
+// is the interchange sender and the message ID its control reference, so a
+// resent interchange is a duplicate whatever its message ID.
+func Key(msg *message.Message) (inbox.Key, error) {
 	ic, err := ParseInterchange(msg.Payload)
 	if err != nil {
-		return Key{}, err
+		return inbox.Key{}, err
 	}
-	return Key{Source: ic.Sender, MessageID: ic.Control}, nil
+	return inbox.Key{Source: ic.Sender, MessageID: ic.Control}, nil
 }
+
+var _ inbox.KeyFunc = Key

@@ -12,21 +12,24 @@ import (
 	"github.com/postroom/postroom/transport"
 )
 
-// mandatoryBatch is how many messages one PublishMandatory call publishes
-// before it waits for their confirms; it is also the capacity of the
+// mandatoryBatch is how many messages one publish call sends before it
+// waits for their confirms; it is also the capacity of the
 // returns channel, which is drained after each batch, so amqp091's reader
 // never blocks on it.
 const mandatoryBatch = 64
 
-// errTransportClosed is returned by PublishMandatory after Close.
+// errTransportClosed is returned by Publish and PublishMandatory after Close.
 var errTransportClosed = errors.New("amqp: the transport is closed")
 
-// mandatoryPublisher publishes with mandatory=true on its own connection
-// and channel in confirm mode. RabbitMQ sends basic.return before the
-// basic.ack of a message no queue took, and amqp091 hands both over in that
-// order from one reader goroutine, so once the confirms of a batch are in,
-// its returns are in the returns channel. Publishes are serialised by mu.
-type mandatoryPublisher struct {
+// confirmPublisher publishes on its own connection and channel in confirm
+// mode: a publish returns once the broker has taken every message (a
+// message the broker did not confirm is an error, never a silent loss),
+// and with mandatory=true it fails for the messages no queue took.
+// RabbitMQ sends basic.return before the basic.ack of a message no queue
+// took, and amqp091 hands both over in that order from one reader
+// goroutine, so once the confirms of a batch are in, its returns are in
+// the returns channel. Publishes are serialised by mu.
+type confirmPublisher struct {
 	url string
 	log *logsink.Sink
 
@@ -39,7 +42,7 @@ type mandatoryPublisher struct {
 	closed   bool
 }
 
-func (p *mandatoryPublisher) publish(topic string, msgs []*message.Message) error {
+func (p *confirmPublisher) publish(topic string, msgs []*message.Message, mandatory bool) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -47,11 +50,11 @@ func (p *mandatoryPublisher) publish(topic string, msgs []*message.Message) erro
 	}
 	var errs []error
 	for batch := range chunk(msgs, mandatoryBatch) {
-		err := p.publishBatch(topic, batch)
+		err := p.publishBatch(topic, batch, mandatory)
 		if errors.Is(err, errNothingSent) {
 			// The channel or connection was found closed before anything
 			// of this batch was sent: reconnect and try once more.
-			err = p.publishBatch(topic, batch)
+			err = p.publishBatch(topic, batch, mandatory)
 		}
 		if errors.Is(err, errNothingSent) {
 			return fmt.Errorf("amqp: publish to topic %s: %w", topic, err)
@@ -85,7 +88,7 @@ func (e nothingSent) Error() string        { return e.err.Error() }
 func (e nothingSent) Unwrap() error        { return e.err }
 func (e nothingSent) Is(target error) bool { return target == errNothingSent }
 
-func (p *mandatoryPublisher) publishBatch(topic string, msgs []*message.Message) (err error) {
+func (p *confirmPublisher) publishBatch(topic string, msgs []*message.Message, mandatory bool) (err error) {
 	if err := p.open(); err != nil {
 		return err
 	}
@@ -113,7 +116,7 @@ func (p *mandatoryPublisher) publishBatch(topic string, msgs []*message.Message)
 	}
 	confirms := make([]*amqp091.DeferredConfirmation, len(msgs))
 	for i, msg := range msgs {
-		c, err := p.ch.PublishWithDeferredConfirmWithContext(msg.Context(), exchange, "", true, false, pubs[i])
+		c, err := p.ch.PublishWithDeferredConfirmWithContext(msg.Context(), exchange, "", mandatory, false, pubs[i])
 		if err != nil {
 			if i == 0 && p.ch.IsClosed() {
 				return nothingSent{fmt.Errorf("amqp: publish message %s to topic %s: %w", msg.UUID, topic, err)}
@@ -172,32 +175,32 @@ func returnedID(r amqp091.Return) string {
 }
 
 // open connects and opens the confirm channel if they are not open.
-func (p *mandatoryPublisher) open() error {
+func (p *confirmPublisher) open() error {
 	if p.conn == nil || p.conn.IsClosed() {
 		p.reset()
 		conn, err := amqp091.Dial(p.url)
 		if err != nil {
-			return nothingSent{fmt.Errorf("amqp: connect the mandatory publisher: %w", err)}
+			return nothingSent{fmt.Errorf("amqp: connect the publisher: %w", err)}
 		}
 		p.conn = conn
 		p.declared = map[string]bool{}
 		p.connects++
 		if p.connects == 1 {
-			p.log.Logger().Info("amqp: connected the mandatory publisher")
+			p.log.Logger().Info("amqp: connected the publisher")
 		} else {
-			p.log.Logger().Info("amqp: reconnected the mandatory publisher", "connects", p.connects)
+			p.log.Logger().Info("amqp: reconnected the publisher", "connects", p.connects)
 		}
 	}
 	if p.ch == nil || p.ch.IsClosed() {
 		ch, err := p.conn.Channel()
 		if err != nil {
 			p.reset()
-			return nothingSent{fmt.Errorf("amqp: open the mandatory publisher's channel: %w", err)}
+			return nothingSent{fmt.Errorf("amqp: open the publisher's channel: %w", err)}
 		}
 		if err := ch.Confirm(false); err != nil {
 			_ = ch.Close()
 			p.reset()
-			return nothingSent{fmt.Errorf("amqp: put the mandatory publisher's channel in confirm mode: %w", err)}
+			return nothingSent{fmt.Errorf("amqp: put the publisher's channel in confirm mode: %w", err)}
 		}
 		p.ch = ch
 		p.returns = ch.NotifyReturn(make(chan amqp091.Return, mandatoryBatch))
@@ -207,7 +210,7 @@ func (p *mandatoryPublisher) open() error {
 
 // reset closes the channel (and the connection if it is closed or broken),
 // so the next publish opens fresh ones.
-func (p *mandatoryPublisher) reset() {
+func (p *confirmPublisher) reset() {
 	if p.ch != nil {
 		// amqp091's reader blocks while delivering a return to a full
 		// channel, and Channel.Close waits for it; drain until amqp091
@@ -225,7 +228,7 @@ func (p *mandatoryPublisher) reset() {
 }
 
 // close closes the channel and the connection; later publishes fail.
-func (p *mandatoryPublisher) close() error {
+func (p *confirmPublisher) close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
