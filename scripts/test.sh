@@ -34,6 +34,10 @@ STATICCHECK_VERSION=v0.8.2
 echo "test: staticcheck $STATICCHECK_VERSION"
 go run "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION" ./...
 
+echo "test: the bench module (its own go.mod: ./... above does not reach it)"
+make bench-check
+(cd bench && go run "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION" ./...)
+
 echo "test: go test -race"
 go test -race -count=1 -timeout 10m ./...
 
@@ -41,7 +45,7 @@ echo "test: PostgreSQL restarted mid-run (alone: it restarts the server every te
 go test -race -count=1 -run '^TestDatabaseRestartedMidRun$' ./bus/ -fault.db
 
 echo "test: a short fuzz run of every parser (seed corpus: the f.Add calls in the tests)"
-go test -run '^$' -fuzz '^FuzzParseInterchange$' -fuzztime 10s ./middleware/inbox/
+go test -run '^$' -fuzz '^FuzzParseInterchange$' -fuzztime 10s ./middleware/inbox/edi/
 go test -run '^$' -fuzz '^FuzzMetadataVersion$' -fuzztime 10s ./middleware/stale/
 
 echo "test: examples"

@@ -22,10 +22,11 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"regexp"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
 
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/metrics"
@@ -257,11 +258,19 @@ func scrape(addr string) (string, error) {
 }
 
 func metric(body, handler string, e metrics.Event) int {
-	m := regexp.MustCompile(fmt.Sprintf(`postroom_messages_total\{handler=%q,event=%q\} (\d+)`, handler, e)).FindStringSubmatch(body)
-	if m == nil {
+	var p expfmt.TextParser
+	families, err := p.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
 		return 0
 	}
-	var n int
-	fmt.Sscan(m[1], &n)
-	return n
+	for _, m := range families["postroom_messages_total"].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["handler"] == handler && labels["event"] == string(e) {
+			return int(m.GetCounter().GetValue())
+		}
+	}
+	return 0
 }
