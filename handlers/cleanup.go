@@ -11,6 +11,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/store"
 )
 
 // Defaults of CleanupStore.
@@ -53,7 +54,7 @@ type CleanupConfig struct {
 	// DB holds the tables. Required.
 	DB *gorm.DB
 	// Tables names them. Defaults to the default names.
-	Tables dialect.Tables
+	Tables store.Tables
 	// OutboxTopic is the outbox's topic, whose relayed rows cleanup deletes
 	// too (PostgreSQL, MySQL). Defaults to "": no outbox.
 	OutboxTopic string
@@ -89,7 +90,7 @@ func NewCleanup(cfg CleanupConfig) (*Cleanup, error) {
 	if err != nil {
 		return nil, fmt.Errorf("handlers: %w", err)
 	}
-	stmts, err := d.Cleanup(cfg.Tables, cfg.OutboxTopic)
+	stmts, err := d.Cleanup(dialect.Tables(cfg.Tables), cfg.OutboxTopic)
 	if err != nil {
 		return nil, fmt.Errorf("handlers: CleanupConfig: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/postroom/postroom/handlers"
 	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/store"
 )
 
 func count(t *testing.T, db *gorm.DB, query string) int64 {
@@ -149,7 +150,7 @@ func TestCleanupRefusesBadConfig(t *testing.T) {
 	db := testenv.SQLite(t)
 	_, err := handlers.NewCleanup(handlers.CleanupConfig{DB: db, OutboxTopic: "postroom_outbox"})
 	require.ErrorIs(t, err, dialect.ErrUnsupported, "SQLite has no outbox")
-	_, err = handlers.NewCleanup(handlers.CleanupConfig{DB: db, Tables: dialect.Tables{Inbox: "x; DROP TABLE y"}})
+	_, err = handlers.NewCleanup(handlers.CleanupConfig{DB: db, Tables: store.Tables{Inbox: "x; DROP TABLE y"}})
 	require.ErrorIs(t, err, dialect.ErrBadIdentifier)
 	_, err = handlers.NewCleanup(handlers.CleanupConfig{DB: testenv.Postgres(t), OutboxTopic: "bad topic"})
 	require.ErrorIs(t, err, dialect.ErrBadIdentifier)

@@ -15,18 +15,18 @@ import (
 // done; the old rows stay for other endpoints on the same database until
 // cleanup purges them. The bus calls it in Run.
 func AdoptLegacyKeys(ctx context.Context, db *gorm.DB, tables Tables, consumer, legacyInbox string, watermarks bool) error {
-	d, tables, err := prepare(db, tables)
+	d, names, err := prepare(db, tables)
 	if err != nil {
 		return err
 	}
 	db = db.WithContext(ctx)
 	if legacyInbox != "" {
-		if err := db.Exec(d.InboxAdopt(tables.Inbox), consumer, legacyInbox, consumer).Error; err != nil {
+		if err := db.Exec(d.InboxAdopt(names.Inbox), consumer, legacyInbox, consumer).Error; err != nil {
 			return fmt.Errorf("store: adopt inbox keys of %q for %q: %w", legacyInbox, consumer, err)
 		}
 	}
 	if watermarks {
-		if err := db.Exec(d.WatermarkAdopt(tables.Watermarks), consumer, consumer).Error; err != nil {
+		if err := db.Exec(d.WatermarkAdopt(names.Watermarks), consumer, consumer).Error; err != nil {
 			return fmt.Errorf("store: adopt watermarks for %q: %w", consumer, err)
 		}
 	}

@@ -12,10 +12,27 @@ import (
 	"github.com/postroom/postroom/internal/dialect"
 )
 
-// Tables names postroom's tables; unset fields fall back to the defaults
-// ("postroom_inbox", "postroom_stale_watermarks", "postroom_schedules",
-// "postroom_migrations").
-type Tables = dialect.Tables
+// Tables names postroom's tables; an unset field takes its default. Each
+// name must be a plain identifier (letters, digits, '_'), which Migrate and
+// the other functions check.
+type Tables struct {
+	// Inbox holds one row per handled message key. Defaults to "postroom_inbox".
+	Inbox string
+	// Watermarks holds the newest applied version per entity. Defaults to
+	// "postroom_stale_watermarks".
+	Watermarks string
+	// Schedules holds the durable schedules. Defaults to "postroom_schedules".
+	Schedules string
+	// Migrations records the applied schema versions. Defaults to
+	// "postroom_migrations".
+	Migrations string
+}
+
+// WithDefaults returns t with every unset name filled in.
+func (t Tables) WithDefaults() Tables { return Tables(dialect.Tables(t).WithDefaults()) }
+
+// Validate reports every name that is not a valid identifier.
+func (t Tables) Validate() error { return dialect.Tables(t).Validate() }
 
 // TablesDefault returns the default table names.
 func TablesDefault() Tables { return Tables{}.WithDefaults() }
@@ -37,7 +54,7 @@ func Plan(dsn string, tables Tables) ([]string, error) {
 		return nil, err
 	}
 	out := []string{stmts.Create}
-	for _, m := range d.Migrations(tables) {
+	for _, m := range d.Migrations(dialect.Tables(tables)) {
 		out = append(out, fmt.Sprintf("-- %d: %s", m.Version, m.Name))
 		out = append(out, m.Statements...)
 	}
@@ -47,8 +64,8 @@ func Plan(dsn string, tables Tables) ([]string, error) {
 // Migrate applies every migration that the database has not recorded yet,
 // under a lock so that several instances starting at once apply each step
 // once. It returns the versions it applied.
-func Migrate(ctx context.Context, db *gorm.DB, tables Tables) ([]int, error) {
-	d, tables, err := prepare(db, tables)
+func Migrate(ctx context.Context, db *gorm.DB, names Tables) ([]int, error) {
+	d, tables, err := prepare(db, names)
 	if err != nil {
 		return nil, err
 	}
@@ -112,13 +129,13 @@ func alreadyApplied(d dialect.Dialect, err error) bool {
 
 // prepare returns db's dialect and the validated table names, defaults
 // filled in.
-func prepare(db *gorm.DB, tables Tables) (dialect.Dialect, Tables, error) {
+func prepare(db *gorm.DB, tables Tables) (dialect.Dialect, dialect.Tables, error) {
 	d, err := dialect.Of(db)
 	if err != nil {
-		return "", Tables{}, err
+		return "", dialect.Tables{}, err
 	}
 	if err := tables.Validate(); err != nil {
-		return "", Tables{}, err
+		return "", dialect.Tables{}, err
 	}
-	return d, tables.WithDefaults(), nil
+	return d, dialect.Tables(tables.WithDefaults()), nil
 }

@@ -34,7 +34,7 @@ func Stats(ctx context.Context, db *gorm.DB, tables Tables) ([]TableStats, error
 	if err != nil {
 		return nil, err
 	}
-	queries, err := d.Stats(tables)
+	queries, err := d.Stats(dialect.Tables(tables))
 	if err != nil {
 		return nil, err
 	}
