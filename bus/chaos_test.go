@@ -36,7 +36,7 @@ func TestChaos(t *testing.T) {
 	tr, err := amqp.New(amqp.Config{URL: p.url})
 	require.NoError(t, err)
 	downstream, err := bus.New(bus.Config{Endpoint: testenv.Name("audit"), Transport: tr, DB: p.db, Logger: testenv.Logger(t),
-		Concurrency: 4, Cleanup: bus.CleanupConfig{Disabled: true}})
+		Concurrency: 4, Cleanup: bus.CleanupSchedule{Disabled: true}})
 	require.NoError(t, err)
 	require.NoError(t, bus.Handle(downstream, func(ctx context.Context, d *WorkDone) error {
 		return bus.Tx(ctx).Exec("INSERT INTO done (n) VALUES (?)", d.N).Error

@@ -30,7 +30,7 @@ func TestCleanupIsScheduledWithTheInbox(t *testing.T) {
 	require.NoError(t, db.Exec(d.InboxInsert("postroom_inbox"), "c", "", "recent", "t", d.Time(recent)).Error)
 
 	b, err := bus.New(bus.Config{Endpoint: "billing", Transport: gochannel.New(gochannel.Config{}), DB: db,
-		Logger: testenv.Logger(t), Now: clock, Cleanup: bus.CleanupConfig{Interval: time.Hour}})
+		Logger: testenv.Logger(t), Now: clock, Cleanup: bus.CleanupSchedule{Interval: time.Hour}})
 	require.NoError(t, err)
 	require.NoError(t, bus.Handle(b, func(context.Context, *CreateInvoice) error { return nil }, bus.WithInbox()))
 	start(t, b, "error")

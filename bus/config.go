@@ -166,13 +166,14 @@ type Config struct {
 	// Cleanup schedules CleanupStore, which purges inbox keys and watermarks
 	// older than InboxRetention. It is on as soon as a handler uses the
 	// inbox or the stale check.
-	Cleanup CleanupConfig
+	Cleanup CleanupSchedule
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
 }
 
-// CleanupConfig configures the scheduled CleanupStore.
-type CleanupConfig struct {
+// CleanupSchedule configures the scheduled CleanupStore (the handler itself
+// is handlers.Cleanup, configured by handlers.CleanupConfig).
+type CleanupSchedule struct {
 	// Disabled turns the schedule off (purge some other way, or the tables grow forever).
 	Disabled bool
 	// Interval is how often it runs, on one instance per slot. Defaults to 12 hours.

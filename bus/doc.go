@@ -49,5 +49,5 @@
 //
 // As soon as a handler uses the inbox or the stale check, [Bus.Run] also
 // runs a durable schedule that sends handlers.CleanupStore to this endpoint
-// every 12 hours, on one instance per slot ([CleanupConfig]).
+// every 12 hours, on one instance per slot ([CleanupSchedule]).
 package bus

@@ -29,7 +29,7 @@ func ExampleHandle() {
 	db.Exec("CREATE TABLE payments (invoice_id TEXT NOT NULL)")
 
 	b, _ := bus.New(bus.Config{Endpoint: "billing", DB: db, Logger: slog.New(slog.DiscardHandler),
-		Cleanup: bus.CleanupConfig{Disabled: true}})
+		Cleanup: bus.CleanupSchedule{Disabled: true}})
 	_ = bus.Handle(b, func(ctx context.Context, m *InvoicePaid) error {
 		return bus.Tx(ctx).Exec("INSERT INTO payments (invoice_id) VALUES (?)", m.InvoiceID).Error
 	}, bus.WithInbox())

@@ -48,7 +48,7 @@ func runExternalConsumer() int {
 		Concurrency: 2,
 		Retry:       bus.RetryPolicy{MaxRetries: 2, InitialBackoff: 50 * time.Millisecond},
 		Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 1})),
-		Cleanup:     bus.CleanupConfig{Disabled: true},
+		Cleanup:     bus.CleanupSchedule{Disabled: true},
 	})
 	if err != nil {
 		return fail(err)

@@ -91,7 +91,7 @@ func TestMetricsEndpointShowsTablesCleanupSchedulesAndRouter(t *testing.T) {
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	b, err := bus.New(bus.Config{Endpoint: "billing", Transport: gochannel.New(gochannel.Config{}), DB: db, Now: now,
 		MetricsAddr: "127.0.0.1:0", TableGaugeInterval: 20 * time.Millisecond, Logger: testenv.Logger(t),
-		Cleanup: bus.CleanupConfig{Interval: time.Hour}})
+		Cleanup: bus.CleanupSchedule{Interval: time.Hour}})
 	require.NoError(t, err)
 	require.NoError(t, bus.Handle(b, func(context.Context, *CreateInvoice) error { return nil }, bus.WithInbox()))
 	start(t, b, "error")

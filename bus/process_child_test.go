@@ -85,7 +85,7 @@ func runConsumer() int {
 		Recorder:   counters,
 		Middleware: []message.HandlerMiddleware{crashAfterCommit},
 		Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Cleanup:    bus.CleanupConfig{Disabled: true},
+		Cleanup:    bus.CleanupSchedule{Disabled: true},
 		Outbox:     os.Getenv(childOutbox) == "1",
 	})
 	if err != nil {
@@ -157,7 +157,7 @@ func runOutboxSender() int {
 		Endpoint: os.Getenv(childEP), Transport: tr, DB: db, Outbox: true, Recorder: counters,
 		Middleware: []message.HandlerMiddleware{crashAfterCommit},
 		Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 1})),
-		Cleanup:    bus.CleanupConfig{Disabled: true},
+		Cleanup:    bus.CleanupSchedule{Disabled: true},
 	})
 	if err != nil {
 		return fail(err)

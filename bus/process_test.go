@@ -192,7 +192,7 @@ func TestOutboxSurvivesAKillBetweenCommitAndRelay(t *testing.T) {
 	tr, err := amqp.New(amqp.Config{URL: p.url})
 	require.NoError(t, err)
 	downstream, err := bus.New(bus.Config{Endpoint: testenv.Name("shipping"), Transport: tr, DB: p.db, Logger: testenv.Logger(t),
-		Cleanup: bus.CleanupConfig{Disabled: true}})
+		Cleanup: bus.CleanupSchedule{Disabled: true}})
 	require.NoError(t, err)
 	require.NoError(t, bus.Handle(downstream, func(ctx context.Context, s *Shipped) error {
 		return bus.Tx(ctx).Exec("INSERT INTO shipped (order_id, parcel) VALUES (?, ?)", s.OrderID, s.Parcel).Error

@@ -28,7 +28,7 @@ func TestTraceContextCrossesSendAndPublish(t *testing.T) {
 			provider := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 			t.Cleanup(func() { _ = provider.Shutdown(context.Background()) })
 			b, err := bus.New(bus.Config{Endpoint: testenv.Name("ep"), Transport: tr(), DB: db, TracerProvider: provider,
-				Retry: bus.RetryPolicy{NoRetries: true}, Logger: testenv.Logger(t), Cleanup: bus.CleanupConfig{Disabled: true}})
+				Retry: bus.RetryPolicy{NoRetries: true}, Logger: testenv.Logger(t), Cleanup: bus.CleanupSchedule{Disabled: true}})
 			require.NoError(t, err)
 			require.NoError(t, bus.Handle(b, func(ctx context.Context, m *CreateInvoice) error {
 				return bus.Publish(ctx, b, &OrderPlaced{OrderID: m.OrderID})

@@ -33,7 +33,7 @@ func TestErrorsListShowReplay(t *testing.T) {
 	require.NoError(t, err)
 	errorTopic := testenv.Name("error_")
 	b, err := bus.New(bus.Config{Endpoint: testenv.Name("billing"), Transport: tr, DB: db, ErrorTopic: errorTopic,
-		Retry: bus.RetryPolicy{NoRetries: true}, Logger: testenv.Logger(t), Cleanup: bus.CleanupConfig{Disabled: true}})
+		Retry: bus.RetryPolicy{NoRetries: true}, Logger: testenv.Logger(t), Cleanup: bus.CleanupSchedule{Disabled: true}})
 	require.NoError(t, err)
 	var broken atomic.Bool
 	broken.Store(true)

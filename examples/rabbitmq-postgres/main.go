@@ -86,7 +86,7 @@ func worker(dsn, endpoint string) error {
 		Outbox:      true,
 		Concurrency: 2,
 		MetricsAddr: "127.0.0.1:0",
-		Cleanup:     bus.CleanupConfig{Interval: time.Second},
+		Cleanup:     bus.CleanupSchedule{Interval: time.Second},
 		// Watermill logs its own shutdown on SIGTERM as errors; the run's
 		// counts are the example's check.
 		Logger: slog.New(slog.DiscardHandler),
@@ -151,7 +151,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	audit, err := bus.New(bus.Config{Endpoint: schema + "_audit", Transport: tr, DB: db, Logger: quiet, Cleanup: bus.CleanupConfig{Disabled: true}})
+	audit, err := bus.New(bus.Config{Endpoint: schema + "_audit", Transport: tr, DB: db, Logger: quiet, Cleanup: bus.CleanupSchedule{Disabled: true}})
 	if err != nil {
 		return err
 	}

@@ -49,7 +49,7 @@ func runE2EWith(ctx context.Context, tr transport.Transport, db *gorm.DB, kind K
 		DB:          db,
 		Concurrency: concurrency,
 		Logger:      slog.New(slog.DiscardHandler),
-		Cleanup:     bus.CleanupConfig{Disabled: true},
+		Cleanup:     bus.CleanupSchedule{Disabled: true},
 	}
 	// The gate holds every delivery until all are sent; the count closes
 	// done when the last has settled, so the clock stops without a poller

@@ -145,7 +145,7 @@ func startLatencyBus(ctx context.Context, db *gorm.DB) (*latencyBus, error) {
 	// rows, they stalled every handler for ~10 ms on 2026-12-03).
 	b, err := bus.New(bus.Config{
 		Endpoint: "bench", Transport: gochannel.New(gochannel.Config{}), DB: db,
-		Concurrency: 8, Logger: slog.New(slog.DiscardHandler), Cleanup: bus.CleanupConfig{Disabled: true},
+		Concurrency: 8, Logger: slog.New(slog.DiscardHandler), Cleanup: bus.CleanupSchedule{Disabled: true},
 		TableGaugeInterval: -1, Middleware: []message.HandlerMiddleware{timing},
 	})
 	if err != nil {

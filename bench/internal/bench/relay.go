@@ -102,7 +102,7 @@ func handleWithSends(ctx context.Context, db *gorm.DB, send bool, n int64) (floa
 	gate := make(chan struct{})
 	b, err := bus.New(bus.Config{
 		Endpoint: "bench", Transport: gochannel.New(gochannel.Config{}), DB: db, Outbox: true,
-		Concurrency: 8, Logger: slog.New(slog.DiscardHandler), Cleanup: bus.CleanupConfig{Disabled: true},
+		Concurrency: 8, Logger: slog.New(slog.DiscardHandler), Cleanup: bus.CleanupSchedule{Disabled: true},
 		Middleware: []message.HandlerMiddleware{func(h message.HandlerFunc) message.HandlerFunc {
 			return func(msg *message.Message) ([]*message.Message, error) { <-gate; return h(msg) }
 		}},
