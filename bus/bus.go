@@ -30,7 +30,6 @@ type Bus struct {
 	router *message.Router
 	wmLog  watermill.LoggerAdapter
 	outbox *outbox.Outbox
-	traces *tracing.Tracing // nil: tracing off
 	// registry holds Watermill's router metrics, served with postroom's on
 	// MetricsAddr; nil without MetricsAddr.
 	registry *prometheus.Registry
@@ -73,7 +72,7 @@ func New(cfg Config) (*Bus, error) {
 		b.addRouterMetrics()
 	}
 	if cfg.TracerProvider != nil {
-		if b.traces, err = tracing.New(tracing.Config{TracerProvider: cfg.TracerProvider, Propagator: cfg.Propagator}); err != nil {
+		if _, err = tracing.New(tracing.Config{TracerProvider: cfg.TracerProvider}); err != nil {
 			return nil, fmt.Errorf("bus: %w", err)
 		}
 	}

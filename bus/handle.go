@@ -15,6 +15,7 @@ import (
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/middleware/inbox"
 	"github.com/postroom/postroom/middleware/stale"
+	"github.com/postroom/postroom/middleware/tracing"
 	"github.com/postroom/postroom/middleware/unitofwork"
 )
 
@@ -161,8 +162,12 @@ func handle[T any](b *Bus, fn HandlerFunc[T], byRun bool, opts ...HandlerOption)
 		var delivery message.HandlerFunc = func(msg *message.Message) ([]*message.Message, error) {
 			return nil, b.deliver(hc.name, topic, msg, h)
 		}
-		if b.traces != nil {
-			delivery = b.traces.Handler(hc.name, delivery)
+		if b.cfg.TracerProvider != nil {
+			traced, err := tracing.New(tracing.Config{TracerProvider: b.cfg.TracerProvider, Propagator: b.cfg.Propagator, Handler: hc.name})
+			if err != nil {
+				return fmt.Errorf("bus: handler %s: %w", hc.name, err)
+			}
+			delivery = traced(delivery)
 		}
 		for i := len(b.cfg.Middleware) - 1; i >= 0; i-- {
 			delivery = b.cfg.Middleware[i](delivery)

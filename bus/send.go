@@ -13,6 +13,7 @@ import (
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/middleware/inbox"
+	"github.com/postroom/postroom/middleware/tracing"
 	"github.com/postroom/postroom/middleware/unitofwork"
 	"github.com/postroom/postroom/transport"
 )
@@ -102,8 +103,8 @@ func (b *Bus) newMessage(ctx context.Context, name string, payload any, opts []S
 	} else {
 		msg.Metadata.Set(metadata.CorrelationID, msg.UUID)
 	}
-	if b.traces != nil {
-		b.traces.Inject(ctx, msg)
+	if b.cfg.TracerProvider != nil {
+		tracing.Inject(ctx, msg, b.cfg.Propagator)
 	}
 	for _, o := range opts {
 		o(msg)

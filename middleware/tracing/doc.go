@@ -4,8 +4,9 @@
 //
 // # On a Watermill router
 //
-// [NewMiddleware] returns a plain message.HandlerMiddleware; publish with
-// [Tracing.Inject] so the consumer's span continues the producer's trace.
+// [New] returns a plain message.HandlerMiddleware, like the inbox's and the
+// stale check's; publish with [Inject] so the consumer's span continues
+// the producer's trace.
 //
 // # On the bus
 //

@@ -22,6 +22,10 @@ type Config struct {
 	// Propagator carries the trace context in message metadata. Defaults to
 	// W3C Trace Context (propagation.TraceContext).
 	Propagator propagation.TextMapPropagator
+	// Handler names the handler in span names ("<handler> process") and in
+	// the consumer group attribute. Defaults to each message's Watermill
+	// handler name.
+	Handler string
 }
 
 func (c Config) withDefaults() Config {
@@ -34,71 +38,51 @@ func (c Config) withDefaults() Config {
 // ErrNoTracerProvider is returned by New without a TracerProvider.
 var ErrNoTracerProvider = errors.New("tracing: Config.TracerProvider is nil: pass otel.GetTracerProvider() or your SDK's provider")
 
-// Tracing makes a span per handled message and carries trace contexts in
-// message metadata.
-type Tracing struct {
-	tracer     trace.Tracer
-	propagator propagation.TextMapPropagator
-}
-
-// New returns a Tracing for cfg.
-func New(cfg Config) (*Tracing, error) {
+// New returns a middleware that runs each message in a consumer span named
+// "<handler> process", a child of the trace context in the message's
+// metadata, and puts it in the message context, so what the handler sends
+// (with Inject) carries it on. An error ends the span with an error status.
+func New(cfg Config) (message.HandlerMiddleware, error) {
 	if cfg.TracerProvider == nil {
 		return nil, ErrNoTracerProvider
 	}
 	cfg = cfg.withDefaults()
-	return &Tracing{tracer: cfg.TracerProvider.Tracer(ScopeName), propagator: cfg.Propagator}, nil
-}
-
-// NewMiddleware returns the middleware of a Tracing for cfg: see
-// [Tracing.Middleware].
-func NewMiddleware(cfg Config) (message.HandlerMiddleware, error) {
-	t, err := New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return t.Middleware, nil
-}
-
-// Middleware runs each message in a consumer span named "<handler>
-// process", a child of the trace context in the message's metadata, and
-// puts it in the message context, so what the handler sends carries it on.
-// An error ends the span with an error status.
-func (t *Tracing) Middleware(h message.HandlerFunc) message.HandlerFunc {
-	return t.Handler("", h)
-}
-
-// Handler is Middleware for one handler, named handler in its spans (the
-// Watermill handler name when empty).
-func (t *Tracing) Handler(handler string, h message.HandlerFunc) message.HandlerFunc {
-	return func(msg *message.Message) ([]*message.Message, error) {
-		parent := msg.Context()
-		if handler == "" {
-			handler = message.HandlerNameFromCtx(parent)
+	tracer := cfg.TracerProvider.Tracer(ScopeName)
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			parent := msg.Context()
+			handler := cfg.Handler
+			if handler == "" {
+				handler = message.HandlerNameFromCtx(parent)
+			}
+			ctx := cfg.Propagator.Extract(parent, Carrier(msg.Metadata))
+			ctx, span := tracer.Start(ctx, handler+" process", trace.WithSpanKind(trace.SpanKindConsumer),
+				trace.WithAttributes(
+					attribute.String("messaging.operation.type", "process"),
+					attribute.String("messaging.message.id", msg.UUID),
+					attribute.String("messaging.destination.name", message.SubscribeTopicFromCtx(parent)),
+					attribute.String("messaging.consumer.group.name", handler),
+				))
+			defer span.End()
+			msg.SetContext(ctx)
+			defer msg.SetContext(parent)
+			out, err := h(msg)
+			if err != nil {
+				span.RecordError(err)
+				span.SetStatus(codes.Error, err.Error())
+			}
+			return out, err
 		}
-		ctx := t.propagator.Extract(parent, Carrier(msg.Metadata))
-		ctx, span := t.tracer.Start(ctx, handler+" process", trace.WithSpanKind(trace.SpanKindConsumer),
-			trace.WithAttributes(
-				attribute.String("messaging.operation.type", "process"),
-				attribute.String("messaging.message.id", msg.UUID),
-				attribute.String("messaging.destination.name", message.SubscribeTopicFromCtx(parent)),
-				attribute.String("messaging.consumer.group.name", handler),
-			))
-		defer span.End()
-		msg.SetContext(ctx)
-		defer msg.SetContext(parent)
-		out, err := h(msg)
-		if err != nil {
-			span.RecordError(err)
-			span.SetStatus(codes.Error, err.Error())
-		}
-		return out, err
-	}
+	}, nil
 }
 
-// Inject writes the trace context of ctx into msg's metadata.
-func (t *Tracing) Inject(ctx context.Context, msg *message.Message) {
-	t.propagator.Inject(ctx, Carrier(msg.Metadata))
+// Inject writes the trace context of ctx into msg's metadata with p (W3C
+// Trace Context when nil), so the consumer's span continues the trace.
+func Inject(ctx context.Context, msg *message.Message, p propagation.TextMapPropagator) {
+	if p == nil {
+		p = propagation.TraceContext{}
+	}
+	p.Inject(ctx, Carrier(msg.Metadata))
 }
 
 // Fail marks the span in ctx as failed with reason: the message went to the

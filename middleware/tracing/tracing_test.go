@@ -21,16 +21,16 @@ func TestMiddlewareContinuesTheProducersTrace(t *testing.T) {
 
 	spans := tracetest.NewSpanRecorder()
 	provider := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
-	tr, err := tracing.New(tracing.Config{TracerProvider: provider})
+	mw, err := tracing.New(tracing.Config{TracerProvider: provider, Handler: "billing"})
 	require.NoError(t, err)
 	ctx, producer := provider.Tracer("test").Start(context.Background(), "producer")
 	msg := message.NewMessage("m-1", nil)
-	tr.Inject(ctx, msg)
+	tracing.Inject(ctx, msg, nil)
 	producer.End()
 	require.NotEmpty(t, msg.Metadata.Get("traceparent"))
 
 	var seen trace.SpanContext
-	_, err = tr.Handler("billing", func(msg *message.Message) ([]*message.Message, error) {
+	_, err = mw(func(msg *message.Message) ([]*message.Message, error) {
 		seen = trace.SpanContextFromContext(msg.Context())
 		return nil, errors.New("boom")
 	})(msg)
