@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/amqpqueue"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/transport/amqp"
 )
@@ -45,7 +46,7 @@ handler with an inbox skips it if it was handled since.`,
 	return cmd
 }
 
-func (o *errorOptions) open(cmd *cobra.Command) (*amqp.Queue, error) {
+func (o *errorOptions) open(cmd *cobra.Command) (*amqpqueue.Queue, error) {
 	url := o.url
 	if !cmd.Flags().Changed("amqp") {
 		url = os.Getenv("POSTROOM_AMQP_URL")
@@ -54,7 +55,7 @@ func (o *errorOptions) open(cmd *cobra.Command) (*amqp.Queue, error) {
 		return nil, errors.New("no broker: pass --amqp or set POSTROOM_AMQP_URL")
 	}
 	*o.secrets = append(*o.secrets, url)
-	return amqp.OpenQueue(url, o.topic, bus.ErrorQueueGroup)
+	return amqpqueue.Open(url, o.topic, bus.ErrorQueueGroup)
 }
 
 // failedMessage is one message of the error topic, as printed.

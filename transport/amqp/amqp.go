@@ -188,9 +188,3 @@ func (t *Transport) Competing() bool { return true }
 func (t *Transport) Close() error {
 	return errors.Join(t.publisher.close(), t.opened.Close())
 }
-
-// ExchangeName is the exchange a topic is published to (a durable fanout
-// exchange of the topic's name).
-func ExchangeName(topic string) string {
-	return wamqp.GenerateExchangeNameTopicName(topic)
-}

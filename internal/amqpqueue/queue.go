@@ -1,20 +1,17 @@
-package amqp
+// Package amqpqueue reads and moves the messages of one RabbitMQ queue (an
+// error queue) for the operator's commands, without a subscriber.
+package amqpqueue
 
 import (
 	"context"
 	"errors"
 	"fmt"
 
-	"github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp091 "github.com/rabbitmq/amqp091-go"
-)
 
-// QueueName is the queue a subscriber of group reads topic from:
-// "<topic>_<group>". Subscriber names its queues with it.
-func QueueName(topic, group string) string {
-	return amqp.GenerateQueueNameTopicNameWithSuffix(group)(topic)
-}
+	postroomamqp "github.com/postroom/postroom/transport/amqp"
+)
 
 // Queue reads and moves the messages of one queue (an error queue) for an
 // operator, without a subscriber: messages it lists stay where they are.
@@ -23,13 +20,13 @@ type Queue struct {
 	queue string
 }
 
-// OpenQueue connects to the queue of topic for group.
-func OpenQueue(url, topic, group string) (*Queue, error) {
+// Open connects to the queue of topic for group.
+func Open(url, topic, group string) (*Queue, error) {
 	conn, err := amqp091.Dial(url)
 	if err != nil {
-		return nil, fmt.Errorf("amqp: connect: %w", err)
+		return nil, fmt.Errorf("amqpqueue: connect: %w", err)
 	}
-	q := &Queue{conn: conn, queue: QueueName(topic, group)}
+	q := &Queue{conn: conn, queue: postroomamqp.QueueName(topic, group)}
 	if err := q.exists(q.queue); err != nil {
 		conn.Close()
 		return nil, err
@@ -45,11 +42,11 @@ func (q *Queue) Close() error { return q.conn.Close() }
 func (q *Queue) exists(name string) error {
 	ch, err := q.conn.Channel()
 	if err != nil {
-		return fmt.Errorf("amqp: channel: %w", err)
+		return fmt.Errorf("amqpqueue: channel: %w", err)
 	}
 	defer ch.Close()
 	if _, err := ch.QueueDeclarePassive(name, true, false, false, false, nil); err != nil {
-		return fmt.Errorf("amqp: queue %s does not exist: %w", name, err)
+		return fmt.Errorf("amqpqueue: queue %s does not exist: %w", name, err)
 	}
 	return nil
 }
@@ -61,25 +58,25 @@ func (q *Queue) exists(name string) error {
 func (q *Queue) Browse(ctx context.Context, limit int, visit func(*message.Message) (take bool, err error)) error {
 	ch, err := q.conn.Channel()
 	if err != nil {
-		return fmt.Errorf("amqp: channel: %w", err)
+		return fmt.Errorf("amqpqueue: channel: %w", err)
 	}
 	defer ch.Close() // requeues every delivery not acked
 	var taken []amqp091.Delivery
-	var m Marshaler
+	var m postroomamqp.Marshaler
 	for range limit {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		d, ok, err := ch.Get(q.queue, false)
 		if err != nil {
-			return fmt.Errorf("amqp: get from %s: %w", q.queue, err)
+			return fmt.Errorf("amqpqueue: get from %s: %w", q.queue, err)
 		}
 		if !ok {
 			break
 		}
 		msg, err := m.Unmarshal(d)
 		if err != nil {
-			return fmt.Errorf("amqp: message %d of %s: %w", d.DeliveryTag, q.queue, err)
+			return fmt.Errorf("amqpqueue: message %d of %s: %w", d.DeliveryTag, q.queue, err)
 		}
 		take, err := visit(msg)
 		if err != nil {
@@ -91,7 +88,7 @@ func (q *Queue) Browse(ctx context.Context, limit int, visit func(*message.Messa
 	}
 	for _, d := range taken {
 		if err := d.Ack(false); err != nil {
-			return fmt.Errorf("amqp: remove from %s: %w", q.queue, err)
+			return fmt.Errorf("amqpqueue: remove from %s: %w", q.queue, err)
 		}
 	}
 	return nil
@@ -105,26 +102,26 @@ func (q *Queue) SendToQueue(ctx context.Context, queue string, msg *message.Mess
 	}
 	ch, err := q.conn.Channel()
 	if err != nil {
-		return fmt.Errorf("amqp: channel: %w", err)
+		return fmt.Errorf("amqpqueue: channel: %w", err)
 	}
 	defer ch.Close()
 	if err := ch.Confirm(false); err != nil {
-		return fmt.Errorf("amqp: confirm mode: %w", err)
+		return fmt.Errorf("amqpqueue: confirm mode: %w", err)
 	}
-	p, err := Marshaler{}.Marshal(msg)
+	p, err := postroomamqp.Marshaler{}.Marshal(msg)
 	if err != nil {
 		return err
 	}
 	confirm, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, true, false, p)
 	if err != nil {
-		return fmt.Errorf("amqp: publish to %s: %w", queue, err)
+		return fmt.Errorf("amqpqueue: publish to %s: %w", queue, err)
 	}
 	ok, err := confirm.WaitContext(ctx)
 	if err != nil {
-		return fmt.Errorf("amqp: confirm of %s: %w", queue, err)
+		return fmt.Errorf("amqpqueue: confirm of %s: %w", queue, err)
 	}
 	if !ok {
-		return errors.New("amqp: the broker refused the message to " + queue)
+		return errors.New("amqpqueue: the broker refused the message to " + queue)
 	}
 	return nil
 }
