@@ -17,22 +17,24 @@ import (
 	"github.com/postroom/postroom/transport"
 )
 
-// Defaults of Config.
+// ErrorTopicDefault is the default Config.ErrorTopic.
+const ErrorTopicDefault = "error"
+
+// Defaults of Config; each field's comment gives its default.
 const (
-	ErrorTopicDefault         = "error"
-	ConcurrencyDefault        = 1
-	InboxRetentionDefault     = 10 * 24 * time.Hour
-	RedeliveryWindowDefault   = time.Hour
-	CleanupIntervalDefault    = 12 * time.Hour
-	CleanupBatchSizeDefault   = 1000
-	MaxPayloadBytesDefault    = 1 << 20
-	MaxDeliveriesDefault      = 10
-	GaugeIntervalDefault      = 5 * time.Second
-	TableGaugeIntervalDefault = time.Minute
-	MaxRetriesDefault         = 3
-	InitialBackoffDefault     = 100 * time.Millisecond
-	MaxBackoffDefault         = 5 * time.Second
-	BackoffMultiplierDefault  = 2.0
+	concurrencyDefault        = 1
+	inboxRetentionDefault     = 10 * 24 * time.Hour
+	redeliveryWindowDefault   = time.Hour
+	cleanupIntervalDefault    = 12 * time.Hour
+	cleanupBatchSizeDefault   = 1000
+	maxPayloadBytesDefault    = 1 << 20
+	maxDeliveriesDefault      = 10
+	gaugeIntervalDefault      = 5 * time.Second
+	tableGaugeIntervalDefault = time.Minute
+	maxRetriesDefault         = 3
+	initialBackoffDefault     = 100 * time.Millisecond
+	maxBackoffDefault         = 5 * time.Second
+	backoffMultiplierDefault  = 2.0
 )
 
 // RetryPolicy says how often, and how far apart, a failing message is
@@ -56,11 +58,11 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 	if p.NoRetries {
 		p.MaxRetries = 0
 	} else {
-		p.MaxRetries = cmp.Or(p.MaxRetries, MaxRetriesDefault)
+		p.MaxRetries = cmp.Or(p.MaxRetries, maxRetriesDefault)
 	}
-	p.InitialBackoff = cmp.Or(p.InitialBackoff, InitialBackoffDefault)
-	p.MaxBackoff = cmp.Or(p.MaxBackoff, MaxBackoffDefault)
-	p.Multiplier = cmp.Or(p.Multiplier, BackoffMultiplierDefault)
+	p.InitialBackoff = cmp.Or(p.InitialBackoff, initialBackoffDefault)
+	p.MaxBackoff = cmp.Or(p.MaxBackoff, maxBackoffDefault)
+	p.Multiplier = cmp.Or(p.Multiplier, backoffMultiplierDefault)
 	return p
 }
 
@@ -73,8 +75,10 @@ func (p RetryPolicy) backoff(n int) time.Duration {
 	return min(time.Duration(d), p.MaxBackoff)
 }
 
-// Horizon is the longest time the retries of one delivery can take.
+// Horizon is the longest time the retries of one delivery can take (with
+// the defaults of the fields left unset).
 func (p RetryPolicy) Horizon() time.Duration {
+	p = p.withDefaults()
 	var total time.Duration
 	for n := 1; n <= p.MaxRetries; n++ {
 		total += p.backoff(n)
@@ -186,20 +190,30 @@ type CleanupSchedule struct {
 	Pause time.Duration
 }
 
+// RedeliveryHorizon returns how long after its first delivery a message
+// can still arrive again with c's settings (defaults filled in): its
+// retries' horizon plus RedeliveryWindow. The bus refuses an
+// InboxRetention below it (plus the lease of a handler with external
+// effects): a key purged sooner would not protect against the redelivery.
+func (c Config) RedeliveryHorizon() time.Duration {
+	c = c.withDefaults()
+	return c.Retry.Horizon() + c.RedeliveryWindow
+}
+
 var endpointName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$`)
 
 func (c Config) withDefaults() Config {
 	c.ErrorTopic = cmp.Or(c.ErrorTopic, ErrorTopicDefault)
-	c.Concurrency = cmp.Or(c.Concurrency, ConcurrencyDefault)
-	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, MaxPayloadBytesDefault)
-	c.MaxDeliveries = cmp.Or(c.MaxDeliveries, MaxDeliveriesDefault)
-	c.GaugeInterval = cmp.Or(c.GaugeInterval, GaugeIntervalDefault)
-	c.TableGaugeInterval = cmp.Or(c.TableGaugeInterval, TableGaugeIntervalDefault)
-	c.InboxRetention = cmp.Or(c.InboxRetention, InboxRetentionDefault)
-	c.RedeliveryWindow = cmp.Or(c.RedeliveryWindow, RedeliveryWindowDefault)
+	c.Concurrency = cmp.Or(c.Concurrency, concurrencyDefault)
+	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, maxPayloadBytesDefault)
+	c.MaxDeliveries = cmp.Or(c.MaxDeliveries, maxDeliveriesDefault)
+	c.GaugeInterval = cmp.Or(c.GaugeInterval, gaugeIntervalDefault)
+	c.TableGaugeInterval = cmp.Or(c.TableGaugeInterval, tableGaugeIntervalDefault)
+	c.InboxRetention = cmp.Or(c.InboxRetention, inboxRetentionDefault)
+	c.RedeliveryWindow = cmp.Or(c.RedeliveryWindow, redeliveryWindowDefault)
 	c.Retry = c.Retry.withDefaults()
-	c.Cleanup.Interval = cmp.Or(c.Cleanup.Interval, CleanupIntervalDefault)
-	c.Cleanup.BatchSize = cmp.Or(c.Cleanup.BatchSize, CleanupBatchSizeDefault)
+	c.Cleanup.Interval = cmp.Or(c.Cleanup.Interval, cleanupIntervalDefault)
+	c.Cleanup.BatchSize = cmp.Or(c.Cleanup.BatchSize, cleanupBatchSizeDefault)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

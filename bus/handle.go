@@ -254,7 +254,7 @@ func (b *Bus) chain(hc handlerConfig, h message.HandlerFunc) (message.HandlerFun
 	}
 	icfg := inbox.Config{DB: b.cfg.DB, Consumer: consumer, Key: hc.inboxKey, Recorder: rec, Logger: b.cfg.Logger, Now: b.cfg.Now,
 		Checksum: hc.checksum, StorePayload: hc.payload}
-	horizon := b.cfg.Retry.Horizon() + b.cfg.RedeliveryWindow
+	horizon := b.cfg.RedeliveryHorizon()
 	if hc.external != nil {
 		// The claim commits before the handler runs, so the External mode
 		// opens the handler's unit of work itself; a copy may wait a

@@ -58,12 +58,7 @@ func printStats(out io.Writer, stats []store.ConsumerSummary, asJSON bool) error
 // the lease of a handler with external effects, whose claim a copy may
 // wait out. It is what bus.New checks InboxRetention against. The command
 // cannot see a deployment's own settings.
-var purgeHorizon = bus.RedeliveryWindowDefault + bus.RetryPolicy{
-	MaxRetries:     bus.MaxRetriesDefault,
-	InitialBackoff: bus.InitialBackoffDefault,
-	MaxBackoff:     bus.MaxBackoffDefault,
-	Multiplier:     bus.BackoffMultiplierDefault,
-}.Horizon() + inbox.LeaseDefault
+var purgeHorizon = bus.Config{}.RedeliveryHorizon() + inbox.LeaseDefault
 
 func newInboxPurge(opts *options) *cobra.Command {
 	var (
@@ -81,8 +76,8 @@ progress bar on a terminal and a line a second otherwise.
 A key younger than the longest time its message can still be redelivered
 still protects against that redelivery: purged, the redelivery is handled
 again. purge refuses an --older-than below ` + purgeHorizon.String() + `, the horizon
-of a bus with the default settings (RedeliveryWindow ` + bus.RedeliveryWindowDefault.String() + `, the default
-retries, the ` + inbox.LeaseDefault.String() + ` lease of a handler with external effects), unless
+of a bus with the default settings (the default RedeliveryWindow
+and retries, the ` + inbox.LeaseDefault.String() + ` lease of a handler with external effects), unless
 --force. It cannot see your endpoints' settings: with a longer
 RedeliveryWindow or more retries, keep --older-than above their horizon
 yourself (the bus refuses an InboxRetention below it).`,
