@@ -49,6 +49,7 @@ const (
 	Retry
 )
 
+// String is the policy's name.
 func (p Policy) String() string {
 	if p == Retry {
 		return "retry"

@@ -54,6 +54,7 @@ type KeyError struct {
 	Err    error
 }
 
+// Error says why the key is bad.
 func (e *KeyError) Error() string {
 	if e.Err != nil {
 		return "inbox: bad key: " + e.Reason + ": " + e.Err.Error()

@@ -41,6 +41,7 @@ type OutcomeUnknownError struct {
 	Err error
 }
 
+// Error names the message and says what the operator does next.
 func (e *OutcomeUnknownError) Error() string {
 	cause := "the attempt's lease ran out (its process stopped mid-call)"
 	if e.Err != nil {
@@ -72,6 +73,7 @@ type ReusedIDError struct {
 	Stored, Got string
 }
 
+// Error names the message and both checksums.
 func (e *ReusedIDError) Error() string {
 	return fmt.Sprintf("inbox: message ID reused with different content: consumer %s, source %q, message %s: stored checksum %s, this message %s: the producer reuses IDs; give each message its own",
 		e.Consumer, e.Key.Source, e.Key.MessageID, e.Stored, e.Got)

@@ -48,6 +48,7 @@ type VersionError struct {
 	Err    error
 }
 
+// Error says why the version cannot be checked.
 func (e *VersionError) Error() string {
 	if e.Err != nil {
 		return "stale: bad version: " + e.Reason + ": " + e.Err.Error()
