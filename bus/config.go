@@ -202,6 +202,15 @@ func (c Config) RedeliveryHorizon() time.Duration {
 
 var endpointName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$`)
 
+// CheckEndpoint returns an error unless name can name an endpoint: 1 to 40
+// letters, digits, '-', '_' or '.', starting with a letter or digit.
+func CheckEndpoint(name string) error {
+	if !endpointName.MatchString(name) {
+		return fmt.Errorf("bus: endpoint %q: use 1 to 40 letters, digits, '-', '_' or '.', starting with a letter or digit", name)
+	}
+	return nil
+}
+
 func (c Config) withDefaults() Config {
 	c.ErrorTopic = cmp.Or(c.ErrorTopic, ErrorTopicDefault)
 	c.Concurrency = cmp.Or(c.Concurrency, concurrencyDefault)

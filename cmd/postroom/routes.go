@@ -87,6 +87,11 @@ func routesOf(endpoint, handler string, commands, events []string) ([]route, err
 	if handler != "" && endpoint == "" {
 		errs = append(errs, errors.New("--handler needs the --endpoint it belongs to"))
 	}
+	if endpoint != "" {
+		if err := bus.CheckEndpoint(endpoint); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	for _, name := range append(append([]string{}, commands...), events...) {
 		if name == "" {
 			errs = append(errs, errors.New("a message name is empty"))

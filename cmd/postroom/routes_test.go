@@ -83,6 +83,7 @@ func TestRoutesRefusesWhatItCannotAnswer(t *testing.T) {
 		{[]string{"routes", "--endpoint", "billing", "--command", "a", "--event", "b", "--handler", "h"}, "--handler names the handler of one message"},
 		{[]string{"routes", "--event", "b", "--handler", "h"}, "--handler needs the --endpoint"},
 		{[]string{"routes", "--endpoint", "billing", "--event", ""}, "a message name is empty"},
+		{[]string{"routes", "--endpoint", "bil ling", "--event", "b"}, "bus: endpoint \"bil ling\""},
 	} {
 		_, err := run(t, tc.args...)
 		require.ErrorContains(t, err, tc.want, tc.args)
