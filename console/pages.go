@@ -1,0 +1,236 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/middleware/inbox"
+	"github.com/postroom/postroom/scheduler"
+	"github.com/postroom/postroom/store"
+)
+
+// overdueAfter is how late a schedule's next slot may be before the
+// overview says it missed it (the scheduler ticks every few seconds).
+const overdueAfter = time.Minute
+
+// attention is one thing the overview puts at the top.
+type attention struct {
+	Level string // "bad" or "warn"
+	Text  string
+	Link  string
+}
+
+func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	now := c.now()
+	var errs []error
+	var todo []attention
+	if c.cfg.AMQPURL != "" {
+		if list, err := c.browse(ctx, false); err != nil {
+			errs = append(errs, err)
+		} else if len(list) > 0 {
+			todo = append(todo, attention{"bad", fmt.Sprintf("%d failed messages in the error topic %s (%d failure groups)", len(list),
+				c.cfg.ErrorTopic, len(groupFailed(list))), "/failed"})
+		}
+	}
+	unresolved, err := inbox.ListUnresolved(ctx, c.cfg.DB, c.tables.Inbox, now, c.cfg.Limit)
+	if err != nil {
+		errs = append(errs, err)
+	} else if len(unresolved) > 0 {
+		todo = append(todo, attention{"bad", fmt.Sprintf("%d unresolved external effects: find out whether each happened, then resolve it", len(unresolved)), "/unresolved"})
+	}
+	schedules, err := c.schedules(ctx)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, s := range schedules {
+		switch {
+		case s.Paused:
+			todo = append(todo, attention{"warn", "schedule " + s.Name + " is paused", "/schedules"})
+		case now.Sub(s.NextRunAt) > overdueAfter:
+			todo = append(todo, attention{"warn", fmt.Sprintf("schedule %s is %s late: is any instance running its scheduler?", s.Name,
+				now.Sub(s.NextRunAt).Round(time.Second)), "/schedules"})
+		}
+	}
+	tables, err := store.Stats(ctx, c.cfg.DB, c.tables)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	consumers, err := store.InboxSummary(ctx, c.cfg.DB, c.tables)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	p := page{Title: "Overview", Data: map[string]any{"Attention": todo, "Tables": tables, "Consumers": consumers,
+		"Schedules": len(schedules), "Unresolved": len(unresolved)}}
+	if err := errors.Join(errs...); err != nil {
+		p.Error = c.redact(err)
+	}
+	c.renderPage(w, r, "overview", p)
+}
+
+func (c *Console) schedules(ctx context.Context) ([]scheduler.Stored, error) {
+	ctl, err := scheduler.NewControl(c.cfg.DB, c.tables.Schedules)
+	if err != nil {
+		return nil, err
+	}
+	return ctl.List(ctx)
+}
+
+// scheduleRow is a schedule as the page shows it.
+type scheduleRow struct {
+	scheduler.Stored
+	Overdue bool
+}
+
+func (c *Console) schedulesList(w http.ResponseWriter, r *http.Request) {
+	list, err := c.schedules(r.Context())
+	rows := make([]scheduleRow, len(list))
+	for i, s := range list {
+		rows[i] = scheduleRow{s, !s.Paused && c.now().Sub(s.NextRunAt) > overdueAfter}
+	}
+	p := page{Title: "Schedules", Data: rows}
+	if err != nil {
+		p.Error = c.redact(err)
+	}
+	c.renderPage(w, r, "schedules", p)
+}
+
+func (c *Console) scheduleAction(w http.ResponseWriter, r *http.Request) {
+	name, action := r.PostFormValue("name"), r.PostFormValue("action")
+	ctl, err := scheduler.NewControl(c.cfg.DB, c.tables.Schedules)
+	if err == nil {
+		switch action {
+		case "trigger":
+			err = ctl.Trigger(r.Context(), name, c.now())
+		case "pause":
+			err = ctl.Pause(r.Context(), name)
+		case "resume":
+			err = ctl.Resume(r.Context(), name)
+		default:
+			err = fmt.Errorf("unknown action %q: trigger, pause or resume", action)
+		}
+	}
+	if err != nil {
+		c.log.Warn("console: schedule action failed", "schedule", name, "action", action, "err", c.redact(err))
+		http.Error(w, c.redact(err), http.StatusConflict)
+		return
+	}
+	c.log.Info("console: schedule "+action, "schedule", name)
+	redirectDone(w, r, "/schedules", action, name)
+}
+
+// unresolvedRow is an unresolved claim with its idempotency key.
+type unresolvedRow struct {
+	inbox.Unresolved
+	IdempotencyKey string
+}
+
+func (c *Console) unresolved(ctx context.Context) ([]unresolvedRow, error) {
+	list, err := inbox.ListUnresolved(ctx, c.cfg.DB, c.tables.Inbox, c.now(), c.cfg.Limit)
+	rows := make([]unresolvedRow, len(list))
+	for i, u := range list {
+		rows[i] = unresolvedRow{u, inbox.IdempotencyKeyOf(u.Consumer, inbox.Key{Source: u.Source, MessageID: u.MessageID})}
+	}
+	return rows, err
+}
+
+func (c *Console) unresolvedList(w http.ResponseWriter, r *http.Request) {
+	rows, err := c.unresolved(r.Context())
+	p := page{Title: "Unresolved external effects", Data: rows}
+	if err != nil {
+		p.Error = c.redact(err)
+	}
+	c.renderPage(w, r, "unresolved", p)
+}
+
+func (c *Console) unresolvedConfirm(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	resolution := q.Get("resolution")
+	p := page{Title: "Confirm", Data: map[string]any{"Consumer": q.Get("consumer"), "Source": q.Get("source"), "MessageID": q.Get("id"),
+		"Resolution": resolution, "IdempotencyKey": inbox.IdempotencyKeyOf(q.Get("consumer"), inbox.Key{Source: q.Get("source"), MessageID: q.Get("id")})}}
+	if resolution != "done" && resolution != "release" {
+		p.Error = "the resolution is done or release"
+	}
+	c.renderPage(w, r, "confirm_resolve", p)
+}
+
+func (c *Console) unresolvedResolve(w http.ResponseWriter, r *http.Request) {
+	consumer, id := r.PostFormValue("consumer"), r.PostFormValue("id")
+	key := inbox.Key{Source: r.PostFormValue("source"), MessageID: id}
+	res, done := inbox.Happened, "done"
+	switch r.PostFormValue("resolution") {
+	case "done":
+	case "release":
+		res, done = inbox.DidNotHappen, "released"
+	default:
+		http.Error(w, "the resolution is done or release", http.StatusBadRequest)
+		return
+	}
+	if err := inbox.Resolve(r.Context(), c.cfg.DB, c.tables.Inbox, consumer, key, res, c.now()); err != nil {
+		c.log.Warn("console: resolve failed", "consumer", consumer, "message", id, "err", c.redact(err))
+		http.Error(w, c.redact(err), http.StatusConflict)
+		return
+	}
+	c.log.Info("console: resolved", "consumer", consumer, "message", id, "as", done)
+	redirectDone(w, r, "/unresolved", done, "message "+id+" of "+consumer)
+}
+
+// InboxKey is one consumer's key of a message: it was handled (status
+// done) or is being handled, when, and how many duplicates were skipped.
+type InboxKey struct {
+	Consumer, Source, MessageID, MessageType string
+	ReceivedAt                               time.Time
+	// Status is done for a handled message; the External mode's claims
+	// can be processing, parked or released.
+	Status     string
+	Duplicates int64
+}
+
+// LookupInbox returns the keys of message id in the inbox table, for
+// consumer or (empty) every consumer, at most limit.
+func (c *Console) LookupInbox(ctx context.Context, id, consumer string, limit int) ([]InboxKey, error) {
+	d, err := dialect.Of(c.cfg.DB)
+	if err != nil {
+		return nil, err
+	}
+	query, err := dialect.InboxLookup(c.tables.Inbox)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := c.cfg.DB.WithContext(ctx).Raw(query, id, consumer, consumer, limit).Rows()
+	if err != nil {
+		return nil, fmt.Errorf("console: look up %s: %w", id, err)
+	}
+	defer rows.Close()
+	var out []InboxKey
+	for rows.Next() {
+		var k InboxKey
+		var received any
+		if err := rows.Scan(&k.Consumer, &k.Source, &k.MessageID, &k.MessageType, &received, &k.Status, &k.Duplicates); err != nil {
+			return nil, fmt.Errorf("console: look up %s: %w", id, err)
+		}
+		if k.ReceivedAt, err = d.ParseTime(received); err != nil {
+			return nil, err
+		}
+		out = append(out, k)
+	}
+	return out, rows.Err()
+}
+
+func (c *Console) inboxLookup(w http.ResponseWriter, r *http.Request) {
+	id, consumer := r.URL.Query().Get("id"), r.URL.Query().Get("consumer")
+	data := map[string]any{"ID": id, "Consumer": consumer}
+	p := page{Title: "Inbox lookup", Data: data}
+	if id != "" {
+		keys, err := c.LookupInbox(r.Context(), id, consumer, 100)
+		data["Keys"], data["Searched"] = keys, true
+		if err != nil {
+			p.Error = c.redact(err)
+		}
+	}
+	c.renderPage(w, r, "inbox", p)
+}
