@@ -110,6 +110,9 @@ type Config struct {
 	// MaxPayloadBytes is the largest payload a handler accepts; a larger one
 	// goes to the error topic unhandled. Defaults to 1 MiB.
 	MaxPayloadBytes int
+	// RateLimit waits out an outage of the database: see RateLimit. On by
+	// default (10 consecutive transient failures, then one attempt a second).
+	RateLimit RateLimit
 	// MaxDeliveries is how often a message may be delivered to a handler
 	// without being settled (its delivery ended in a nack: the bus was
 	// closing, the error topic was refused, a Middleware failed, or the
@@ -221,6 +224,8 @@ func (c Config) withDefaults() Config {
 	c.InboxRetention = cmp.Or(c.InboxRetention, inboxRetentionDefault)
 	c.RedeliveryWindow = cmp.Or(c.RedeliveryWindow, redeliveryWindowDefault)
 	c.Retry = c.Retry.withDefaults()
+	c.RateLimit.Threshold = cmp.Or(c.RateLimit.Threshold, rateLimitThresholdDefault)
+	c.RateLimit.Wait = cmp.Or(c.RateLimit.Wait, rateLimitWaitDefault)
 	c.Cleanup.Interval = cmp.Or(c.Cleanup.Interval, cleanupIntervalDefault)
 	c.Cleanup.BatchSize = cmp.Or(c.Cleanup.BatchSize, cleanupBatchSizeDefault)
 	if c.Logger == nil {
@@ -248,6 +253,9 @@ func (c Config) validate() error {
 	}
 	if c.Concurrency < 1 {
 		errs = append(errs, fmt.Errorf("bus: Config.Concurrency %d: must be at least 1", c.Concurrency))
+	}
+	if c.RateLimit.Threshold < 1 || c.RateLimit.Wait < 0 {
+		errs = append(errs, fmt.Errorf("bus: Config.RateLimit: Threshold %d must be at least 1 and Wait %s not negative", c.RateLimit.Threshold, c.RateLimit.Wait))
 	}
 	if c.MaxDeliveries < 1 {
 		errs = append(errs, fmt.Errorf("bus: Config.MaxDeliveries %d: must be at least 1", c.MaxDeliveries))

@@ -8,7 +8,12 @@ import (
 	"testing"
 	"time"
 
+	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/transport/amqp"
 )
 
 // TestBrokerConnectionsClosedMidRun: RabbitMQ closes every connection while
@@ -52,7 +57,7 @@ func TestBrokerConnectionsClosedMidRun(t *testing.T) {
 	require.Equal(t, messages, handled)
 }
 
-var faultDB = flag.Bool("fault.db", false, "run TestDatabaseRestartedMidRun, which restarts the local PostgreSQL (scripts/test.sh runs it alone)")
+var faultDB = flag.Bool("fault.db", false, "run TestDatabaseRestartedMidRun and TestDatabaseOutageOfAMinute, which restart the local PostgreSQL (scripts/test.sh runs them alone)")
 
 // TestDatabaseRestartedMidRun: PostgreSQL restarts while two consumer
 // processes work. Handlers fail, retry in process with backoff, and the run
@@ -62,9 +67,7 @@ func TestDatabaseRestartedMidRun(t *testing.T) {
 	if !*faultDB {
 		t.Skip("restarts PostgreSQL: run alone with -fault.db, as scripts/test.sh does")
 	}
-	versions, _ := filepath.Glob("/etc/postgresql/*")
-	require.NotEmpty(t, versions, "needs a Debian PostgreSQL cluster (pg_ctlcluster) on this machine")
-	version := filepath.Base(versions[len(versions)-1])
+	version := pgCluster(t)
 	p := newProcessSetup(t).withSender(t)
 	consumers := []*consumer{
 		startConsumer(t, p.dsn, p.url, p.endpoint, 0),
@@ -99,4 +102,76 @@ func TestDatabaseRestartedMidRun(t *testing.T) {
 	rows, distinct := p.effects(t)
 	require.EqualValues(t, messages, distinct, "nothing lost")
 	require.EqualValues(t, messages, rows, "nothing doubled")
+}
+
+// pgCluster returns the version of the local Debian PostgreSQL cluster.
+func pgCluster(t *testing.T) string {
+	versions, _ := filepath.Glob("/etc/postgresql/*")
+	require.NotEmpty(t, versions, "needs a Debian PostgreSQL cluster (pg_ctlcluster) on this machine")
+	return filepath.Base(versions[len(versions)-1])
+}
+
+// TestDatabaseOutageOfAMinute: PostgreSQL is stopped for 60 seconds while
+// three consumer processes, with the default retry policy (3 retries, about
+// 0.7 s), handle a steady stream. Rate limiting waits the outage out: no
+// message reaches the error topic, none is lost or applied twice, and the
+// backlog is handled within two minutes of the restart. Run alone with
+// -fault.db (scripts/test.sh does).
+func TestDatabaseOutageOfAMinute(t *testing.T) {
+	if !*faultDB {
+		t.Skip("stops PostgreSQL: run alone with -fault.db, as scripts/test.sh does")
+	}
+	version := pgCluster(t)
+	p := newProcessSetup(t).withSender(t)
+	errorTopic := testenv.Name("error_")
+	env := []string{childDefault + "=1", childErrors + "=" + errorTopic}
+	var consumers []*consumer
+	for range 3 {
+		consumers = append(consumers, startChild(t, "consumer", p.dsn, p.url, p.endpoint, 0, env...))
+	}
+	const messages = 2000 // one every 40 ms: 80 s of steady load around the outage
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		for n := range messages {
+			p.send(t, n)
+			time.Sleep(40 * time.Millisecond)
+		}
+	}()
+	time.Sleep(5 * time.Second)
+	pgctl := func(action string) {
+		out, err := exec.Command("pg_ctlcluster", "--skip-systemctl-redirect", version, "main", action).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+	}
+	pgctl("stop")
+	t.Cleanup(func() { _ = exec.Command("pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "start").Run() })
+	time.Sleep(60 * time.Second)
+	pgctl("start")
+	restarted := time.Now()
+	<-sent
+	deadline := restarted.Add(2 * time.Minute)
+	for {
+		var distinct int64
+		if err := p.db.Raw("SELECT COUNT(DISTINCT n) FROM effects").Scan(&distinct).Error; err == nil && distinct == messages {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the backlog was not handled within two minutes of the restart")
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("every message handled %s after PostgreSQL started again", time.Since(restarted).Round(time.Second))
+	for _, c := range consumers {
+		c.stop(t)
+	}
+	rows, distinct := p.effects(t)
+	require.EqualValues(t, messages, distinct, "nothing lost")
+	require.EqualValues(t, messages, rows, "nothing doubled")
+
+	conn, err := amqp091.Dial(p.url)
+	require.NoError(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	q, err := ch.QueueDeclarePassive(amqp.QueueName(errorTopic, bus.ErrorQueueGroup), true, false, false, false, nil)
+	require.NoError(t, err)
+	require.Zero(t, q.Messages, "no message reached the error topic")
 }

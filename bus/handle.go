@@ -143,6 +143,7 @@ func handle[T any](b *Bus, fn HandlerFunc[T], byRun bool, opts ...HandlerOption)
 		return err
 	}
 	group := b.group(hc.name)
+	lim := newLimiter(hc.name, b.cfg.RateLimit, b.cfg.Logger, b.cfg.Recorder)
 	sub, err := b.cfg.Transport.Subscriber(group)
 	if err != nil {
 		return fmt.Errorf("bus: handler %s: %w", hc.name, err)
@@ -160,7 +161,7 @@ func handle[T any](b *Bus, fn HandlerFunc[T], byRun bool, opts ...HandlerOption)
 			}
 		}
 		var delivery message.HandlerFunc = func(msg *message.Message) ([]*message.Message, error) {
-			return nil, b.deliver(hc.name, topic, msg, h)
+			return nil, b.deliver(hc.name, topic, msg, h, lim)
 		}
 		if b.cfg.TracerProvider != nil {
 			traced, err := tracing.New(tracing.Config{TracerProvider: b.cfg.TracerProvider, Propagator: b.cfg.Propagator, Handler: hc.name})

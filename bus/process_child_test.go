@@ -34,6 +34,7 @@ const (
 	childMaxDel  = "POSTROOM_TEST_CHILD_MAX_DELIVERIES"
 	childQuorum  = "POSTROOM_TEST_CHILD_QUORUM" // "1": quorum queues
 	childErrors  = "POSTROOM_TEST_CHILD_ERROR_TOPIC"
+	childDefault = "POSTROOM_TEST_CHILD_DEFAULT_RETRY" // "1": the default retry policy, not one that outlasts a restart
 )
 
 // WorkDone is published by a consumer process for each Work it handles,
@@ -57,6 +58,12 @@ func runConsumer() int {
 	poison, hasPoison := os.LookupEnv(childPoison)
 	maxDeliveries, _ := strconv.Atoi(os.Getenv(childMaxDel))
 	concurrency := 2
+	// Retries outlast a database restart (about 8 s), unless the test asks
+	// for the defaults.
+	retry := bus.RetryPolicy{MaxRetries: 8, InitialBackoff: 100 * time.Millisecond, MaxBackoff: 2 * time.Second}
+	if os.Getenv(childDefault) == "1" {
+		retry = bus.RetryPolicy{}
+	}
 	if hasPoison {
 		concurrency = 1 // only the poison message is in flight when it kills the process
 	}
@@ -80,13 +87,12 @@ func runConsumer() int {
 		Concurrency:   concurrency,
 		MaxDeliveries: maxDeliveries,
 		ErrorTopic:    os.Getenv(childErrors),
-		// Retries outlast a database restart (about 8 s).
-		Retry:      bus.RetryPolicy{MaxRetries: 8, InitialBackoff: 100 * time.Millisecond, MaxBackoff: 2 * time.Second},
-		Recorder:   counters,
-		Middleware: []message.HandlerMiddleware{crashAfterCommit},
-		Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Cleanup:    bus.CleanupSchedule{Disabled: true},
-		Outbox:     os.Getenv(childOutbox) == "1",
+		Retry:         retry,
+		Recorder:      counters,
+		Middleware:    []message.HandlerMiddleware{crashAfterCommit},
+		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Cleanup:       bus.CleanupSchedule{Disabled: true},
+		Outbox:        os.Getenv(childOutbox) == "1",
 	})
 	if err != nil {
 		return fail(err)

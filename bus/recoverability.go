@@ -12,6 +12,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/middleware/tracing"
@@ -28,38 +29,58 @@ func (sendFailed) MessageName() string { return "postroom.send" }
 var ErrPanic = errors.New("bus: handler panicked")
 
 // deliver runs one delivery: attempts with backoff, then the error topic.
-// It returns an error (a nack: the broker delivers again) only when the
-// message could not be moved to the error topic or the bus is closing, so
-// nothing is lost.
-func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.HandlerFunc) error {
+// A transient failure (the database out of reach) is waited out under the
+// handler's rate limiting instead (see RateLimit). It returns an error (a
+// nack: the broker delivers again) only when the message could not be
+// moved to the error topic or the bus is closing, so nothing is lost.
+func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.HandlerFunc, lim *limiter) error {
 	b.cfg.Recorder.Record(handler, metrics.Received)
 	if err := checkReceived(msg); err != nil {
 		return b.moveToErrorTopic(handler, topic, msg, 0, err)
 	}
 	policy := b.cfg.Retry
 	var err error
-	attempts := 0
-	for attempt := 0; attempt <= policy.MaxRetries; attempt++ {
-		if attempt > 0 {
-			b.cfg.Recorder.Record(handler, metrics.Retried)
-			select {
-			case <-time.After(policy.backoff(attempt)):
-			case <-msg.Context().Done():
-				return fmt.Errorf("bus: %s: closing during retries: %w", handler, err)
-			}
+	attempts, retries := 0, 0
+	for {
+		release, limited, waitErr := lim.acquire(msg.Context())
+		if waitErr != nil {
+			return fmt.Errorf("bus: %s: closing while rate limited: %w (after: %v)", handler, waitErr, err)
 		}
 		attempts++
 		var ran bool
 		ran, err = b.attempt(msg, h)
+		release()
+		transient := err != nil && !IsUnrecoverable(err) && dialect.Transient(err)
+		if !b.cfg.RateLimit.Disabled {
+			lim.record(err == nil, transient)
+		}
 		if err == nil {
 			if ran {
 				b.cfg.Recorder.Record(handler, metrics.Handled)
 			}
 			return nil
 		}
-		b.cfg.Logger.Warn("bus: attempt failed", "handler", handler, "message_id", msg.UUID, "attempt", attempts, "error", err)
+		b.cfg.Logger.Warn("bus: attempt failed", "handler", handler, "message_id", msg.UUID, "attempt", attempts,
+			"transient", transient, "rate_limited", limited, "error", err)
 		if IsUnrecoverable(err) {
 			break
+		}
+		if transient && !b.cfg.RateLimit.Disabled && (limited || retries >= policy.MaxRetries) {
+			// The database is out of reach: wait it out in turn with the
+			// handler's other messages, without spending retries.
+			lim.start()
+			b.cfg.Recorder.Record(handler, metrics.Retried)
+			continue
+		}
+		if retries >= policy.MaxRetries {
+			break
+		}
+		retries++
+		b.cfg.Recorder.Record(handler, metrics.Retried)
+		select {
+		case <-time.After(policy.backoff(retries)):
+		case <-msg.Context().Done():
+			return fmt.Errorf("bus: %s: closing during retries: %w", handler, err)
 		}
 	}
 	return b.moveToErrorTopic(handler, topic, msg, attempts, err)

@@ -36,9 +36,11 @@ var (
 		"Slots a schedule emitted on this instance.")
 	scheduleMissed = newFamily(prometheus.CounterValue, "postroom_schedule_missed_slots_total", "schedule",
 		"Slots a schedule's missed-slot policy left out on this instance.")
+	rateLimited = newFamily(prometheus.GaugeValue, "postroom_rate_limited", "handler",
+		"1 while a handler is rate limited after consecutive failures to reach its database, else 0.")
 
 	// families are the metrics above, in the order Describe lists them.
-	families = []*family{outboxBacklog, outboxLag, cleanupLag, tableRows, tableOldest, cleanupDeleted, scheduleFires, scheduleMissed}
+	families = []*family{outboxBacklog, outboxLag, cleanupLag, tableRows, tableOldest, cleanupDeleted, scheduleFires, scheduleMissed, rateLimited}
 )
 
 // series is one series of a family: the family and its label's value.
@@ -90,6 +92,10 @@ func TableRows(table string) Gauge { return Gauge{series{tableRows, table}} }
 
 // TableOldestSeconds is the gauge of the age of a table's oldest row.
 func TableOldestSeconds(table string) Gauge { return Gauge{series{tableOldest, table}} }
+
+// RateLimited is the gauge of whether a handler is rate limited (1) or not
+// (0): see bus.Config.RateLimit.
+func RateLimited(handler string) Gauge { return Gauge{series{rateLimited, handler}} }
 
 // Count names a running total postroom reports that is not per handler
 // and event (a Prometheus counter): a metric and the value of its one

@@ -41,8 +41,8 @@ make bench-check
 echo "test: go test -race"
 go test -race -count=1 -timeout 10m ./...
 
-echo "test: PostgreSQL restarted mid-run (alone: it restarts the server every test shares)"
-go test -race -count=1 -run '^TestDatabaseRestartedMidRun$' ./bus/ -fault.db
+echo "test: PostgreSQL restarted mid-run, then stopped for a minute (alone: they stop the server every test shares)"
+go test -race -count=1 -run '^(TestDatabaseRestartedMidRun|TestDatabaseOutageOfAMinute)$' ./bus/ -fault.db
 
 echo "test: a short fuzz run of every parser (seed corpus: the f.Add calls in the tests)"
 go test -run '^$' -fuzz '^FuzzParseInterchange$' -fuzztime 10s ./middleware/inbox/edi/

@@ -1,0 +1,124 @@
+package bus
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/postroom/postroom/metrics"
+)
+
+// RateLimit configures automatic rate limiting (NServiceBus's name): when a
+// handler's attempts fail to reach its database Threshold times in a row
+// (dialect's transient failures: the connection refused or cut, the server
+// restarting), the handler goes down to one attempt at a time, Wait apart,
+// until one succeeds. While it is limited, such failures do not spend the
+// messages' retries, and a message whose retries ran out on them waits
+// with the others instead of going to the error topic: an outage of the
+// database leaves the messages in their queue, not in the error topic.
+type RateLimit struct {
+	// Disabled turns rate limiting off: an outage longer than the retries
+	// moves the messages to the error topic.
+	Disabled bool
+	// Threshold is how many consecutive transient failures of a handler's
+	// attempts start the limiting. Defaults to 10.
+	Threshold int
+	// Wait is the pause before each attempt while a handler is limited.
+	// Defaults to 1s.
+	Wait time.Duration
+}
+
+const (
+	rateLimitThresholdDefault = 10
+	rateLimitWaitDefault      = time.Second
+)
+
+// limiter is one handler's rate limiting: consecutive transient failures,
+// and while open a single slot its attempts take in turn.
+type limiter struct {
+	handler string
+	cfg     RateLimit
+	log     *slog.Logger
+	gauges  metrics.GaugeSetter // nil: no gauge
+
+	mu       sync.Mutex
+	failures int
+	open     bool
+	slot     chan struct{}
+}
+
+func newLimiter(handler string, cfg RateLimit, log *slog.Logger, rec metrics.Recorder) *limiter {
+	l := &limiter{handler: handler, cfg: cfg, log: log, slot: make(chan struct{}, 1)}
+	l.gauges, _ = rec.(metrics.GaugeSetter)
+	return l
+}
+
+// acquire returns at once while the handler is not limited. While it is,
+// it takes the handler's one slot and waits cfg.Wait; release gives the
+// slot back. It fails only when ctx ends (the bus is closing).
+func (l *limiter) acquire(ctx context.Context) (release func(), limited bool, err error) {
+	l.mu.Lock()
+	open := l.open
+	l.mu.Unlock()
+	if !open {
+		return func() {}, false, nil
+	}
+	select {
+	case l.slot <- struct{}{}:
+	case <-ctx.Done():
+		return nil, false, ctx.Err()
+	}
+	release = func() { <-l.slot }
+	select {
+	case <-time.After(l.cfg.Wait):
+	case <-ctx.Done():
+		release()
+		return nil, false, ctx.Err()
+	}
+	return release, true, nil
+}
+
+// record counts an attempt's outcome: a success ends the limiting, a
+// transient failure may start it; other failures change nothing.
+func (l *limiter) record(ok, transient bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case ok:
+		l.failures = 0
+		l.set(false)
+	case transient:
+		l.failures++
+		if l.failures >= l.cfg.Threshold {
+			l.set(true)
+		}
+	}
+}
+
+// start starts the limiting now (a message's retries ran out on transient
+// failures).
+func (l *limiter) start() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.set(true)
+}
+
+// set changes the state, logging and reporting it; l.mu is held.
+func (l *limiter) set(open bool) {
+	if l.open == open {
+		return
+	}
+	l.open = open
+	value := 0.0
+	if open {
+		value = 1
+		l.log.Warn("bus: rate limiting a handler that cannot reach its database: one attempt at a time until one succeeds",
+			"handler", l.handler, "consecutive_failures", l.failures, "wait", l.cfg.Wait)
+	} else {
+		l.log.Info("bus: rate limiting ended: an attempt succeeded", "handler", l.handler)
+	}
+	if l.gauges != nil {
+		l.gauges.SetGauge(metrics.RateLimited(l.handler), value)
+	}
+}

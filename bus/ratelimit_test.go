@@ -1,0 +1,67 @@
+package bus_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/metrics"
+)
+
+// TestRateLimitingWaitsOutTransientFailures: a handler whose database is out
+// of reach (its attempts fail with "connection refused") for longer than
+// its retries keeps its messages: the handler goes down to one attempt at a
+// time, the messages are handled once the database is back, none reaches
+// the error topic, and the rate_limited gauge goes up, then down. A
+// failure that is not transient still goes to the error topic after the
+// retries.
+func TestRateLimitingWaitsOutTransientFailures(t *testing.T) {
+	errorTopic := testenv.Name("error_")
+	b, err := bus.New(bus.Config{Endpoint: testenv.Name("limited"), ErrorTopic: errorTopic, Logger: testenv.Logger(t),
+		Retry:     bus.RetryPolicy{MaxRetries: 2, InitialBackoff: time.Millisecond},
+		RateLimit: bus.RateLimit{Threshold: 3, Wait: 10 * time.Millisecond}, Concurrency: 4})
+	require.NoError(t, err)
+	var down atomic.Bool
+	down.Store(true)
+	var concurrent, maxConcurrent, attempts atomic.Int32
+	require.NoError(t, bus.Handle(b, func(ctx context.Context, o *OrderPlaced) error {
+		n := concurrent.Add(1)
+		defer concurrent.Add(-1)
+		if attempts.Add(1) > 20 && n > maxConcurrent.Load() {
+			maxConcurrent.Store(n) // once limited: one at a time
+		}
+		if o.OrderID == "bad" {
+			return fmt.Errorf("customer missing")
+		}
+		if down.Load() {
+			return fmt.Errorf("store: begin: dial tcp 127.0.0.1:5432: %w", syscall.ECONNREFUSED)
+		}
+		return nil
+	}))
+	ep := start(t, b, errorTopic)
+	for i := range 5 {
+		require.NoError(t, bus.Publish(context.Background(), b, &OrderPlaced{OrderID: fmt.Sprint(i)}))
+	}
+	c := b.Counters()
+	limited := func() float64 { v, _ := c.GetGauge(metrics.RateLimited("sales.OrderPlaced")); return v }
+	waitFor(t, "the handler to be rate limited", func() bool {
+		return limited() == 1 && attempts.Load() > 30
+	})
+	require.Zero(t, c.Get("sales.OrderPlaced", metrics.Failed), "no message went to the error topic")
+	down.Store(false)
+	waitFor(t, "every message handled", func() bool { return c.Get("sales.OrderPlaced", metrics.Handled) == 5 })
+	require.Zero(t, c.Get("sales.OrderPlaced", metrics.Failed))
+	require.Zero(t, limited(), "a success ended the limiting")
+	require.LessOrEqual(t, maxConcurrent.Load(), int32(1), "one attempt at a time while limited")
+
+	require.NoError(t, bus.Publish(context.Background(), b, &OrderPlaced{OrderID: "bad"}))
+	failed := <-ep.errors
+	require.Equal(t, 3, bus.ErrorAttempts(failed), "a failure that is not transient spends the retries")
+}
