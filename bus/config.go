@@ -95,7 +95,8 @@ type Config struct {
 	// transport.
 	Transport transport.Transport
 	// DB is the database of handlers' transactions, the inbox and the
-	// watermarks. Required when any handler uses Transactional, Inbox or Stale.
+	// watermarks. Required when a handler uses WithTransaction, WithInbox (or
+	// its variants) or WithStale.
 	DB *gorm.DB
 	// Logger logs the bus's work. Defaults to slog.Default().
 	Logger *slog.Logger
