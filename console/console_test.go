@@ -1,0 +1,345 @@
+package console_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+	"gorm.io/gorm"
+
+	"github.com/postroom/postroom/console"
+	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/middleware/inbox"
+	"github.com/postroom/postroom/scheduler"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// fixture is a console over a database with one schedule ("nightly") and
+// one unresolved claim (billing/Charge, message "m-1"), served by an
+// httptest server whose URL is also the Origin of its own pages.
+type fixture struct {
+	db  *gorm.DB
+	srv *httptest.Server
+	log *strings.Builder
+}
+
+func newFixture(t *testing.T, db *gorm.DB, cfg console.Config) *fixture {
+	t.Helper()
+	d, err := dialect.Of(db)
+	require.NoError(t, err)
+	st, err := d.Schedules(scheduler.TableDefault)
+	require.NoError(t, err)
+	now := time.Now()
+	require.NoError(t, db.Exec(st.Insert, "nightly", "@daily", d.Time(now.Add(time.Hour)), d.Time(now)).Error)
+	require.NoError(t, db.Exec(d.ClaimInsert(inbox.TableDefault), "billing/Charge", "", "m-1", "test.Charge",
+		d.Time(now.Add(-time.Hour)), d.Time(now.Add(-30*time.Minute)), "sum", []byte("{}")).Error)
+	f := &fixture{db: db, log: &strings.Builder{}}
+	cfg.DB = db
+	cfg.Logger = slog.New(slog.NewTextHandler(f.log, nil))
+	c, err := console.New(cfg)
+	require.NoError(t, err)
+	f.srv = httptest.NewServer(c)
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+// client follows no redirect, so a test sees each answer.
+func (f *fixture) client() *http.Client {
+	return &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+func (f *fixture) do(t *testing.T, method, path string, form url.Values, header map[string]string) (int, string, *http.Response) {
+	t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequest(method, f.srv.URL+path, body)
+	require.NoError(t, err)
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	for k, v := range header {
+		if k == "Host" {
+			req.Host = v
+		}
+		req.Header.Set(k, v)
+	}
+	res, err := f.client().Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	return res.StatusCode, string(b), res
+}
+
+var csrfField = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
+
+// csrf reads the CSRF token from the schedules page, as a browser has it.
+func (f *fixture) csrf(t *testing.T, header map[string]string) string {
+	t.Helper()
+	status, body, _ := f.do(t, "GET", "/schedules", nil, header)
+	require.Equal(t, http.StatusOK, status)
+	m := csrfField.FindStringSubmatch(body)
+	require.NotNil(t, m, "the schedules page has a form with the CSRF token")
+	return m[1]
+}
+
+func (f *fixture) origin() map[string]string { return map[string]string{"Origin": f.srv.URL} }
+
+func nextRun(t *testing.T, db *gorm.DB) time.Time {
+	t.Helper()
+	c, err := scheduler.NewControl(db, "")
+	require.NoError(t, err)
+	list, err := c.List(context.Background())
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	return list[0].NextRunAt
+}
+
+// TestActionsNeedCSRFAndOrigin: a POST without the CSRF token, with a wrong
+// one, or from another origin changes nothing; the console's own form does.
+func TestActionsNeedCSRFAndOrigin(t *testing.T) {
+	f := newFixture(t, testenv.SQLite(t), console.Config{})
+	token := f.csrf(t, nil)
+	before := nextRun(t, f.db)
+	trigger := func(csrf string) url.Values {
+		v := url.Values{"name": {"nightly"}, "action": {"trigger"}}
+		if csrf != "" {
+			v.Set("csrf", csrf)
+		}
+		return v
+	}
+	for name, tc := range map[string]struct {
+		form   url.Values
+		header map[string]string
+	}{
+		"no CSRF token":      {trigger(""), f.origin()},
+		"wrong CSRF token":   {trigger(strings.Repeat("0", len(token))), f.origin()},
+		"another origin":     {trigger(token), map[string]string{"Origin": "http://evil.example"}},
+		"another referer":    {trigger(token), map[string]string{"Referer": "http://evil.example/page"}},
+		"no origin, referer": {trigger(token), nil},
+	} {
+		status, body, _ := f.do(t, "POST", "/schedules/action", tc.form, tc.header)
+		require.Equal(t, http.StatusForbidden, status, name)
+		require.NotEmpty(t, body, name)
+		require.Equal(t, before, nextRun(t, f.db), "%s: the schedule was not triggered", name)
+	}
+
+	status, _, res := f.do(t, "POST", "/schedules/action", trigger(token), map[string]string{"Referer": f.srv.URL + "/schedules"})
+	require.Equal(t, http.StatusSeeOther, status)
+	require.Contains(t, res.Header.Get("Location"), "/schedules?done=trigger")
+	require.True(t, nextRun(t, f.db).Before(before), "triggered: due now")
+}
+
+// TestReadOnly: no page of a read-only console has an action, and every
+// POST is refused, with the right CSRF token too.
+func TestReadOnly(t *testing.T) {
+	f := newFixture(t, testenv.SQLite(t), console.Config{ReadOnly: true})
+	for _, path := range []string{"/", "/schedules", "/unresolved", "/inbox?id=m-1",
+		"/unresolved/confirm?resolution=done&consumer=billing/Charge&id=m-1", "/failed/confirm?action=retry&id=x"} {
+		status, body, _ := f.do(t, "GET", path, nil, nil)
+		require.Equal(t, http.StatusOK, status, path)
+		require.NotContains(t, body, `method="post"`, path)
+		for _, action := range []string{"Retry", "Delete", "Trigger", "Pause", "Resume", "Release"} {
+			require.NotContains(t, body, ">"+action, path)
+		}
+		require.NotContains(t, body, `class="button`, path)
+		require.NotContains(t, body, `name="csrf"`, path)
+	}
+	_, body, _ := f.do(t, "GET", "/unresolved", nil, nil)
+	require.Contains(t, body, "m-1", "read-only still shows")
+
+	for _, path := range []string{"/schedules/action", "/unresolved/resolve", "/failed/retry", "/failed/delete"} {
+		status, body, _ := f.do(t, "POST", path, url.Values{"name": {"nightly"}, "action": {"pause"}, "consumer": {"billing/Charge"},
+			"id": {"m-1"}, "resolution": {"done"}, "all": {"1"}}, f.origin())
+		require.Equal(t, http.StatusForbidden, status, path)
+		require.Contains(t, body, "read-only", "refused for being read-only, before the CSRF token is looked at")
+	}
+	c, err := scheduler.NewControl(f.db, "")
+	require.NoError(t, err)
+	list, err := c.List(context.Background())
+	require.NoError(t, err)
+	require.False(t, list[0].Paused)
+	unresolved, err := inbox.ListUnresolved(context.Background(), f.db, "", time.Now(), 10)
+	require.NoError(t, err)
+	require.Len(t, unresolved, 1)
+}
+
+// TestTokenRequired: with a token, a request without it is sent to the
+// login form (GET) or refused (POST); the header or a login lets it in.
+func TestTokenRequired(t *testing.T) {
+	const token = "t0ken-for-the-test"
+	f := newFixture(t, testenv.SQLite(t), console.Config{Token: token})
+
+	status, _, res := f.do(t, "GET", "/schedules", nil, nil)
+	require.Equal(t, http.StatusSeeOther, status)
+	require.Equal(t, "/login?next=%2Fschedules", res.Header.Get("Location"))
+	status, body, _ := f.do(t, "GET", "/login", nil, nil)
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, body, `name="token"`)
+	require.NotContains(t, body, `name="csrf"`, "the login page gives no CSRF token away")
+	status, _, _ = f.do(t, "POST", "/schedules/action", url.Values{"name": {"nightly"}, "action": {"pause"}}, f.origin())
+	require.Equal(t, http.StatusUnauthorized, status)
+	status, _, _ = f.do(t, "GET", "/", nil, map[string]string{"Authorization": "Bearer wrong"})
+	require.Equal(t, http.StatusSeeOther, status)
+	status, _, res = f.do(t, "GET", "/static/console.css", nil, nil)
+	require.Equal(t, http.StatusOK, status, "the style sheet needs no token")
+	require.Contains(t, res.Header.Get("Content-Type"), "text/css")
+
+	bearer := map[string]string{"Authorization": "Bearer " + token}
+	status, _, _ = f.do(t, "GET", "/schedules", nil, bearer)
+	require.Equal(t, http.StatusOK, status)
+
+	status, body, _ = f.do(t, "POST", "/login", url.Values{"token": {"nope"}, "next": {"/schedules"}}, f.origin())
+	require.Equal(t, http.StatusUnauthorized, status)
+	require.Contains(t, body, "not the console's access token")
+	status, _, _ = f.do(t, "POST", "/login", url.Values{"token": {token}}, map[string]string{"Origin": "http://evil.example"})
+	require.Equal(t, http.StatusForbidden, status, "a login from another origin")
+	status, _, res = f.do(t, "POST", "/login", url.Values{"token": {token}, "next": {"//evil.example/"}}, f.origin())
+	require.Equal(t, http.StatusSeeOther, status)
+	require.Equal(t, "/", res.Header.Get("Location"), "next stays on the console")
+	var cookie *http.Cookie
+	for _, c := range res.Cookies() {
+		if c.Name == "postroom_console" {
+			cookie = c
+		}
+	}
+	require.NotNil(t, cookie)
+	require.True(t, cookie.HttpOnly)
+	require.Equal(t, http.SameSiteStrictMode, cookie.SameSite)
+	require.NotContains(t, cookie.Value, token, "the cookie is not the token")
+	session := map[string]string{"Cookie": cookie.Name + "=" + cookie.Value}
+	status, body, _ = f.do(t, "GET", "/unresolved", nil, session)
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, body, "m-1")
+}
+
+// TestLoopbackHostOnlyWithoutToken: without a token, a request whose Host
+// is not loopback (DNS rebinding) is refused; with one, the token decides.
+func TestLoopbackHostOnlyWithoutToken(t *testing.T) {
+	f := newFixture(t, testenv.SQLite(t), console.Config{})
+	status, _, _ := f.do(t, "GET", "/", nil, map[string]string{"Host": "evil.example"})
+	require.Equal(t, http.StatusForbidden, status)
+	for _, host := range []string{"localhost:8080", "127.0.0.1", "[::1]:80"} {
+		status, _, _ := f.do(t, "GET", "/", nil, map[string]string{"Host": host})
+		require.Equal(t, http.StatusOK, status, host)
+	}
+}
+
+func TestCheckListen(t *testing.T) {
+	for addr, ok := range map[string]bool{"127.0.0.1:8080": true, "localhost:80": true, "[::1]:8080": true, "127.0.0.2:1": true,
+		"0.0.0.0:8080": false, ":8080": false, "10.1.2.3:8080": false, "example.com:80": false} {
+		err := console.CheckListen(addr, "")
+		if ok {
+			require.NoError(t, err, addr)
+		} else {
+			require.ErrorContains(t, err, "--token", addr)
+			require.NoError(t, console.CheckListen(addr, "a token"), addr)
+		}
+	}
+	require.ErrorContains(t, console.CheckListen("127.0.0.1", ""), "host:port")
+}
+
+// TestNoSecretOnAnyPage: the DSN's password, the broker URL's and the
+// token appear on no page and in no log line, also when the broker cannot
+// be reached and its error is shown.
+func TestNoSecretOnAnyPage(t *testing.T) {
+	const (
+		dbPassword   = "db-pa55word"
+		amqpPassword = "amqp-pa55word"
+		token        = "the-t0ken"
+	)
+	dsn := "postgres://postroom:" + dbPassword + "@127.0.0.1:5432/postroom_test"
+	amqpURL := "amqp://guest:" + amqpPassword + "@127.0.0.1:1/"
+	f := newFixture(t, testenv.SQLite(t), console.Config{Token: token, AMQPURL: amqpURL, Secrets: []string{dsn}})
+	auth := map[string]string{"Authorization": "Bearer " + token}
+	csrf := f.csrf(t, auth)
+	var seen strings.Builder
+	for _, path := range []string{"/", "/failed", "/failed/message?id=x", "/failed/confirm?action=retry&all=1", "/unresolved",
+		"/unresolved/confirm?resolution=release&consumer=billing/Charge&id=m-1", "/schedules", "/inbox?id=m-1", "/login", "/nope"} {
+		_, body, _ := f.do(t, "GET", path, nil, auth)
+		seen.WriteString(body)
+	}
+	for _, path := range []string{"/failed/retry", "/failed/delete", "/schedules/action", "/unresolved/resolve"} {
+		h := map[string]string{"Authorization": "Bearer " + token, "Origin": f.srv.URL}
+		_, body, _ := f.do(t, "POST", path, url.Values{"csrf": {csrf}, "all": {"1"}, "name": {"none"}, "action": {"trigger"},
+			"resolution": {"done"}, "consumer": {"x"}, "id": {"y"}}, h)
+		seen.WriteString(body)
+	}
+	_, body, _ := f.do(t, "GET", "/failed", nil, auth)
+	require.Contains(t, body, `class="error"`, "the broker's error is shown")
+	for _, secret := range []string{dbPassword, amqpPassword, token, dsn, amqpURL} {
+		require.NotContains(t, seen.String(), secret)
+		require.NotContains(t, f.log.String(), secret)
+	}
+	require.Contains(t, f.log.String(), "console: request", "the log is written")
+}
+
+// TestUnresolvedResolve: the confirmation page shows the idempotency key;
+// its form releases the claim.
+func TestUnresolvedResolve(t *testing.T) {
+	f := newFixture(t, testenv.SQLite(t), console.Config{})
+	_, body, _ := f.do(t, "GET", "/unresolved/confirm?resolution=release&consumer=billing/Charge&id=m-1", nil, nil)
+	require.Contains(t, body, inbox.IdempotencyKeyOf("billing/Charge", inbox.Key{MessageID: "m-1"}))
+	csrf := csrfField.FindStringSubmatch(body)[1]
+	status, _, res := f.do(t, "POST", "/unresolved/resolve", url.Values{"csrf": {csrf}, "consumer": {"billing/Charge"}, "source": {""},
+		"id": {"m-1"}, "resolution": {"release"}}, f.origin())
+	require.Equal(t, http.StatusSeeOther, status)
+	_, body, _ = f.do(t, "GET", res.Header.Get("Location"), nil, nil)
+	require.Contains(t, body, "Released message m-1 of billing/Charge")
+	require.Contains(t, body, "No unresolved external effects")
+}
+
+// TestLookupInbox runs the lookup's SQL on every store.
+func TestLookupInbox(t *testing.T) {
+	for _, store := range testenv.Databases {
+		t.Run(store.Name, func(t *testing.T) {
+			db := store.Open(t)
+			d, err := dialect.Of(db)
+			require.NoError(t, err)
+			at := time.Now().Add(-time.Minute).Truncate(time.Second)
+			for _, consumer := range []string{"billing/Charge", "shipping/Ship"} {
+				require.NoError(t, db.Exec(d.InboxInsert(inbox.TableDefault), consumer, "shop", "order-7", "test.Order", d.Time(at)).Error)
+			}
+			require.NoError(t, db.Exec(d.InboxInsert(inbox.TableDefault), "billing/Charge", "shop", "order-8", "test.Order", d.Time(at)).Error)
+			require.NoError(t, db.Exec(d.InboxCountDuplicate(inbox.TableDefault), "billing/Charge", "shop", "order-7").Error)
+			c, err := console.New(console.Config{DB: db})
+			require.NoError(t, err)
+
+			keys, err := c.LookupInbox(context.Background(), "order-7", "", 10)
+			require.NoError(t, err)
+			require.Len(t, keys, 2)
+			require.Equal(t, console.InboxKey{Consumer: "billing/Charge", Source: "shop", MessageID: "order-7", MessageType: "test.Order",
+				ReceivedAt: keys[0].ReceivedAt, Status: "done", Duplicates: 1}, keys[0])
+			require.WithinDuration(t, at, keys[0].ReceivedAt, time.Second)
+			require.Equal(t, "shipping/Ship", keys[1].Consumer)
+
+			keys, err = c.LookupInbox(context.Background(), "order-7", "shipping/Ship", 10)
+			require.NoError(t, err)
+			require.Len(t, keys, 1)
+			keys, err = c.LookupInbox(context.Background(), "order-9", "", 10)
+			require.NoError(t, err)
+			require.Empty(t, keys)
+		})
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	_, err := console.New(console.Config{Limit: -1})
+	require.ErrorContains(t, err, "Config.DB is required")
+	require.ErrorContains(t, err, "Limit -1 is negative")
+}
