@@ -162,6 +162,9 @@ func (b *Bus) Run(ctx context.Context) error {
 			background = append(background, func() error { b.reportOutbox(ctx, gauges); return nil })
 		}
 	}
+	if b.cfg.DB != nil && b.delayedTableExists(ctx) {
+		background = append(background, func() error { return b.relayDelayed(ctx) })
+	}
 	if gauges, ok := b.cfg.Recorder.(metrics.GaugeSetter); ok && b.needsTables() && b.cfg.TableGaugeInterval > 0 {
 		background = append(background, func() error { b.reportTables(ctx, gauges); return nil })
 	}

@@ -114,6 +114,9 @@ type Config struct {
 	// RateLimit waits out an outage of the database: see RateLimit. On by
 	// default (10 consecutive transient failures, then one attempt a second).
 	RateLimit RateLimit
+	// DelayedPollInterval is how often the bus looks for due delayed
+	// messages (DeliverAt) when its database has their table. Defaults to 1s.
+	DelayedPollInterval time.Duration
 	// MaxDeliveries is how often a message may be delivered to a handler
 	// without being settled (its delivery ended in a nack: the bus was
 	// closing, the error topic was refused, a Middleware failed, or the
@@ -225,6 +228,7 @@ func (c Config) withDefaults() Config {
 	c.InboxRetention = cmp.Or(c.InboxRetention, inboxRetentionDefault)
 	c.RedeliveryWindow = cmp.Or(c.RedeliveryWindow, redeliveryWindowDefault)
 	c.Retry = c.Retry.withDefaults()
+	c.DelayedPollInterval = cmp.Or(c.DelayedPollInterval, delayedPollIntervalDefault)
 	c.RateLimit.Threshold = cmp.Or(c.RateLimit.Threshold, rateLimitThresholdDefault)
 	c.RateLimit.Wait = cmp.Or(c.RateLimit.Wait, rateLimitWaitDefault)
 	c.Cleanup.Interval = cmp.Or(c.Cleanup.Interval, cleanupIntervalDefault)

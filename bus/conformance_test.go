@@ -100,6 +100,7 @@ var confChecks = []confCheck{
 	{"a message nacked in a loop goes to the error topic after MaxDeliveries", false, checkPoisonLoop, nil},
 	{"an event nobody subscribes to is not an error, and is counted as unrouted", false, checkUnroutedEvent,
 		map[string]string{"sql": "the SQL transport's topics are logs every group reads: it cannot tell that nobody reads one"}},
+	{"a delayed message is delivered once at or after its time, and not when its handler fails", false, checkDelayed, nil},
 	{"a command the outbox relays to an endpoint with no queue goes to the error topic", true, checkOutboxCommandNoRoute,
 		map[string]string{"sql": "the SQL transport's topics are logs every group reads: it cannot tell that no endpoint reads one"}},
 }
@@ -726,4 +727,46 @@ func checkUnroutedEvent(t *testing.T, c *confCase) {
 	err := bus.Send(context.Background(), b, &ConfUnheard{}, bus.To(testenv.Name("nowhere")))
 	require.ErrorIs(t, err, transport.ErrNoRoute, "a command no queue takes is")
 	require.EqualValues(t, 1, b.Counters().Get("conf.Unheard", metrics.Unrouted), "and it is not counted as an unrouted event")
+}
+
+func checkDelayed(t *testing.T, c *confCase) {
+	b := newConfBus(t, c, func(cfg *bus.Config) { cfg.DelayedPollInterval = 50 * time.Millisecond })
+	var mu sync.Mutex
+	arrived := map[string]time.Time{}
+	require.NoError(t, bus.Handle(b, func(ctx context.Context, m *ConfRelayed) error {
+		mu.Lock()
+		arrived[bus.MessageID(ctx)] = time.Now()
+		mu.Unlock()
+		return record[ConfRelayed](c, "relayed")(ctx, m)
+	}, bus.WithInbox()))
+	prefix := testenv.Name("d-")
+	require.NoError(t, bus.Handle(b, func(ctx context.Context, m *ConfCmd) error {
+		id := fmt.Sprintf("%s-handler-%d", prefix, m.N)
+		if err := bus.Send(ctx, b, &ConfRelayed{}, bus.WithMessageID(id), bus.DeliverAfter(300*time.Millisecond)); err != nil {
+			return err
+		}
+		if m.N == 1 {
+			return bus.Unrecoverable(errors.New("the handler fails after sending"))
+		}
+		return nil
+	}, bus.WithInbox()))
+	run(t, b)
+	sent := time.Now()
+	ctx := context.Background()
+	require.NoError(t, bus.Send(ctx, b, &ConfRelayed{}, bus.WithMessageID(prefix+"-later"), bus.DeliverAfter(500*time.Millisecond)))
+	require.NoError(t, bus.Send(ctx, b, &ConfRelayed{}, bus.WithMessageID(prefix+"-past"), bus.DeliverAt(sent.Add(-time.Hour))))
+	require.NoError(t, bus.Send(ctx, b, &ConfCmd{N: 0}))
+	require.NoError(t, bus.Send(ctx, b, &ConfCmd{N: 1}))
+	settled(t, b, "conf.Relayed", 3)
+	time.Sleep(time.Second) // room for a wrong delivery
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, arrived, 3, "the one sent by the failed handler never came: %v", arrived)
+	require.False(t, arrived[prefix+"-later"].Before(sent.Add(500*time.Millisecond)), "not before its time")
+	require.Contains(t, arrived, prefix+"-handler-0")
+	require.Contains(t, arrived, prefix+"-past")
+	for id, n := range effects(t, c) {
+		require.Equal(t, 1, n, id)
+	}
+	require.Zero(t, count(t, c.db, "SELECT COUNT(*) FROM postroom_delayed WHERE message_id LIKE ?", prefix+"%"), "delivered messages leave the table")
 }

@@ -340,6 +340,7 @@ type incoming struct {
 type outgoing struct {
 	topic string
 	msg   *message.Message
+	at    time.Time // zero: now; else delivered at that time (DeliverAt)
 }
 
 func (in *incoming) correlationID() string {

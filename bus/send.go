@@ -69,7 +69,11 @@ func Send[T any](ctx context.Context, b *Bus, cmd *T, opts ...SendOption) error 
 		return fmt.Errorf("bus: send %s to endpoint %q: not an endpoint name (1 to 40 letters, digits, '-', '_' or '.')", MessageName[T](), dest)
 	}
 	msg.Metadata.Set(metadata.CommandTo, dest)
-	return b.dispatch(ctx, outgoing{topic: commandTopic(dest, MessageName[T]()), msg: msg})
+	out, err := b.outgoingOf(commandTopic(dest, MessageName[T]()), msg)
+	if err != nil {
+		return err
+	}
+	return b.dispatch(ctx, out)
 }
 
 // Publish publishes an event to every endpoint that handles it. Inside a
@@ -79,7 +83,11 @@ func Publish[T any](ctx context.Context, b *Bus, event *T, opts ...SendOption) e
 	if err != nil {
 		return err
 	}
-	return b.dispatch(ctx, outgoing{topic: eventTopic(MessageName[T]()), msg: msg})
+	out, err := b.outgoingOf(eventTopic(MessageName[T]()), msg)
+	if err != nil {
+		return err
+	}
+	return b.dispatch(ctx, out)
 }
 
 func (b *Bus) newMessage(ctx context.Context, name string, payload any, opts []SendOption) (*message.Message, error) {
@@ -115,6 +123,16 @@ func (b *Bus) newMessage(ctx context.Context, name string, payload any, opts []S
 	return msg, nil
 }
 
+// outgoingOf is the outgoing message for topic, with the delivery time its
+// options asked for.
+func (b *Bus) outgoingOf(topic string, msg *message.Message) (outgoing, error) {
+	at, err := b.takeDeliveryTime(msg)
+	if err != nil {
+		return outgoing{}, fmt.Errorf("bus: %s: delivery time: %w", msg.Metadata.Get(metadata.MessageType), err)
+	}
+	return outgoing{topic: topic, msg: msg, at: at}, nil
+}
+
 // ErrBadMessageID is wrapped by Send and Publish for an ID no transport or
 // inbox could carry.
 var ErrBadMessageID = errors.New("bad message ID")
@@ -137,6 +155,11 @@ func checkID(id string) error {
 // dispatch publishes out. In a handler it goes through the outbox in the
 // handler's transaction when there is one, else it waits for the commit.
 func (b *Bus) dispatch(ctx context.Context, out outgoing) error {
+	if !out.at.IsZero() {
+		if tx := inTransaction(ctx); tx != nil {
+			return b.delay(ctx, tx, out) // commits with the handler
+		}
+	}
 	if in := incomingFrom(ctx); in != nil {
 		if b.outbox != nil && unitofwork.Active(ctx) {
 			return b.outbox.Publish(ctx, unitofwork.Tx(ctx), out.topic, out.msg)
@@ -153,6 +176,9 @@ func (b *Bus) dispatch(ctx context.Context, out outgoing) error {
 // to is logged at debug level and counted as unrouted (under the
 // message's type), which is not an error.
 func (b *Bus) publish(out outgoing) error {
+	if !out.at.IsZero() {
+		return b.delay(context.Background(), b.cfg.DB, out)
+	}
 	var err error
 	to := out.msg.Metadata.Get(metadata.CommandTo) // set by Send
 	if m, ok := b.cfg.Transport.(transport.Mandatory); ok {

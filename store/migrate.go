@@ -26,6 +26,9 @@ type Tables struct {
 	// Migrations records the applied schema versions. Defaults to
 	// "postroom_migrations".
 	Migrations string
+	// Delayed holds messages sent for later delivery (bus.DeliverAt).
+	// Defaults to "postroom_delayed".
+	Delayed string
 }
 
 // WithDefaults returns t with every unset name filled in.

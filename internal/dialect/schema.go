@@ -17,6 +17,8 @@ type Tables struct {
 	Schedules string
 	// Migrations records the applied schema versions. Defaults to "postroom_migrations".
 	Migrations string
+	// Delayed holds messages sent for later delivery. Defaults to "postroom_delayed".
+	Delayed string
 }
 
 // Default table names.
@@ -25,6 +27,7 @@ const (
 	WatermarksTableDefault = "postroom_stale_watermarks"
 	SchedulesTableDefault  = "postroom_schedules"
 	MigrationsTableDefault = "postroom_migrations"
+	DelayedTableDefault    = "postroom_delayed"
 )
 
 // WithDefaults returns t with every unset name filled in.
@@ -34,6 +37,7 @@ func (t Tables) WithDefaults() Tables {
 		Watermarks: cmp.Or(t.Watermarks, WatermarksTableDefault),
 		Schedules:  cmp.Or(t.Schedules, SchedulesTableDefault),
 		Migrations: cmp.Or(t.Migrations, MigrationsTableDefault),
+		Delayed:    cmp.Or(t.Delayed, DelayedTableDefault),
 	}
 }
 
@@ -45,6 +49,7 @@ func (t Tables) Validate() error {
 		ValidateIdentifier(t.Watermarks),
 		ValidateIdentifier(t.Schedules),
 		ValidateIdentifier(t.Migrations),
+		ValidateIdentifier(t.Delayed),
 	)
 }
 
@@ -126,6 +131,9 @@ func (d Dialect) Migrations(t Tables) []Migration {
 		)},
 		{Version: 5, Name: "watermarks per consumer; key columns compare bytes exactly", Statements: d.exactKeys(t)},
 		{Version: 6, Name: "outbox tables", Statements: d.OutboxTables(OutboxTopicDefault)},
+		{Version: 7, Name: "delayed messages", Statements: d.tableWithIndex(t.Delayed,
+			d.serial()+", due_at "+ts+" NOT NULL, topic VARCHAR(255) NOT NULL, message_id VARCHAR(255) NOT NULL, payload "+d.blob()+" NULL, metadata TEXT NOT NULL, created_at "+ts+" NOT NULL",
+			"due_at", false)},
 	}
 }
 
@@ -183,6 +191,18 @@ func unqualified(table string) string {
 		return table[i+1:]
 	}
 	return table
+}
+
+// serial is an auto-incremented primary key column named id.
+func (d Dialect) serial() string {
+	switch d {
+	case Postgres:
+		return "id BIGSERIAL PRIMARY KEY"
+	case MySQL:
+		return "id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY"
+	default:
+		return "id INTEGER PRIMARY KEY AUTOINCREMENT"
+	}
 }
 
 func (d Dialect) blob() string {

@@ -1,0 +1,187 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"gorm.io/gorm"
+
+	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/middleware/unitofwork"
+	"github.com/postroom/postroom/transport"
+)
+
+// DeliverAt delivers the message at t instead of now (NServiceBus's
+// DoNotDeliverBefore): it waits in the database (Config.DB, table
+// postroom_delayed, migration 7) and the bus publishes it once due, with
+// its ID, so a receiving inbox sees a second delivery as a duplicate. Sent
+// from a handler with a transaction, it commits with the handler's
+// writes, and is never delivered if they roll back. Any running bus on
+// the database delivers it, one instance each message; due messages are
+// delivered within about Config.DelayedPollInterval.
+func DeliverAt(t time.Time) SendOption {
+	return func(m *message.Message) { m.Metadata.Set(deliverAtKey, t.UTC().Format(time.RFC3339Nano)) }
+}
+
+// DeliverAfter is DeliverAt, d after the send (NServiceBus's
+// DelayDeliveryWith).
+func DeliverAfter(d time.Duration) SendOption {
+	return func(m *message.Message) { m.Metadata.Set(deliverAfterKey, d.String()) }
+}
+
+const (
+	deliverAtKey    = "postroom-deliver-at"
+	deliverAfterKey = "postroom-deliver-after"
+)
+
+// delayedPollIntervalDefault is the default Config.DelayedPollInterval.
+const delayedPollIntervalDefault = time.Second
+
+// delayedBatch is how many due messages one transaction delivers.
+const delayedBatch = 100
+
+// takeDeliveryTime removes the delivery options from msg's metadata and
+// returns when to deliver it (zero: now).
+func (b *Bus) takeDeliveryTime(msg *message.Message) (time.Time, error) {
+	at, after := msg.Metadata[deliverAtKey], msg.Metadata[deliverAfterKey]
+	delete(msg.Metadata, deliverAtKey)
+	delete(msg.Metadata, deliverAfterKey)
+	switch {
+	case at != "":
+		return time.Parse(time.RFC3339Nano, at)
+	case after != "":
+		d, err := time.ParseDuration(after)
+		if err != nil {
+			return time.Time{}, err
+		}
+		return b.cfg.Now().Add(d), nil
+	}
+	return time.Time{}, nil
+}
+
+// delay stores out for delivery at out.at, in db (the handler's
+// transaction, or the bus's database).
+func (b *Bus) delay(ctx context.Context, db *gorm.DB, out outgoing) error {
+	if db == nil {
+		return fmt.Errorf("bus: deliver %s later: delayed delivery keeps messages in the database: set Config.DB", out.msg.Metadata.Get("postroom-message-type"))
+	}
+	d, stmts, err := b.delayedStatements(db)
+	if err != nil {
+		return err
+	}
+	md, err := json.Marshal(out.msg.Metadata)
+	if err != nil {
+		return fmt.Errorf("bus: deliver %s later: %w", out.msg.UUID, err)
+	}
+	err = db.WithContext(ctx).Exec(stmts.Insert, d.Time(out.at), out.topic, out.msg.UUID, []byte(out.msg.Payload), string(md), d.Time(b.cfg.Now())).Error
+	if err != nil {
+		return fmt.Errorf("bus: deliver %s later: %w (has `postroom migrate` run? delayed delivery needs migration 7)", out.msg.UUID, err)
+	}
+	return nil
+}
+
+func (b *Bus) delayedStatements(db *gorm.DB) (dialect.Dialect, dialect.DelayedStatements, error) {
+	d, err := dialect.Of(db)
+	if err != nil {
+		return "", dialect.DelayedStatements{}, fmt.Errorf("bus: %w", err)
+	}
+	stmts, err := d.Delayed(dialect.DelayedTableDefault)
+	return d, stmts, err
+}
+
+// relayDelayed delivers the due delayed messages every
+// DelayedPollInterval until ctx ends. It runs when the database has the
+// delayed table.
+func (b *Bus) relayDelayed(ctx context.Context) error {
+	ticker := time.NewTicker(b.cfg.DelayedPollInterval)
+	defer ticker.Stop()
+	for {
+		for {
+			n, err := b.deliverDue(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					b.cfg.Logger.Warn("bus: delivering due delayed messages failed; trying again", "error", err)
+				}
+				break
+			}
+			if n < delayedBatch {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+	}
+}
+
+type delayedRow struct {
+	ID        int64
+	Topic     string
+	MessageID string
+	Payload   []byte
+	Metadata  string
+}
+
+// deliverDue publishes up to delayedBatch due messages and deletes them, in
+// one transaction whose row locks keep other instances off them. A message
+// published before a crash is published again (same ID): at least once.
+func (b *Bus) deliverDue(ctx context.Context) (int, error) {
+	d, stmts, err := b.delayedStatements(b.cfg.DB)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	err = b.cfg.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var rows []delayedRow
+		if err := tx.Raw(stmts.Due, d.Time(b.cfg.Now()), delayedBatch).Scan(&rows).Error; err != nil {
+			return err
+		}
+		for _, r := range rows {
+			msg := message.NewMessage(r.MessageID, r.Payload)
+			if err := json.Unmarshal([]byte(r.Metadata), &msg.Metadata); err != nil {
+				msg.Metadata = message.Metadata{"postroom-transport-error": "bus: delayed message metadata: " + err.Error()}
+			}
+			out := outgoing{topic: r.Topic, msg: msg}
+			if err := b.publish(out); err != nil {
+				if !errors.Is(err, transport.ErrNoRoute) {
+					return err // the broker: try again at the next tick
+				}
+				if err := b.moveToErrorTopic(MessageName[sendFailed](), out.topic, msg, 1, err); err != nil {
+					return err
+				}
+			}
+			if err := tx.Exec(stmts.Delete, r.ID).Error; err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	return n, err
+}
+
+// delayedTableExists reports whether the database has the delayed table
+// (migration 7).
+func (b *Bus) delayedTableExists(ctx context.Context) bool {
+	_, stmts, err := b.delayedStatements(b.cfg.DB)
+	if err != nil {
+		return false
+	}
+	var summary []struct{ N int64 }
+	return b.cfg.DB.WithContext(ctx).Raw(stmts.Summary).Scan(&summary).Error == nil
+}
+
+// inTransaction returns the handler's transaction for a delayed message
+// sent from it, or nil when it has none.
+func inTransaction(ctx context.Context) *gorm.DB {
+	if unitofwork.Active(ctx) {
+		return unitofwork.Tx(ctx)
+	}
+	return nil
+}
