@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -39,6 +40,9 @@ func failedOf(msg *message.Message, full bool) failedMessage {
 		ID: msg.UUID, Handler: msg.Metadata.Get(metadata.ErrorHandler), Topic: msg.Metadata.Get(metadata.ErrorTopic),
 		Attempts: msg.Metadata.Get(metadata.ErrorAttempts), At: msg.Metadata.Get(metadata.ErrorAt),
 		Reason: msg.Metadata.Get(metadata.ErrorReason),
+	}
+	if at, err := time.Parse(time.RFC3339Nano, f.At); err == nil {
+		f.At = at.UTC().Format("2006-01-02 15:04:05 UTC")
 	}
 	if full {
 		for k, v := range msg.Metadata {
