@@ -128,7 +128,8 @@ func count(t *testing.T, ctx context.Context, sel string) int {
 // TestConsoleInChromium: a bus on RabbitMQ and PostgreSQL fails messages on
 // purpose; in the console, the operator sees them grouped with their
 // reason, opens one, retries it once the handler is fixed and sees it
-// handled and gone; resolves an unresolved external effect; triggers the
+// handled and gone; deletes a failure group; resolves an unresolved
+// external effect; triggers the
 // cleanup schedule and sees it fire; looks the message up in the inbox.
 // A POST without the CSRF token is refused, and a read-only console shows
 // no action.
@@ -210,6 +211,15 @@ func TestConsoleInChromium(t *testing.T) {
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/failed"), chromedp.WaitVisible(chromedp.CSS("table.failed"))))
 	require.Zero(t, count(t, ctx, `tr[data-id="inv-1"]`), "gone from the failed list")
 	require.Equal(t, 1, count(t, ctx, `tr[data-id="inv-3"]`))
+
+	// Delete a failure group, after the confirmation.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.JSPath(`[...document.querySelectorAll("section.group")].find(s =>
+		s.textContent.includes("no VAT number")).querySelector("a.danger")`)), chromedp.WaitVisible(chromedp.CSS("#confirm"))))
+	require.Contains(t, text(t, ctx, "form.confirm"), `Delete the messages of test.Invoice failed with "customer 2 has no VAT number": 1 message(s)`)
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#confirm")), chromedp.WaitVisible(chromedp.CSS("p.done"))))
+	require.Zero(t, count(t, ctx, `tr[data-id="inv-2"]`), "deleted")
+	require.Equal(t, 1, count(t, ctx, `tr[data-id="inv-3"]`), "the other group stays")
+	require.EqualValues(t, 1, c.Total(metrics.Handled), "a deleted message is not handled")
 
 	// Inbox lookup: inv-1 was handled by the invoice handler.
 	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`a[href="/inbox"]`)), chromedp.WaitVisible(chromedp.CSS(`input[name="id"]`)),
