@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"gorm.io/gorm"
@@ -92,6 +93,7 @@ type Console struct {
 	mux     *http.ServeMux
 	csrf    string // the process's CSRF token, in every form
 	session string // the cookie value a login with the token sets
+	queueMu sync.Mutex
 }
 
 //go:embed templates/*.html

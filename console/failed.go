@@ -67,11 +67,15 @@ func failedOf(msg *message.Message, full bool) failedMessage {
 var errNoBroker = errors.New("the console was started without --amqp: it cannot read the error topic")
 
 // withQueue opens the error topic's queue, runs fn and closes it. Its
-// errors go through redact before anyone sees them.
+// errors go through redact before anyone sees them. One page at a time
+// reads the queue: a browse holds the messages it has read until it ends,
+// and another browse meanwhile would not see them.
 func (c *Console) withQueue(fn func(q *amqpqueue.Queue) error) error {
 	if c.cfg.AMQPURL == "" {
 		return errNoBroker
 	}
+	c.queueMu.Lock()
+	defer c.queueMu.Unlock()
 	q, err := amqpqueue.Open(c.cfg.AMQPURL, c.cfg.ErrorTopic, bus.ErrorQueueGroup)
 	if err == nil {
 		err = fn(q)
