@@ -149,7 +149,7 @@ func TestConsoleInChromium(t *testing.T) {
 	require.NoError(t, bus.Handle(b, func(ctx context.Context, m *Invoice) error {
 		switch {
 		case m.N == 2:
-			return errors.New("customer 2 has no VAT number")
+			return bus.Unrecoverable(errors.New("customer 2 has no VAT number")) // no retry helps
 		case broken.Load():
 			return errors.New("tax service down: 503 Service Unavailable")
 		}
