@@ -343,3 +343,23 @@ func TestConfigValidate(t *testing.T) {
 	require.ErrorContains(t, err, "Config.DB is required")
 	require.ErrorContains(t, err, "Limit -1 is negative")
 }
+
+// TestPagesOnEveryStore: every page reads each store without an error.
+func TestPagesOnEveryStore(t *testing.T) {
+	for _, store := range testenv.Databases {
+		t.Run(store.Name, func(t *testing.T) {
+			f := newFixture(t, store.Open(t), console.Config{})
+			for path, want := range map[string]string{
+				"/":                                     "1 unresolved external effects",
+				"/unresolved":                           "test.Charge",
+				"/schedules":                            "@daily",
+				"/inbox?id=m-1&consumer=billing/Charge": "processing",
+			} {
+				status, body, _ := f.do(t, "GET", path, nil, nil)
+				require.Equal(t, http.StatusOK, status, path)
+				require.NotContains(t, body, `class="error"`, path)
+				require.Contains(t, body, want, path)
+			}
+		})
+	}
+}
