@@ -52,14 +52,14 @@ func (b *syncBuffer) String() string {
 // TestConsoleCommand runs `postroom console` as an operator does: it
 // refuses an address other than loopback without a token; with the token
 // in $POSTROOM_CONSOLE_TOKEN, the browser is sent to the login form, and
-// in once it gives the token. Neither the DSN's password nor the token is
-// on a page, on the command's output or in its log.
+// in once it gives the token. Neither the DSN's password, the broker
+// URL's nor the token is on a page, on the command's output or in its log.
 func TestConsoleCommand(t *testing.T) {
 	ctx := browser(t)
 	bin := buildPostroom(t)
 	u, err := url.Parse(testenv.PostgresSchemaDSN(t))
 	require.NoError(t, err)
-	const password, token = "pg-pa55word", "console-t0ken"
+	const password, amqpPassword, token = "pg-pa55word", "amqp-pa55word", "console-t0ken"
 	u.User = url.UserPassword(u.User.Username(), password) // local PostgreSQL trusts 127.0.0.1: any password passes
 	dsn := u.String()
 	out, err := exec.Command(bin, "migrate", "--dsn", dsn).CombinedOutput()
@@ -69,8 +69,14 @@ func TestConsoleCommand(t *testing.T) {
 	require.Error(t, err)
 	require.Contains(t, string(out), "is not a loopback address: set an access token with --token or $POSTROOM_CONSOLE_TOKEN")
 
+	// A broker URL whose password RabbitMQ refuses: the failed-messages
+	// page shows the error, without the password.
+	amqpURL, err := url.Parse(testenv.RequireAMQP(t))
+	require.NoError(t, err)
+	amqpURL.User = url.UserPassword(amqpURL.User.Username(), amqpPassword)
 	cmd := exec.Command(bin, "console", "--dsn", dsn, "--listen", "127.0.0.1:0")
-	cmd.Env = append(os.Environ(), "POSTROOM_CONSOLE_TOKEN="+token)
+	cmd.Env = append(os.Environ(), "POSTROOM_AMQP_URL="+amqpURL.String())
+	cmd.Env = append(cmd.Env, "POSTROOM_CONSOLE_TOKEN="+token)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	var logs syncBuffer
@@ -108,13 +114,15 @@ func TestConsoleCommand(t *testing.T) {
 	require.NoError(t, chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS(`input[name="token"]`), token),
 		chromedp.Submit(chromedp.CSS(`input[name="token"]`)), chromedp.WaitVisible(chromedp.CSS("#no-schedules"))))
 	var pages strings.Builder
-	for _, path := range []string{"/", "/unresolved", "/schedules", "/inbox?id=x"} {
+	for _, path := range []string{"/", "/failed", "/unresolved", "/schedules", "/inbox?id=x"} {
 		require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+path), chromedp.WaitVisible(chromedp.CSS("footer"))))
 		html, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.documentElement.outerHTML`))
 		require.NoError(t, err)
 		require.NotContains(t, html, `input[name="token"]`, "%s: logged in", path)
 		pages.WriteString(html)
 	}
+
+	require.Contains(t, pages.String(), `class="error"`, "the broker's refusal is shown")
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
 	select {
@@ -125,7 +133,7 @@ func TestConsoleCommand(t *testing.T) {
 		t.Fatal("the command did not stop within 10s of an interrupt")
 	}
 	require.Contains(t, logs.String(), "console: login with a wrong token")
-	for _, secret := range []string{password, token} {
+	for _, secret := range []string{password, amqpPassword, token} {
 		require.NotContains(t, pages.String(), secret)
 		require.NotContains(t, first, secret)
 		require.NotContains(t, logs.String(), secret)
