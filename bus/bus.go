@@ -36,10 +36,13 @@ type Bus struct {
 	// unsettled counts the deliveries nacked, for the poison-loop guard.
 	unsettled unsettled
 
-	mu           sync.Mutex
-	handlers     map[string]bool
-	running      bool
-	routerRan    bool // Run started the router: Close must stop it
+	mu        sync.Mutex
+	handlers  map[string]bool
+	running   bool
+	routerRan bool // Run started the router: Close must stop it
+	// retryTargets runs a delayed retry of a handler group's message.
+	retryTargets map[string]func(topic string, msg *message.Message) error
+	delayedReady bool // the database has the delayed table (checked at Run)
 	closed       bool
 	needsCleanup bool
 	consumers    []consumerKeys
@@ -67,7 +70,8 @@ func New(cfg Config) (*Bus, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bus: router: %w", err)
 	}
-	b := &Bus{cfg: cfg, router: router, wmLog: wmLog, handlers: map[string]bool{}}
+	b := &Bus{cfg: cfg, router: router, wmLog: wmLog, handlers: map[string]bool{},
+		retryTargets: map[string]func(string, *message.Message) error{}}
 	if cfg.MetricsAddr != "" {
 		b.addRouterMetrics()
 	}
@@ -163,6 +167,9 @@ func (b *Bus) Run(ctx context.Context) error {
 		}
 	}
 	if b.cfg.DB != nil && b.delayedTableExists(ctx) {
+		b.mu.Lock()
+		b.delayedReady = true
+		b.mu.Unlock()
 		background = append(background, func() error { return b.relayDelayed(ctx) })
 	}
 	if gauges, ok := b.cfg.Recorder.(metrics.GaugeSetter); ok && b.needsTables() && b.cfg.TableGaugeInterval > 0 {

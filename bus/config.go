@@ -114,6 +114,11 @@ type Config struct {
 	// RateLimit waits out an outage of the database: see RateLimit. On by
 	// default (10 consecutive transient failures, then one attempt a second).
 	RateLimit RateLimit
+	// DelayedRetries sends a message whose immediate retries ran out back to
+	// its handler later, after each of Delays in turn, before the error
+	// topic. Needs DB with the delayed table (migration 7). Defaults to
+	// none: the error topic follows the immediate retries.
+	DelayedRetries DelayedRetries
 	// DelayedPollInterval is how often the bus looks for due delayed
 	// messages (DeliverAt) when its database has their table. Defaults to 1s.
 	DelayedPollInterval time.Duration
@@ -231,6 +236,7 @@ func (c Config) withDefaults() Config {
 	c.DelayedPollInterval = cmp.Or(c.DelayedPollInterval, delayedPollIntervalDefault)
 	c.RateLimit.Threshold = cmp.Or(c.RateLimit.Threshold, rateLimitThresholdDefault)
 	c.RateLimit.Wait = cmp.Or(c.RateLimit.Wait, rateLimitWaitDefault)
+	c.RateLimit.MaxWait = cmp.Or(c.RateLimit.MaxWait, rateLimitMaxWaitDefault)
 	c.Cleanup.Interval = cmp.Or(c.Cleanup.Interval, cleanupIntervalDefault)
 	c.Cleanup.BatchSize = cmp.Or(c.Cleanup.BatchSize, cleanupBatchSizeDefault)
 	if c.Logger == nil {

@@ -101,6 +101,7 @@ var confChecks = []confCheck{
 	{"an event nobody subscribes to is not an error, and is counted as unrouted", false, checkUnroutedEvent,
 		map[string]string{"sql": "the SQL transport's topics are logs every group reads: it cannot tell that nobody reads one"}},
 	{"a delayed message is delivered once at or after its time, and not when its handler fails", false, checkDelayed, nil},
+	{"delayed retries bring a failing message back to its handler alone, then the error topic", false, checkDelayedRetries, nil},
 	{"a command the outbox relays to an endpoint with no queue goes to the error topic", true, checkOutboxCommandNoRoute,
 		map[string]string{"sql": "the SQL transport's topics are logs every group reads: it cannot tell that no endpoint reads one"}},
 }
@@ -769,4 +770,48 @@ func checkDelayed(t *testing.T, c *confCase) {
 		require.Equal(t, 1, n, id)
 	}
 	require.Zero(t, count(t, c.db, "SELECT COUNT(*) FROM postroom_delayed WHERE message_id LIKE ?", prefix+"%"), "delivered messages leave the table")
+}
+
+func checkDelayedRetries(t *testing.T, c *confCase) {
+	b := newConfBus(t, c, func(cfg *bus.Config) {
+		cfg.DelayedPollInterval = 50 * time.Millisecond
+		cfg.Retry = bus.RetryPolicy{MaxRetries: 1, InitialBackoff: time.Millisecond}
+		cfg.DelayedRetries = bus.DelayedRetries{Delays: []time.Duration{200 * time.Millisecond, 200 * time.Millisecond}}
+	})
+	errs := errorQueue(t, c)
+	var mu sync.Mutex
+	attempts := map[string]int{}
+	require.NoError(t, bus.Handle(b, func(ctx context.Context, m *ConfChanged) error {
+		mu.Lock()
+		attempts[bus.MessageID(ctx)]++
+		n := attempts[bus.MessageID(ctx)]
+		mu.Unlock()
+		if m.Entity == "never" || n < 5 {
+			return fmt.Errorf("attempt %d fails", n)
+		}
+		return record[ConfChanged](c, "a")(ctx, m)
+	}, bus.Named("a"), bus.WithInbox()))
+	// A second handler of the event succeeds at once: a delayed retry of
+	// "a" must not come to it again.
+	require.NoError(t, bus.Handle(b, record[ConfChanged](c, "b"), bus.Named("b"), bus.WithInbox()))
+	run(t, b)
+	later, never := testenv.Name("later-"), testenv.Name("never-")
+	require.NoError(t, bus.Publish(context.Background(), b, &ConfChanged{}, bus.WithMessageID(later)))
+	require.NoError(t, bus.Publish(context.Background(), b, &ConfChanged{Entity: "never"}, bus.WithMessageID(never)))
+	select {
+	case failed := <-errs:
+		failed.Ack()
+		require.Equal(t, never, failed.UUID)
+		require.Equal(t, "2", failed.Metadata.Get(metadata.DelayedRetries))
+		require.Equal(t, 2, bus.ErrorAttempts(failed), "the immediate attempts of the last delayed retry")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the message that always fails did not reach the error topic after its delayed retries")
+	}
+	waitFor(t, "the message that succeeds on its second delayed retry", func() bool { return effects(t, c)["a "+later] == 1 })
+	time.Sleep(300 * time.Millisecond) // room for a wrong extra delivery
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, 5, attempts[later], "2 immediate attempts, then 2 and 1 in the delayed retries")
+	require.Equal(t, 6, attempts[never])
+	require.Equal(t, map[string]int{"a " + later: 1, "b " + later: 1, "b " + never: 1}, effects(t, c), "handler b got each once")
 }

@@ -77,7 +77,7 @@ func (b *Bus) delay(ctx context.Context, db *gorm.DB, out outgoing) error {
 	if err != nil {
 		return fmt.Errorf("bus: deliver %s later: %w", out.msg.UUID, err)
 	}
-	err = db.WithContext(ctx).Exec(stmts.Insert, d.Time(out.at), out.topic, out.msg.UUID, []byte(out.msg.Payload), string(md), d.Time(b.cfg.Now())).Error
+	err = db.WithContext(ctx).Exec(stmts.Insert, d.Time(out.at), out.topic, out.group, out.msg.UUID, []byte(out.msg.Payload), string(md), d.Time(b.cfg.Now())).Error
 	if err != nil {
 		return fmt.Errorf("bus: deliver %s later: %w (has `postroom migrate` run? delayed delivery needs migration 7)", out.msg.UUID, err)
 	}
@@ -121,32 +121,46 @@ func (b *Bus) relayDelayed(ctx context.Context) error {
 }
 
 type delayedRow struct {
-	ID        int64
-	Topic     string
-	MessageID string
-	Payload   []byte
-	Metadata  string
+	ID          int64
+	Topic       string
+	TargetGroup string
+	MessageID   string
+	Payload     []byte
+	Metadata    string
 }
 
 // deliverDue publishes up to delayedBatch due messages and deletes them, in
-// one transaction whose row locks keep other instances off them. A message
+// one transaction whose row locks keep other instances off them; a message
 // published before a crash is published again (same ID): at least once.
+// Due delayed retries of this bus's handlers are claimed in that
+// transaction (their due time moves to the end of a lease) and run after
+// it, each deleted once it settled.
 func (b *Bus) deliverDue(ctx context.Context) (int, error) {
 	d, stmts, err := b.delayedStatements(b.cfg.DB)
 	if err != nil {
 		return 0, err
 	}
-	n := 0
+	groups := []string{""}
+	b.mu.Lock()
+	for g := range b.retryTargets {
+		groups = append(groups, g)
+	}
+	b.mu.Unlock()
+	var rows, claimed []delayedRow
 	err = b.cfg.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		var rows []delayedRow
-		if err := tx.Raw(stmts.Due, d.Time(b.cfg.Now()), delayedBatch).Scan(&rows).Error; err != nil {
+		if err := tx.Raw(stmts.Due, d.Time(b.cfg.Now()), groups, delayedBatch).Scan(&rows).Error; err != nil {
 			return err
 		}
+		lease := b.cfg.Now().Add(b.cfg.Retry.Horizon() + time.Minute)
 		for _, r := range rows {
-			msg := message.NewMessage(r.MessageID, r.Payload)
-			if err := json.Unmarshal([]byte(r.Metadata), &msg.Metadata); err != nil {
-				msg.Metadata = message.Metadata{"postroom-transport-error": "bus: delayed message metadata: " + err.Error()}
+			if r.TargetGroup != "" {
+				if err := tx.Exec(stmts.Claim, d.Time(lease), r.ID).Error; err != nil {
+					return err
+				}
+				claimed = append(claimed, r)
+				continue
 			}
+			msg := r.message()
 			out := outgoing{topic: r.Topic, msg: msg}
 			if err := b.publish(out); err != nil {
 				if !errors.Is(err, transport.ErrNoRoute) {
@@ -159,11 +173,31 @@ func (b *Bus) deliverDue(ctx context.Context) (int, error) {
 			if err := tx.Exec(stmts.Delete, r.ID).Error; err != nil {
 				return err
 			}
-			n++
 		}
 		return nil
 	})
-	return n, err
+	if err != nil {
+		return 0, err
+	}
+	for _, r := range claimed {
+		if err := b.runDelayedRetry(ctx, r, r.message()); err != nil {
+			b.cfg.Logger.Warn("bus: a delayed retry did not settle; it runs again when its lease ends", "message_id", r.MessageID, "error", err)
+			continue
+		}
+		if err := b.cfg.DB.WithContext(ctx).Exec(stmts.Delete, r.ID).Error; err != nil {
+			return 0, err
+		}
+	}
+	return len(rows), nil
+}
+
+// message is the Watermill message of a delayed row.
+func (r delayedRow) message() *message.Message {
+	msg := message.NewMessage(r.MessageID, r.Payload)
+	if err := json.Unmarshal([]byte(r.Metadata), &msg.Metadata); err != nil {
+		msg.Metadata = message.Metadata{"postroom-transport-error": "bus: delayed message metadata: " + err.Error()}
+	}
+	return msg
 }
 
 // delayedTableExists reports whether the database has the delayed table

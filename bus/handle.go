@@ -163,6 +163,9 @@ func handle[T any](b *Bus, fn HandlerFunc[T], byRun bool, opts ...HandlerOption)
 		var delivery message.HandlerFunc = func(msg *message.Message) ([]*message.Message, error) {
 			return nil, b.deliver(hc.name, topic, msg, h, lim)
 		}
+		b.mu.Lock()
+		b.retryTargets[group] = func(topic string, msg *message.Message) error { return b.deliver(hc.name, topic, msg, h, lim) }
+		b.mu.Unlock()
 		if b.cfg.TracerProvider != nil {
 			traced, err := tracing.New(tracing.Config{TracerProvider: b.cfg.TracerProvider, Propagator: b.cfg.Propagator, Handler: hc.name})
 			if err != nil {
@@ -341,6 +344,7 @@ type outgoing struct {
 	topic string
 	msg   *message.Message
 	at    time.Time // zero: now; else delivered at that time (DeliverAt)
+	group string    // a delayed retry: delivered to this handler group alone
 }
 
 func (in *incoming) correlationID() string {

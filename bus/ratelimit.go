@@ -27,11 +27,18 @@ type RateLimit struct {
 	// Wait is the pause before each attempt while a handler is limited.
 	// Defaults to 1s.
 	Wait time.Duration
+	// MaxWait bounds how long one message waits without spending its
+	// retries: after that it spends them and may reach the error topic, so
+	// a message whose own failure only looks like an outage (a connection
+	// that only it uses) cannot hold the handler forever. Defaults to 5
+	// minutes.
+	MaxWait time.Duration
 }
 
 const (
 	rateLimitThresholdDefault = 10
 	rateLimitWaitDefault      = time.Second
+	rateLimitMaxWaitDefault   = 5 * time.Minute
 )
 
 // limiter is one handler's rate limiting: consecutive transient failures,
@@ -42,10 +49,18 @@ type limiter struct {
 	log     *slog.Logger
 	gauges  metrics.GaugeSetter // nil: no gauge
 
-	mu       sync.Mutex
-	failures int
-	open     bool
-	slot     chan struct{}
+	mu        sync.Mutex
+	failures  int
+	successes uint64 // attempts that succeeded, ever
+	open      bool
+	slot      chan struct{}
+}
+
+// succeeded returns how many attempts of the handler have succeeded.
+func (l *limiter) succeeded() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.successes
 }
 
 func newLimiter(handler string, cfg RateLimit, log *slog.Logger, rec metrics.Recorder) *limiter {
@@ -70,6 +85,13 @@ func (l *limiter) acquire(ctx context.Context) (release func(), limited bool, er
 		return nil, false, ctx.Err()
 	}
 	release = func() { <-l.slot }
+	l.mu.Lock()
+	open = l.open
+	l.mu.Unlock()
+	if !open { // it ended while this attempt waited for the slot
+		release()
+		return func() {}, false, nil
+	}
 	select {
 	case <-time.After(l.cfg.Wait):
 	case <-ctx.Done():
@@ -87,6 +109,7 @@ func (l *limiter) record(ok, transient bool) {
 	switch {
 	case ok:
 		l.failures = 0
+		l.successes++
 		l.set(false)
 	case transient:
 		l.failures++

@@ -65,3 +65,33 @@ func TestRateLimitingWaitsOutTransientFailures(t *testing.T) {
 	failed := <-ep.errors
 	require.Equal(t, 3, bus.ErrorAttempts(failed), "a failure that is not transient spends the retries")
 }
+
+// TestATransientFailureOfOneMessageIsNotAnOutage: a message that keeps
+// failing with a connection error (one only it uses) waits at most
+// RateLimit.MaxWait without spending retries, then spends them and reaches
+// the error topic; the messages behind it are handled.
+func TestATransientFailureOfOneMessageIsNotAnOutage(t *testing.T) {
+	errorTopic := testenv.Name("error_")
+	b, err := bus.New(bus.Config{Endpoint: testenv.Name("limited"), ErrorTopic: errorTopic, Logger: testenv.Logger(t),
+		Retry:     bus.RetryPolicy{MaxRetries: 2, InitialBackoff: time.Millisecond},
+		RateLimit: bus.RateLimit{Threshold: 1, Wait: time.Millisecond, MaxWait: 200 * time.Millisecond}})
+	require.NoError(t, err)
+	require.NoError(t, bus.Handle(b, func(ctx context.Context, o *OrderPlaced) error {
+		if o.OrderID == "unlucky" {
+			return fmt.Errorf("its own database link: %w", syscall.ECONNREFUSED)
+		}
+		return nil
+	}))
+	ep := start(t, b, errorTopic)
+	require.NoError(t, bus.Publish(context.Background(), b, &OrderPlaced{OrderID: "unlucky"}))
+	for i := range 20 { // the handler keeps succeeding meanwhile
+		require.NoError(t, bus.Publish(context.Background(), b, &OrderPlaced{OrderID: fmt.Sprint(i)}))
+	}
+	select {
+	case failed := <-ep.errors:
+		require.Contains(t, failed.Metadata.Get("postroom-error-reason"), "connection refused")
+	case <-time.After(20 * time.Second):
+		t.Fatal("a message whose failure was not an outage waited forever")
+	}
+	waitFor(t, "the messages behind it", func() bool { return b.Counters().Get("sales.OrderPlaced", metrics.Handled) == 20 })
+}

@@ -41,6 +41,14 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 	policy := b.cfg.Retry
 	var err error
 	attempts, retries := 0, 0
+	// successesAtOutage is the handler's success count at this message's
+	// first transient failure: while no attempt of the handler has
+	// succeeded since, the database is out of reach for everyone, not just
+	// for this message, and waiting does not spend its retries.
+	// It waits at most RateLimit.MaxWait that way.
+	var successesAtOutage uint64
+	var outageSince time.Time
+	sawTransient := false
 	for {
 		release, limited, waitErr := lim.acquire(msg.Context())
 		if waitErr != nil {
@@ -65,7 +73,11 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 		if IsUnrecoverable(err) {
 			break
 		}
-		if transient && !b.cfg.RateLimit.Disabled && (limited || retries >= policy.MaxRetries) {
+		if transient && !sawTransient {
+			sawTransient, successesAtOutage, outageSince = true, lim.succeeded(), b.cfg.Now()
+		}
+		outage := transient && lim.succeeded() == successesAtOutage && b.cfg.Now().Sub(outageSince) < b.cfg.RateLimit.MaxWait
+		if outage && !b.cfg.RateLimit.Disabled && (limited || retries >= policy.MaxRetries) {
 			// The database is out of reach: wait it out in turn with the
 			// handler's other messages, without spending retries.
 			lim.start()
@@ -82,6 +94,11 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 		case <-msg.Context().Done():
 			return fmt.Errorf("bus: %s: closing during retries: %w", handler, err)
 		}
+	}
+	if later, laterErr := b.retryLater(handler, topic, msg, err); later {
+		return nil
+	} else if laterErr != nil {
+		b.cfg.Logger.Error("bus: could not schedule a delayed retry; the message goes to the error topic", "handler", handler, "message_id", msg.UUID, "error", laterErr)
 	}
 	return b.moveToErrorTopic(handler, topic, msg, attempts, err)
 }

@@ -36,6 +36,10 @@ const (
 	// ErrorGroup is the subscriber group (queue) of the handler that
 	// failed: a replay goes back to it alone.
 	ErrorGroup = "postroom-error-group"
+	// DelayedRetries is how many delayed retries a message has had (see
+	// bus.Config.DelayedRetries); set on its delayed copies and on the
+	// error topic.
+	DelayedRetries = "postroom-delayed-retries"
 )
 
 // Replayed is set on a message replayed from the error topic: when it had

@@ -2,14 +2,21 @@ package dialect
 
 // DelayedStatements are the statements on the delayed-messages table.
 type DelayedStatements struct {
-	// Insert adds a message: due_at, topic, message_id, payload, metadata
-	// (JSON), created_at.
+	// Insert adds a message: due_at, topic, target_group ('' for a
+	// message published to its topic; a handler's group for a delayed
+	// retry, delivered to that handler alone), message_id, payload,
+	// metadata (JSON), created_at.
 	Insert string
-	// Due selects up to a number of messages due at a time (arguments: the
-	// time, the number), oldest due first, locked for this transaction
-	// and skipped by others (SKIP LOCKED; SQLite has one writer anyway):
-	// id, topic, message_id, payload, metadata.
+	// Due selects up to a number of messages due at a time for some target
+	// groups (arguments: the time, the groups, the number), oldest due
+	// first, locked for this transaction and skipped by others (SKIP
+	// LOCKED; SQLite has one writer anyway): id, topic, target_group,
+	// message_id, payload, metadata.
 	Due string
+	// Claim moves a delayed retry's due time to the end of its lease while
+	// a handler runs it (arguments: the time, the id): a process that dies
+	// meanwhile leaves it to be run again.
+	Claim string
 	// Delete removes a delivered message (argument: its id).
 	Delete string
 	// Summary counts the messages and returns the earliest due time.
@@ -26,8 +33,9 @@ func (d Dialect) Delayed(table string) (DelayedStatements, error) {
 		lock = ""
 	}
 	return DelayedStatements{
-		Insert:  "INSERT INTO " + table + " (due_at, topic, message_id, payload, metadata, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-		Due:     "SELECT id, topic, message_id, payload, metadata FROM " + table + " WHERE due_at <= ? ORDER BY due_at, id LIMIT ?" + lock,
+		Insert:  "INSERT INTO " + table + " (due_at, topic, target_group, message_id, payload, metadata, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+		Due:     "SELECT id, topic, target_group, message_id, payload, metadata FROM " + table + " WHERE due_at <= ? AND target_group IN ? ORDER BY due_at, id LIMIT ?" + lock,
+		Claim:   "UPDATE " + table + " SET due_at = ? WHERE id = ?",
 		Delete:  "DELETE FROM " + table + " WHERE id = ?",
 		Summary: "SELECT COUNT(*), MIN(due_at) FROM " + table,
 	}, nil

@@ -132,7 +132,7 @@ func (d Dialect) Migrations(t Tables) []Migration {
 		{Version: 5, Name: "watermarks per consumer; key columns compare bytes exactly", Statements: d.exactKeys(t)},
 		{Version: 6, Name: "outbox tables", Statements: d.OutboxTables(OutboxTopicDefault)},
 		{Version: 7, Name: "delayed messages", Statements: d.tableWithIndex(t.Delayed,
-			d.serial()+", due_at "+ts+" NOT NULL, topic VARCHAR(255) NOT NULL, message_id VARCHAR(255) NOT NULL, payload "+d.blob()+" NULL, metadata TEXT NOT NULL, created_at "+ts+" NOT NULL",
+			d.serial()+", due_at "+ts+" NOT NULL, topic VARCHAR(255) NOT NULL, target_group VARCHAR(255) NOT NULL DEFAULT '', message_id VARCHAR(255) NOT NULL, payload "+d.blob()+" NULL, metadata TEXT NOT NULL, created_at "+ts+" NOT NULL",
 			"due_at", false)},
 	}
 }

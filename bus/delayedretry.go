@@ -1,0 +1,66 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/postroom/postroom/metadata"
+)
+
+// DelayedRetries configures NServiceBus's second level of retries: a
+// message whose immediate retries ran out comes back to its handler alone
+// after each delay in turn, durably (it waits in the delayed table, holding
+// no broker delivery, goroutine or connection), and goes to the error topic
+// after the last. An unrecoverable error skips them. They are off unless
+// Delays is set (DelayedRetriesDefault is NServiceBus's 10 s, 20 s, 30 s).
+type DelayedRetries struct {
+	// Delays are the waits before each delayed retry. Defaults to none.
+	Delays []time.Duration
+}
+
+// DelayedRetriesDefault are the delays of NServiceBus's default delayed
+// retries: 10 s, 20 s and 30 s.
+var DelayedRetriesDefault = []time.Duration{10 * time.Second, 20 * time.Second, 30 * time.Second}
+
+// retryLater schedules msg's next delayed retry for handler, if it has one
+// left: it returns false when the message should go to the error topic
+// instead (none left, turned off, no delayed table, unrecoverable).
+func (b *Bus) retryLater(handler, topic string, msg *message.Message, reason error) (bool, error) {
+	b.mu.Lock()
+	ready := b.delayedReady
+	b.mu.Unlock()
+	cfg := b.cfg.DelayedRetries
+	done, _ := strconv.Atoi(msg.Metadata.Get(metadata.DelayedRetries))
+	if !ready || IsUnrecoverable(reason) || done >= len(cfg.Delays) {
+		return false, nil
+	}
+	again := msg.Copy()
+	delete(again.Metadata, metadata.DeliveryCount)
+	again.Metadata.Set(metadata.DelayedRetries, strconv.Itoa(done+1))
+	again.Metadata.Set(metadata.ErrorReason, reason.Error())
+	out := outgoing{topic: topic, msg: again, at: b.cfg.Now().Add(cfg.Delays[done]), group: b.group(handler)}
+	if err := b.delay(context.Background(), b.cfg.DB, out); err != nil {
+		return false, err
+	}
+	b.cfg.Logger.Warn("bus: message failed its immediate retries; a delayed retry is scheduled", "handler", handler,
+		"message_id", msg.UUID, "delayed_retry", done+1, "of", len(cfg.Delays), "at", out.at, "reason", reason)
+	return true, nil
+}
+
+// runDelayedRetry runs a due delayed retry through its handler. It returns
+// an error when the retry did not settle (the bus closing, the error topic
+// refused): its row stays, and runs again when its lease ends.
+func (b *Bus) runDelayedRetry(ctx context.Context, r delayedRow, msg *message.Message) error {
+	b.mu.Lock()
+	target := b.retryTargets[r.TargetGroup]
+	b.mu.Unlock()
+	if target == nil {
+		return fmt.Errorf("bus: delayed retry %s: no handler of group %s here", r.MessageID, r.TargetGroup)
+	}
+	msg.SetContext(ctx)
+	return target(r.Topic, msg)
+}
