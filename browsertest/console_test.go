@@ -35,11 +35,12 @@ func (Invoice) MessageName() string { return "test.Invoice" }
 const screenshotDir = "../docs/img/console"
 
 // chromium returns the browser's path: $POSTROOM_CHROMIUM, else chromium
-// (Debian's package) on PATH. A missing browser fails the test (skipped
-// only with -short): scripts/chromium.sh installs it.
+// (Debian's package) on PATH. A missing browser fails the test:
+// scripts/chromium.sh installs it. -short skips the browser tests, except
+// under CI=true.
 func chromium(t *testing.T) string {
 	t.Helper()
-	if testing.Short() {
+	if testing.Short() && os.Getenv("CI") != "true" {
 		t.Skip("-short: skipping the browser test")
 	}
 	if p := os.Getenv("POSTROOM_CHROMIUM"); p != "" {
