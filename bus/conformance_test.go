@@ -102,6 +102,9 @@ var confChecks = []confCheck{
 		map[string]string{"sql": "the SQL transport's topics are logs every group reads: it cannot tell that nobody reads one"}},
 	{"a delayed message is delivered once at or after its time, and not when its handler fails", false, checkDelayed, nil},
 	{"delayed retries bring a failing message back to its handler alone, then the error topic", false, checkDelayedRetries, nil},
+	{"a command sent before its endpoint first runs waits for it", false, checkCommandBeforeEndpoint,
+		map[string]string{"gochannel": "a command to an endpoint with no queue fails at Send (transport.ErrNoRoute)",
+			"amqp": "a command to an endpoint with no queue fails at Send (transport.ErrNoRoute)"}},
 	{"a command the outbox relays to an endpoint with no queue goes to the error topic", true, checkOutboxCommandNoRoute,
 		map[string]string{"sql": "the SQL transport's topics are logs every group reads: it cannot tell that no endpoint reads one"}},
 }
@@ -814,4 +817,19 @@ func checkDelayedRetries(t *testing.T, c *confCase) {
 	require.Equal(t, 5, attempts[later], "2 immediate attempts, then 2 and 1 in the delayed retries")
 	require.Equal(t, 6, attempts[never])
 	require.Equal(t, map[string]int{"a " + later: 1, "b " + later: 1, "b " + never: 1}, effects(t, c), "handler b got each once")
+}
+
+// checkCommandBeforeEndpoint: on a transport that cannot refuse a command to
+// an endpoint that never ran, the command waits for the endpoint (a new
+// group of a command topic starts at its first message).
+func checkCommandBeforeEndpoint(t *testing.T, c *confCase) {
+	sender := newConfBus(t, c, nil)
+	receiver := testenv.Name("later")
+	id := testenv.Name("early-")
+	require.NoError(t, bus.Send(context.Background(), sender, &ConfCmd{}, bus.To(receiver), bus.WithMessageID(id)))
+	b := newConfBus(t, c, func(cfg *bus.Config) { cfg.Endpoint = receiver })
+	require.NoError(t, bus.Handle(b, record[ConfCmd](c, "cmd"), bus.WithInbox()))
+	run(t, b)
+	settled(t, b, "conf.Cmd", 1)
+	require.Equal(t, map[string]int{"cmd " + id: 1}, effects(t, c))
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/postroom/postroom/middleware/stale"
 	"github.com/postroom/postroom/middleware/tracing"
 	"github.com/postroom/postroom/middleware/unitofwork"
+	"github.com/postroom/postroom/transport"
 )
 
 // HandlerOption configures one handler.
@@ -155,10 +156,8 @@ func handle[T any](b *Bus, fn HandlerFunc[T], byRun bool, opts ...HandlerOption)
 	for _, topic := range []string{commandTopic(b.cfg.Endpoint, name), eventTopic(name)} {
 		// The handler's queue exists from now on: a message sent before
 		// Run waits in it instead of being dropped.
-		if init, ok := sub.(message.SubscribeInitializer); ok {
-			if err := init.SubscribeInitialize(topic); err != nil {
-				return fmt.Errorf("bus: handler %s: declare its queue for %s: %w", hc.name, topic, err)
-			}
+		if err := declare(sub, topic, topic == eventTopic(name)); err != nil {
+			return fmt.Errorf("bus: handler %s: declare its queue for %s: %w", hc.name, topic, err)
 		}
 		var delivery message.HandlerFunc = func(msg *message.Message) ([]*message.Message, error) {
 			return nil, b.deliver(hc.name, topic, msg, h, lim)
@@ -186,6 +185,18 @@ func handle[T any](b *Bus, fn HandlerFunc[T], byRun bool, opts ...HandlerOption)
 		}
 	}
 	registered = true
+	return nil
+}
+
+// declare declares sub's queue for topic: from now on for an event topic
+// where the transport would otherwise replay its history (transport.FromNow).
+func declare(sub message.Subscriber, topic string, event bool) error {
+	if from, ok := sub.(transport.FromNow); ok && event {
+		return from.SubscribeInitializeFromNow(topic)
+	}
+	if init, ok := sub.(message.SubscribeInitializer); ok {
+		return init.SubscribeInitialize(topic)
+	}
 	return nil
 }
 

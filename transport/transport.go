@@ -41,3 +41,14 @@ type Mandatory interface {
 type LoggerSetter interface {
 	SetLogger(*slog.Logger)
 }
+
+// FromNow is implemented by a subscriber on which a new group would read a
+// topic's whole history (the SQL transport, whose topics are tables): the
+// bus declares its event topics with SubscribeInitializeFromNow, so a
+// handler added later gets the events published from then on, as a new
+// queue on a broker does. Command topics are declared with
+// SubscribeInitialize and keep what was sent to an endpoint before it
+// first ran.
+type FromNow interface {
+	SubscribeInitializeFromNow(topic string) error
+}

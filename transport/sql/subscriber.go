@@ -6,42 +6,56 @@ import (
 
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/postroom/postroom/transport"
 )
 
-// subscriber is watermill-sql's subscriber of one group, whose group
-// starts reading a topic where the topic ends when it first subscribes
-// (or declares its queue with SubscribeInitialize), as a queue declared on
-// a broker does: a handler added later does not get the messages published
-// before it existed.
+// subscriber is watermill-sql's subscriber of one group. The group gets its
+// offsets row when it declares a topic: at the topic's end for an event
+// topic (SubscribeInitializeFromNow: a handler added later does not get
+// the events published before it existed), at its start otherwise (a
+// command sent before its endpoint first ran waits for it).
 type subscriber struct {
 	*wsql.Subscriber
 	t     *Transport
 	group string
 }
 
-var _ message.SubscribeInitializer = (*subscriber)(nil)
+var (
+	_ message.SubscribeInitializer = (*subscriber)(nil)
+	_ transport.FromNow            = (*subscriber)(nil)
+)
 
-// SubscribeInitialize creates topic's tables and the group's offsets row.
-func (s *subscriber) SubscribeInitialize(topic string) error {
+// SubscribeInitialize creates topic's tables and, unless it has one, the
+// group's offsets row at the topic's first message.
+func (s *subscriber) SubscribeInitialize(topic string) error { return s.declare(topic, false) }
+
+// SubscribeInitializeFromNow creates topic's tables and, unless it has one,
+// the group's offsets row at the topic's end.
+func (s *subscriber) SubscribeInitializeFromNow(topic string) error { return s.declare(topic, true) }
+
+func (s *subscriber) declare(topic string, fromNow bool) error {
 	if err := s.Subscriber.SubscribeInitialize(topic); err != nil {
 		return fmt.Errorf("sql: declare topic %s for group %s: %w", topic, s.group, err)
 	}
-	if err := s.startNow(topic); err != nil {
-		return fmt.Errorf("sql: start group %s at the end of topic %s: %w", s.group, topic, err)
+	if err := s.start(topic, fromNow); err != nil {
+		return fmt.Errorf("sql: start group %s on topic %s: %w", s.group, topic, err)
 	}
 	return nil
 }
 
-// startNow gives the group its offsets row at the end of topic, unless it
-// has one.
-func (s *subscriber) startNow(topic string) error {
+// start gives the group its offsets row on topic, unless it has one.
+func (s *subscriber) start(topic string, fromNow bool) error {
 	q := s.t.dialect.GroupStarts(topic)
 	db := s.t.cfg.DB
 	var exists []int
 	if err := db.Raw(q.Exists, s.group).Scan(&exists).Error; err != nil || len(exists) > 0 {
 		return err
 	}
-	if q.End == "" {
+	switch {
+	case !fromNow:
+		return db.Exec(q.InsertAtStart, s.group).Error
+	case q.End == "":
 		return db.Exec(q.Insert, s.group).Error
 	}
 	var end int64
@@ -52,7 +66,7 @@ func (s *subscriber) startNow(topic string) error {
 }
 
 // Subscribe reads topic for the group, from where the group stopped, or
-// from now for a new group.
+// for a group that never declared it, from the topic's first message.
 func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if err := s.SubscribeInitialize(topic); err != nil {
 		return nil, err
