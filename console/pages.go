@@ -33,7 +33,11 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		if list, err := c.browse(ctx, false); err != nil {
 			errs = append(errs, err)
 		} else if len(list) > 0 {
-			todo = append(todo, attention{"bad", fmt.Sprintf("%d failed messages in the error topic %s (%d failure groups)", len(list),
+			n := fmt.Sprint(len(list))
+			if len(list) == c.cfg.Limit {
+				n = "at least " + n // the pages read no more
+			}
+			todo = append(todo, attention{"bad", fmt.Sprintf("%s failed messages in the error topic %s (%d failure groups)", n,
 				c.cfg.ErrorTopic, len(groupFailed(list))), "/failed"})
 		}
 	}

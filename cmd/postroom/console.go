@@ -91,7 +91,7 @@ URL or the token. See docs/console.md.`,
 
 // serve serves h on ln until ctx ends, then shuts down within 5 seconds.
 func serve(ctx context.Context, ln net.Listener, h http.Handler) error {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: nil}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	select {
