@@ -188,20 +188,23 @@ func (b *Bus) Run(ctx context.Context) error {
 	if sched != nil {
 		background = append(background, func() error { return sched.Run(ctx) })
 	}
+	b.mu.Lock()
+	closed := b.closed
+	b.routerRan = !closed
+	b.mu.Unlock()
+	if closed {
+		return errors.New("bus: closed while Run was starting")
+	}
 	if b.cfg.MetricsAddr != "" {
 		serve, err := b.serveMetrics(ctx)
 		if err != nil {
+			b.mu.Lock()
+			b.routerRan = false
+			b.mu.Unlock()
 			return err
 		}
 		background = append(background, serve)
 	}
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return errors.New("bus: closed while Run was starting")
-	}
-	b.routerRan = true
-	b.mu.Unlock()
 	started = true
 	done := make(chan error, len(background))
 	for _, run := range background {
@@ -255,9 +258,8 @@ func (b *Bus) MetricsAddr() string {
 }
 
 // ErrorQueueGroup is the queue group that holds the error topic's messages
-// on transports that need a subscriber for a message to be kept (RabbitMQ:
-// queue "<error topic>_postroom_errors").
-const ErrorQueueGroup = "postroom_errors"
+// (transport.ErrorQueueGroup).
+const ErrorQueueGroup = transport.ErrorQueueGroup
 
 // declareErrorQueue makes the error topic durable before anything fails: on
 // RabbitMQ a message published to an exchange with no queue bound is dropped.

@@ -22,8 +22,20 @@ const unsettledLimit = 10_000
 // processes and before a crash, through metadata.DeliveryCount.
 type unsettled struct {
 	mu    sync.Mutex
-	count map[string]int
-	order []string // insertion order, to forget the oldest when full
+	count map[string]unsettledCount
+	order []unsettledSlot // insertion order, to forget the oldest when full
+	seq   uint64
+}
+
+// unsettledCount is a message's count and the slot of order that holds it.
+type unsettledCount struct {
+	n   int
+	seq uint64
+}
+
+type unsettledSlot struct {
+	key string
+	seq uint64
 }
 
 func unsettledKey(group, id string) string { return group + "\x00" + id }
@@ -32,7 +44,7 @@ func unsettledKey(group, id string) string { return group + "\x00" + id }
 // before this one: the greater of this process's count and the transport's.
 func (u *unsettled) previous(group string, msg *message.Message) int {
 	u.mu.Lock()
-	n := u.count[unsettledKey(group, msg.UUID)]
+	n := u.count[unsettledKey(group, msg.UUID)].n
 	u.mu.Unlock()
 	if c, err := strconv.Atoi(msg.Metadata.Get(metadata.DeliveryCount)); err == nil && c > n {
 		n = c
@@ -51,25 +63,31 @@ func (u *unsettled) settle(group, id string, nacked bool) {
 		return
 	}
 	if u.count == nil {
-		u.count = map[string]int{}
+		u.count = map[string]unsettledCount{}
 	}
-	if _, ok := u.count[key]; !ok {
-		u.order = append(u.order, key)
+	c, ok := u.count[key]
+	if !ok {
+		u.seq++
+		c.seq = u.seq
+		u.order = append(u.order, unsettledSlot{key, c.seq})
 		for len(u.order) > unsettledLimit {
-			delete(u.count, u.order[0])
+			if old := u.order[0]; u.count[old.key].seq == old.seq { // not a slot of a later count of that key
+				delete(u.count, old.key)
+			}
 			u.order = u.order[1:]
 		}
 		if len(u.order) > 2*len(u.count)+64 { // compact the settled slots
 			live := u.order[:0]
-			for _, k := range u.order {
-				if _, ok := u.count[k]; ok {
-					live = append(live, k)
+			for _, slot := range u.order {
+				if cur, ok := u.count[slot.key]; ok && cur.seq == slot.seq {
+					live = append(live, slot)
 				}
 			}
 			u.order = live
 		}
 	}
-	u.count[key]++
+	c.n++
+	u.count[key] = c
 }
 
 // guarded wraps a delivery with the poison-loop guard: a message delivered

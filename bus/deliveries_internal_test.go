@@ -37,3 +37,14 @@ func TestUnsettledIsBounded(t *testing.T) {
 	require.LessOrEqual(t, len(u.order), 2*unsettledLimit+64)
 	require.Equal(t, 1, u.previous("g", message.NewMessage(strconv.Itoa(3*unsettledLimit-1), nil)), "the newest is kept")
 }
+
+func TestUnsettledKeepsACountWhoseOldSlotIsForgotten(t *testing.T) {
+	var u unsettled
+	u.settle("g", "a", true)
+	u.settle("g", "a", false)
+	u.settle("g", "a", true) // a new count of a, in a new slot
+	for i := range unsettledLimit - 1 {
+		u.settle("g", strconv.Itoa(i), true) // the first slot of a falls out
+	}
+	require.Equal(t, 1, u.previous("g", message.NewMessage("a", nil)))
+}

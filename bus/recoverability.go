@@ -180,7 +180,13 @@ func (b *Bus) moveToErrorTopic(handler, topic string, msg *message.Message, atte
 	failed.Metadata.Set(metadata.ErrorTopic, topic)
 	failed.Metadata.Set(metadata.ErrorGroup, b.group(handler))
 	failed.Metadata.Set(metadata.ErrorAt, b.cfg.Now().UTC().Format(time.RFC3339Nano))
-	if err := b.cfg.Transport.Publisher().Publish(b.cfg.ErrorTopic, failed); err != nil {
+	// Mandatory where the transport can tell: a message no error queue takes
+	// (it was deleted) is nacked, not acked into nothing.
+	publish := b.cfg.Transport.Publisher().Publish
+	if m, ok := b.cfg.Transport.(transport.Mandatory); ok {
+		publish = m.PublishMandatory
+	}
+	if err := publish(b.cfg.ErrorTopic, failed); err != nil {
 		return fmt.Errorf("bus: move %s to the error topic: %w (after: %v)", msg.UUID, err, reason)
 	}
 	b.cfg.Recorder.Record(handler, metrics.Failed)

@@ -52,3 +52,9 @@ type LoggerSetter interface {
 type FromNow interface {
 	SubscribeInitializeFromNow(topic string) error
 }
+
+// ErrorQueueGroup is the group of the queue that keeps the error topic's
+// messages for an operator (on RabbitMQ "<error topic>_postroom_errors").
+// A transport declares it without a broker-side delivery limit: an
+// operator browsing it must never make the broker drop what it holds.
+const ErrorQueueGroup = "postroom_errors"

@@ -130,9 +130,11 @@ func (t *Transport) config(group string) wamqp.Config {
 	c.Marshaler = Marshaler{}
 	c.Consume.Qos.PrefetchCount = t.cfg.Prefetch
 	if t.cfg.QueueType == QueueQuorum {
-		c.Queue.Arguments = amqp091.Table{
-			amqp091.QueueTypeArg: amqp091.QueueTypeQuorum,
-			"x-delivery-limit":   int64(t.cfg.DeliveryLimit),
+		c.Queue.Arguments = amqp091.Table{amqp091.QueueTypeArg: amqp091.QueueTypeQuorum}
+		if group != transport.ErrorQueueGroup {
+			// Not on the error queue: browsing it (postroom errors, the
+			// console) returns its messages, which the limit would count.
+			c.Queue.Arguments["x-delivery-limit"] = int64(t.cfg.DeliveryLimit)
 		}
 	}
 	return c

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/transport"
 	"github.com/postroom/postroom/transport/amqp"
 )
 
@@ -71,6 +72,35 @@ func TestQuorumDeliveryLimit(t *testing.T) {
 	require.NoError(t, tr.PublishMandatory(topic, message.NewMessage(watermill.NewUUID(), nil)))
 	time.Sleep(settle)
 	require.Len(t, got.all(), 3, "the first delivery and DeliveryLimit redeliveries")
+}
+
+// TestQuorumErrorQueueHasNoDeliveryLimit: the error queue of quorum
+// transports is declared without x-delivery-limit, so an operator browsing
+// it (each look returns the messages to the queue, which a limit counts)
+// never makes RabbitMQ drop a failed message.
+func TestQuorumErrorQueueHasNoDeliveryLimit(t *testing.T) {
+	t.Parallel()
+	topic := testenv.Name("errors_")
+	a := newAdmin(t)
+	a.cleanup(topic, transport.ErrorQueueGroup)
+	tr := newTransport(t, amqp.Config{QueueType: amqp.QueueQuorum, DeliveryLimit: 2})
+	sub, err := tr.Subscriber(transport.ErrorQueueGroup)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	require.NoError(t, sub.(message.SubscribeInitializer).SubscribeInitialize(topic))
+	require.NoError(t, tr.Publisher().Publish(topic, message.NewMessage("failed-1", nil)))
+	for i := range 6 { // three times the limit
+		ch, err := a.conn.Channel()
+		require.NoError(t, err)
+		var d amqp091.Delivery
+		var ok bool
+		require.Eventually(t, func() bool {
+			d, ok, err = ch.Get(amqp.QueueName(topic, transport.ErrorQueueGroup), false)
+			return err == nil && ok
+		}, 5*time.Second, 10*time.Millisecond, "look %d: the failed message is still there", i)
+		require.Equal(t, "failed-1", d.MessageId)
+		require.NoError(t, ch.Close()) // returns it unacked, as browsing does
+	}
 }
 
 // TestQuorumOverClassicQueue: subscribing with QueueType quorum to a queue

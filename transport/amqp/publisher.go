@@ -225,6 +225,7 @@ func (p *confirmPublisher) reset() {
 	if p.conn != nil && p.conn.IsClosed() {
 		p.conn = nil
 	}
+	p.declared = map[string]bool{} // an exchange deleted since is declared again
 }
 
 // close closes the channel and the connection; later publishes fail.
