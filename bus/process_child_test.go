@@ -35,6 +35,8 @@ const (
 	childQuorum  = "POSTROOM_TEST_CHILD_QUORUM" // "1": quorum queues
 	childErrors  = "POSTROOM_TEST_CHILD_ERROR_TOPIC"
 	childDefault = "POSTROOM_TEST_CHILD_DEFAULT_RETRY" // "1": the default retry policy, not one that outlasts a restart
+	childDelayed = "POSTROOM_TEST_CHILD_DELAYED"       // "1": delayed retries after 2 s, due messages looked for every 100 ms
+	childFailTil = "POSTROOM_TEST_CHILD_FAIL_UNTIL"    // Unix ms: every Work fails before then
 )
 
 // WorkDone is published by a consumer process for each Work it handles,
@@ -67,6 +69,14 @@ func runConsumer() int {
 	if hasPoison {
 		concurrency = 1 // only the poison message is in flight when it kills the process
 	}
+	var delayed bus.DelayedRetries
+	pollDelayed := time.Duration(0)
+	if os.Getenv(childDelayed) == "1" {
+		retry = bus.RetryPolicy{NoRetries: true}
+		delayed.Delays = []time.Duration{2 * time.Second}
+		pollDelayed = 100 * time.Millisecond
+	}
+	failUntil, _ := strconv.ParseInt(os.Getenv(childFailTil), 10, 64)
 	counters := &metrics.Counters{}
 	// The failpoint: after the handler's transaction has committed and
 	// before the router acks.
@@ -93,11 +103,17 @@ func runConsumer() int {
 		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Cleanup:       bus.CleanupSchedule{Disabled: true},
 		Outbox:        os.Getenv(childOutbox) == "1",
+
+		DelayedRetries:      delayed,
+		DelayedPollInterval: pollDelayed,
 	})
 	if err != nil {
 		return fail(err)
 	}
 	err = bus.Handle(b, func(ctx context.Context, w *Work) error {
+		if time.Now().UnixMilli() < failUntil {
+			return errors.New("failpoint: fails until " + os.Getenv(childFailTil))
+		}
 		if hasPoison && strconv.Itoa(w.N) == poison {
 			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			select {}
