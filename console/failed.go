@@ -18,7 +18,6 @@ import (
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/internal/amqpqueue"
 	"github.com/postroom/postroom/metadata"
-	"github.com/postroom/postroom/transport/amqp"
 )
 
 // failedMessage is one message of the error topic.
@@ -201,11 +200,8 @@ func (c *Console) failedConfirm(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) failedRetry(w http.ResponseWriter, r *http.Request) {
 	c.takeFailed(w, r, "retried", func(q *amqpqueue.Queue, msg *message.Message) error {
-		queue, err := replayQueue(msg)
-		if err != nil {
-			return err
-		}
-		return q.SendToQueue(r.Context(), queue, replayCopy(msg))
+		_, err := q.Replay(r.Context(), msg)
+		return err
 	})
 }
 
@@ -245,28 +241,4 @@ func (c *Console) takeFailed(w http.ResponseWriter, r *http.Request, done string
 	}
 	c.log.Info("console: "+done, "selection", s.String(), "messages", n)
 	redirectDone(w, r, "/failed", done, fmt.Sprintf("%s (%d)", s, n))
-}
-
-// replayQueue is the queue of the handler a failed message came from, as
-// `postroom errors replay` sends it to.
-func replayQueue(msg *message.Message) (string, error) {
-	topic, group := msg.Metadata.Get(metadata.ErrorTopic), msg.Metadata.Get(metadata.ErrorGroup)
-	if topic == "" || group == "" {
-		return "", fmt.Errorf("message %s has no %s or %s metadata: it was not moved by a postroom bus that records them", msg.UUID,
-			metadata.ErrorTopic, metadata.ErrorGroup)
-	}
-	return amqp.QueueName(topic, group), nil
-}
-
-// replayCopy is msg with its original ID and metadata, without the error
-// metadata (a new failure records its own), marked as replayed.
-func replayCopy(msg *message.Message) *message.Message {
-	out := message.NewMessage(msg.UUID, msg.Payload)
-	for k, v := range msg.Metadata {
-		if !strings.HasPrefix(k, "postroom-error-") {
-			out.Metadata.Set(k, v)
-		}
-	}
-	out.Metadata.Set(metadata.Replayed, cmp.Or(msg.Metadata.Get(metadata.ErrorAt), "unknown"))
-	return out
 }

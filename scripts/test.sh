@@ -7,6 +7,9 @@ export PATH="$PATH:/usr/local/go/bin:$(go env GOPATH)/bin"
 
 bash scripts/services.sh
 
+echo "test: chromium for the browser tests (browsertest/)"
+bash scripts/chromium.sh
+
 # The foreign-producer example (docs/foreign-producers.md) runs a Node.js
 # script with amqplib; its test fails in CI without them.
 echo "test: Node.js for examples/foreign-producer"
@@ -40,6 +43,9 @@ make bench-check
 
 echo "test: go test -race"
 go test -race -count=1 -timeout 10m ./...
+
+echo "test: the browser-test module (its own go.mod: ./... above does not reach it)"
+(cd browsertest && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION" ./... && go test -race -count=1 -timeout 5m ./...)
 
 echo "test: PostgreSQL restarted mid-run, then stopped for a minute (alone: they stop the server every test shares)"
 go test -race -count=1 -run '^(TestDatabaseRestartedMidRun|TestDatabaseOutageOfAMinute)$' ./bus/ -fault.db

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,7 +16,6 @@ import (
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/internal/amqpqueue"
 	"github.com/postroom/postroom/metadata"
-	"github.com/postroom/postroom/transport/amqp"
 )
 
 // errorOptions are the flags of the errors subcommands.
@@ -182,11 +180,8 @@ For a handler WithExternalEffects, resolve a parked message first
 				if !all && !slices.Contains(args, msg.UUID) {
 					return false, nil
 				}
-				queue, err := replayQueue(msg)
+				queue, err := q.Replay(cmd.Context(), msg)
 				if err != nil {
-					return false, err
-				}
-				if err := q.SendToQueue(cmd.Context(), queue, replayCopy(msg)); err != nil {
 					return false, err
 				}
 				replayed++
@@ -205,27 +200,4 @@ For a handler WithExternalEffects, resolve a parked message first
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "replay every message (up to --limit)")
 	return cmd
-}
-
-// replayQueue is the queue of the handler a failed message came from.
-func replayQueue(msg *message.Message) (string, error) {
-	topic, group := msg.Metadata.Get(metadata.ErrorTopic), msg.Metadata.Get(metadata.ErrorGroup)
-	if topic == "" || group == "" {
-		return "", fmt.Errorf("message %s has no %s or %s metadata: it was not moved by a postroom bus that records them", msg.UUID,
-			metadata.ErrorTopic, metadata.ErrorGroup)
-	}
-	return amqp.QueueName(topic, group), nil
-}
-
-// replayCopy is msg with its original ID and metadata, without the error
-// metadata (a new failure records its own).
-func replayCopy(msg *message.Message) *message.Message {
-	out := message.NewMessage(msg.UUID, msg.Payload)
-	for k, v := range msg.Metadata {
-		if !strings.HasPrefix(k, "postroom-error-") {
-			out.Metadata.Set(k, v)
-		}
-	}
-	out.Metadata.Set(metadata.Replayed, cmp.Or(msg.Metadata.Get(metadata.ErrorAt), "unknown"))
-	return out
 }

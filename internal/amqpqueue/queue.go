@@ -3,13 +3,16 @@
 package amqpqueue
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/postroom/postroom/metadata"
 	postroomamqp "github.com/postroom/postroom/transport/amqp"
 )
 
@@ -124,4 +127,26 @@ func (q *Queue) SendToQueue(ctx context.Context, queue string, msg *message.Mess
 		return errors.New("amqpqueue: the broker refused the message to " + queue)
 	}
 	return nil
+}
+
+// Replay sends a failed message back to the queue of the handler it came
+// from (its error metadata names the topic and the group), with its
+// original ID and metadata, without the error metadata and the delayed
+// retries count (a new failure records its own), marked as replayed. It
+// returns that queue.
+func (q *Queue) Replay(ctx context.Context, msg *message.Message) (string, error) {
+	topic, group := msg.Metadata.Get(metadata.ErrorTopic), msg.Metadata.Get(metadata.ErrorGroup)
+	if topic == "" || group == "" {
+		return "", fmt.Errorf("amqpqueue: message %s has no %s or %s metadata: it was not moved by a postroom bus that records them", msg.UUID,
+			metadata.ErrorTopic, metadata.ErrorGroup)
+	}
+	queue := postroomamqp.QueueName(topic, group)
+	out := message.NewMessage(msg.UUID, msg.Payload)
+	for k, v := range msg.Metadata {
+		if !strings.HasPrefix(k, "postroom-error-") && k != metadata.DelayedRetries {
+			out.Metadata.Set(k, v)
+		}
+	}
+	out.Metadata.Set(metadata.Replayed, cmp.Or(msg.Metadata.Get(metadata.ErrorAt), "unknown"))
+	return queue, q.SendToQueue(ctx, queue, out)
 }

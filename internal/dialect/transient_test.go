@@ -18,7 +18,7 @@ import (
 )
 
 func TestTransientIsOnlyTheDatabaseOutOfReach(t *testing.T) {
-	_, urlErr := url.Parse("http://[::1")
+	urlErr := &url.Error{Op: "parse", URL: "http://[::1", Err: errors.New("missing ']' in host")}
 	decodeErr := json.NewDecoder(strings.NewReader("")).Decode(&struct{}{})
 	for err, want := range map[error]bool{
 		&pgconn.PgError{Code: "57P01"}:                                  true,
