@@ -19,6 +19,7 @@ import (
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/console"
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/testbus"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/middleware/inbox"
@@ -94,24 +95,6 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 	require.NoError(t, os.WriteFile(filepath.Join(screenshotDir, name+".png"), png, 0o644))
 }
 
-func runBus(t *testing.T, b *bus.Bus) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- b.Run(ctx) }()
-	select {
-	case <-b.Running():
-	case err := <-done:
-		cancel()
-		t.Fatalf("the bus stopped before it ran: %v", err)
-	case <-time.After(30 * time.Second):
-		cancel()
-		t.Fatal("the bus did not run within 30s")
-	}
-	t.Cleanup(func() { cancel(); require.NoError(t, <-done); require.NoError(t, b.Close()) })
-	return ctx
-}
-
 func text(t *testing.T, ctx context.Context, sel string) string {
 	t.Helper()
 	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
@@ -156,7 +139,7 @@ func TestConsoleInChromium(t *testing.T) {
 		}
 		return bus.Tx(ctx).Exec("INSERT INTO invoices (n) VALUES (?)", m.N).Error
 	}, bus.WithInbox()))
-	busCtx := runBus(t, b)
+	busCtx := testbus.Run(t, b)
 	c := b.Counters()
 	for _, m := range []struct {
 		n  int

@@ -17,6 +17,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/testbus"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
@@ -185,24 +186,7 @@ func newConfBus(t *testing.T, c *confCase, mod func(*bus.Config)) *bus.Bus {
 }
 
 // run starts b and stops it when the test ends.
-func run(t *testing.T, b *bus.Bus) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- b.Run(ctx) }()
-	select {
-	case <-b.Running():
-	case err := <-done:
-		t.Fatalf("bus did not start: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("bus did not start")
-	}
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-		_ = b.Close()
-	})
-}
+func run(t *testing.T, b *bus.Bus) { testbus.Run(t, b) }
 
 // record is a handler that writes its consumer and the message ID to the
 // effects table through the message's transaction.

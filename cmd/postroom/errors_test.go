@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/testbus"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/transport/amqp"
@@ -43,7 +44,7 @@ func TestErrorsListShowReplay(t *testing.T) {
 		}
 		return bus.Tx(ctx).Exec("INSERT INTO invoices (n) VALUES (?)", m.N).Error
 	}, bus.WithInbox()))
-	ctx := runBus(t, b)
+	ctx := testbus.Run(t, b)
 
 	c := b.Counters()
 	for _, m := range []struct {

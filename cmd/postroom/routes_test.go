@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/testbus"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/transport/amqp"
 )
@@ -33,7 +33,7 @@ func TestRoutesAreWhereTheBusListens(t *testing.T) {
 	var shipped, audited atomic.Int32
 	require.NoError(t, bus.Handle(b, func(context.Context, *Shipment) error { shipped.Add(1); return nil }))
 	require.NoError(t, bus.Handle(b, func(context.Context, *Shipment) error { audited.Add(1); return nil }, bus.Named("audit")))
-	ctx := runBus(t, b)
+	ctx := testbus.Run(t, b)
 
 	out, err := run(t, "routes", "--endpoint", endpoint, "--command", "test.Shipment", "--event", "test.Shipment", "--json")
 	require.NoError(t, err)
@@ -91,24 +91,4 @@ func TestRoutesRefusesWhatItCannotAnswer(t *testing.T) {
 	out, err := run(t, "routes", "--event", "shop.OrderPlaced")
 	require.NoError(t, err)
 	require.Contains(t, out, "event  shop.OrderPlaced  shop.OrderPlaced  shop.OrderPlaced   -              -")
-}
-
-// runBus runs b until the test ends and returns its context; it fails the
-// test if b stops before it runs.
-func runBus(t *testing.T, b *bus.Bus) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- b.Run(ctx) }()
-	select {
-	case <-b.Running():
-	case err := <-done:
-		cancel()
-		t.Fatalf("the bus stopped before it ran: %v", err)
-	case <-time.After(30 * time.Second):
-		cancel()
-		t.Fatal("the bus did not run within 30s")
-	}
-	t.Cleanup(func() { cancel(); require.NoError(t, <-done); require.NoError(t, b.Close()) })
-	return ctx
 }

@@ -26,6 +26,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/testbus"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
@@ -82,19 +83,7 @@ func start(t *testing.T, name string, tr transport.Transport, db *gorm.DB, error
 		e.got = append(e.got, handled{bus.MessageID(ctx), maps.Clone(bus.Metadata(ctx)), *m})
 		return nil
 	}, bus.WithInbox()))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- b.Run(ctx) }()
-	select {
-	case <-b.Running():
-	case err := <-done:
-		t.Fatalf("the endpoint did not start: %v", err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-		require.NoError(t, b.Close())
-	})
+	testbus.Run(t, b)
 	return e
 }
 
