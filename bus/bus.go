@@ -42,7 +42,8 @@ type Bus struct {
 	routerRan bool // Run started the router: Close must stop it
 	// retryTargets runs a delayed retry of a handler group's message.
 	retryTargets map[string]func(topic string, msg *message.Message) error
-	delayedReady bool // the database has the delayed table (checked at Run)
+	retryDelays  map[string][]time.Duration // per handler, from WithDelayedRetries
+	delayedReady bool                       // the database has the delayed table (checked at Run)
 	closed       bool
 	needsCleanup bool
 	consumers    []consumerKeys
@@ -71,7 +72,7 @@ func New(cfg Config) (*Bus, error) {
 		return nil, fmt.Errorf("bus: router: %w", err)
 	}
 	b := &Bus{cfg: cfg, router: router, wmLog: wmLog, handlers: map[string]bool{},
-		retryTargets: map[string]func(string, *message.Message) error{}}
+		retryTargets: map[string]func(string, *message.Message) error{}, retryDelays: map[string][]time.Duration{}}
 	if cfg.MetricsAddr != "" {
 		b.addRouterMetrics()
 	}

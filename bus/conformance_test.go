@@ -757,13 +757,14 @@ func checkDelayed(t *testing.T, c *confCase) {
 		require.Equal(t, 1, n, id)
 	}
 	require.Zero(t, count(t, c.db, "SELECT COUNT(*) FROM postroom_delayed WHERE message_id LIKE ?", prefix+"%"), "delivered messages leave the table")
+	waitFor(t, "the delayed gauge", func() bool { v, ok := b.Counters().GetGauge(metrics.DelayedMessages); return ok && v == 0 })
 }
 
 func checkDelayedRetries(t *testing.T, c *confCase) {
 	b := newConfBus(t, c, func(cfg *bus.Config) {
 		cfg.DelayedPollInterval = 50 * time.Millisecond
 		cfg.Retry = bus.RetryPolicy{MaxRetries: 1, InitialBackoff: time.Millisecond}
-		cfg.DelayedRetries = bus.DelayedRetries{Delays: []time.Duration{200 * time.Millisecond, 200 * time.Millisecond}}
+		cfg.DelayedRetries = bus.DelayedRetries{Delays: []time.Duration{time.Hour}} // handler a overrides it
 	})
 	errs := errorQueue(t, c)
 	var mu sync.Mutex
@@ -777,7 +778,7 @@ func checkDelayedRetries(t *testing.T, c *confCase) {
 			return fmt.Errorf("attempt %d fails", n)
 		}
 		return record[ConfChanged](c, "a")(ctx, m)
-	}, bus.Named("a"), bus.WithInbox()))
+	}, bus.Named("a"), bus.WithInbox(), bus.WithDelayedRetries(200*time.Millisecond, 200*time.Millisecond)))
 	// A second handler of the event succeeds at once: a delayed retry of
 	// "a" must not come to it again.
 	require.NoError(t, bus.Handle(b, record[ConfChanged](c, "b"), bus.Named("b"), bus.WithInbox()))

@@ -11,7 +11,9 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/middleware/unitofwork"
+	"github.com/postroom/postroom/store"
 	"github.com/postroom/postroom/transport"
 )
 
@@ -112,12 +114,32 @@ func (b *Bus) relayDelayed(ctx context.Context) error {
 				break
 			}
 		}
+		b.reportDelayed(ctx)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-ticker.C:
 		}
 	}
+}
+
+// reportDelayed sets the delayed table's gauges, on a Recorder that keeps
+// gauges.
+func (b *Bus) reportDelayed(ctx context.Context) {
+	gauges, ok := b.cfg.Recorder.(metrics.GaugeSetter)
+	if !ok {
+		return
+	}
+	n, next, err := store.DelayedSummary(ctx, b.cfg.DB, store.Tables{})
+	if err != nil {
+		return // the next tick tries again; deliverDue logs the database's failures
+	}
+	overdue := 0.0
+	if n > 0 && !next.IsZero() {
+		overdue = max(0, b.cfg.Now().Sub(next).Seconds())
+	}
+	gauges.SetGauge(metrics.DelayedMessages, float64(n))
+	gauges.SetGauge(metrics.DelayedOverdueSeconds, overdue)
 }
 
 type delayedRow struct {

@@ -32,22 +32,25 @@ var DelayedRetriesDefault = []time.Duration{10 * time.Second, 20 * time.Second, 
 func (b *Bus) retryLater(handler, topic string, msg *message.Message, reason error) (bool, error) {
 	b.mu.Lock()
 	ready := b.delayedReady
+	delays, own := b.retryDelays[handler]
 	b.mu.Unlock()
-	cfg := b.cfg.DelayedRetries
+	if !own {
+		delays = b.cfg.DelayedRetries.Delays
+	}
 	done, _ := strconv.Atoi(msg.Metadata.Get(metadata.DelayedRetries))
-	if !ready || IsUnrecoverable(reason) || done >= len(cfg.Delays) {
+	if !ready || IsUnrecoverable(reason) || done >= len(delays) {
 		return false, nil
 	}
 	again := msg.Copy()
 	delete(again.Metadata, metadata.DeliveryCount)
 	again.Metadata.Set(metadata.DelayedRetries, strconv.Itoa(done+1))
 	again.Metadata.Set(metadata.ErrorReason, reason.Error())
-	out := outgoing{topic: topic, msg: again, at: b.cfg.Now().Add(cfg.Delays[done]), group: b.group(handler)}
+	out := outgoing{topic: topic, msg: again, at: b.cfg.Now().Add(delays[done]), group: b.group(handler)}
 	if err := b.delay(context.Background(), b.cfg.DB, out); err != nil {
 		return false, err
 	}
 	b.cfg.Logger.Warn("bus: message failed its immediate retries; a delayed retry is scheduled", "handler", handler,
-		"message_id", msg.UUID, "delayed_retry", done+1, "of", len(cfg.Delays), "at", out.at, "reason", reason)
+		"message_id", msg.UUID, "delayed_retry", done+1, "of", len(delays), "at", out.at, "reason", reason)
 	return true, nil
 }
 

@@ -34,6 +34,7 @@ type handlerConfig struct {
 	external    *ExternalEffects
 	checksum    bool
 	payload     bool
+	delays      *[]time.Duration // nil: Config.DelayedRetries
 }
 
 // Named names the handler. It defaults to the message name; two handlers of
@@ -107,6 +108,12 @@ func WithStaleVersion(v stale.VersionFunc) HandlerOption {
 	return func(c *handlerConfig) { c.stale, c.version = true, v }
 }
 
+// WithDelayedRetries overrides Config.DelayedRetries for this handler: the
+// delays before each delayed retry, none for no delayed retries.
+func WithDelayedRetries(delays ...time.Duration) HandlerOption {
+	return func(c *handlerConfig) { c.delays = &delays }
+}
+
 // WithConcurrency overrides Config.Concurrency for this handler.
 func WithConcurrency(n int) HandlerOption { return func(c *handlerConfig) { c.concurrency = n } }
 
@@ -144,6 +151,11 @@ func handle[T any](b *Bus, fn HandlerFunc[T], byRun bool, opts ...HandlerOption)
 		return err
 	}
 	group := b.group(hc.name)
+	if hc.delays != nil {
+		b.mu.Lock()
+		b.retryDelays[hc.name] = *hc.delays
+		b.mu.Unlock()
+	}
 	lim := newLimiter(hc.name, b.cfg.RateLimit, b.cfg.Logger, b.cfg.Recorder)
 	sub, err := b.cfg.Transport.Subscriber(group)
 	if err != nil {

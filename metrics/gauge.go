@@ -36,11 +36,15 @@ var (
 		"Slots a schedule emitted on this instance.")
 	scheduleMissed = newFamily(prometheus.CounterValue, "postroom_schedule_missed_slots_total", "schedule",
 		"Slots a schedule's missed-slot policy left out on this instance.")
+	delayedMessages = newFamily(prometheus.GaugeValue, "postroom_delayed_messages", "",
+		"Messages waiting in the delayed table (later deliveries and delayed retries).")
+	delayedOverdue = newFamily(prometheus.GaugeValue, "postroom_delayed_overdue_seconds", "",
+		"How far the earliest waiting delayed message is past its due time (0: none is late).")
 	rateLimited = newFamily(prometheus.GaugeValue, "postroom_rate_limited", "handler",
 		"1 while a handler is rate limited after consecutive failures to reach its database, else 0.")
 
 	// families are the metrics above, in the order Describe lists them.
-	families = []*family{outboxBacklog, outboxLag, cleanupLag, tableRows, tableOldest, cleanupDeleted, scheduleFires, scheduleMissed, rateLimited}
+	families = []*family{outboxBacklog, outboxLag, cleanupLag, tableRows, tableOldest, cleanupDeleted, scheduleFires, scheduleMissed, rateLimited, delayedMessages, delayedOverdue}
 )
 
 // series is one series of a family: the family and its label's value.
@@ -84,6 +88,11 @@ var (
 	OutboxLagSeconds = Gauge{series{fam: outboxLag}}
 	// CleanupLagSeconds is how far the oldest inbox key is past the retention (0: on time).
 	CleanupLagSeconds = Gauge{series{fam: cleanupLag}}
+	// DelayedMessages is the number of messages waiting in the delayed table.
+	DelayedMessages = Gauge{series{fam: delayedMessages}}
+	// DelayedOverdueSeconds is how far the earliest of them is past its due
+	// time (0: none is late).
+	DelayedOverdueSeconds = Gauge{series{fam: delayedOverdue}}
 )
 
 // TableRows is the gauge of a table's row count (an estimate on large

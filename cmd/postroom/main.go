@@ -11,6 +11,7 @@
 //	postroom inbox resolve CONSUMER MESSAGE_ID (--done | --release) [--source S]
 //	postroom schedules list [--json]
 //	postroom schedules trigger NAME | pause NAME | resume NAME
+//	postroom delayed list [--json] [--limit N]
 //	postroom routes [--endpoint E] [--command NAME]... [--event NAME]... [--handler H] [--json]
 //	postroom errors list [--json] | show ID | replay (ID... | --all)
 //	postroom console [--amqp URL] [--listen 127.0.0.1:8080] [--token T] [--read-only]

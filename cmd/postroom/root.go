@@ -45,7 +45,7 @@ func newRoot(stdout, stderr io.Writer) (*cobra.Command, *options) {
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newMigrate(opts), newInbox(opts), newSchedules(opts), newErrors(opts), newRoutes(), newConsole(opts))
+	root.AddCommand(newMigrate(opts), newInbox(opts), newSchedules(opts), newErrors(opts), newRoutes(), newConsole(opts), newDelayed(opts))
 	root.SetHelpCommand(&cobra.Command{
 		Use:   "help [command]",
 		Short: "Help about any command",

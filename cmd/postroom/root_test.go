@@ -115,6 +115,7 @@ func TestEachCommandListsOnlyTheFlagsItUses(t *testing.T) {
 		"errors show":       {"amqp", "error-topic", "limit"},
 		"errors replay":     {"amqp", "error-topic", "limit", "all"},
 		"routes":            {"endpoint", "command", "event", "handler", "json"},
+		"delayed list":      append(db, "json", "limit"),
 		"console":           append(db, "inbox-table", "watermarks-table", "schedules-table", "amqp", "error-topic", "listen", "token", "read-only", "limit"),
 	}
 	got := map[string][]string{}

@@ -21,6 +21,9 @@ type DelayedStatements struct {
 	Delete string
 	// Summary counts the messages and returns the earliest due time.
 	Summary string
+	// List selects up to a number of messages, earliest due first: id,
+	// due_at, topic, target_group, message_id, created_at.
+	List string
 }
 
 // Delayed returns the statements on table, after checking its name.
@@ -37,6 +40,7 @@ func (d Dialect) Delayed(table string) (DelayedStatements, error) {
 		Due:     "SELECT id, topic, target_group, message_id, payload, metadata FROM " + table + " WHERE due_at <= ? AND target_group IN ? ORDER BY due_at, id LIMIT ?" + lock,
 		Claim:   "UPDATE " + table + " SET due_at = ? WHERE id = ?",
 		Delete:  "DELETE FROM " + table + " WHERE id = ?",
-		Summary: "SELECT COUNT(*), MIN(due_at) FROM " + table,
+		Summary: "SELECT COUNT(*) AS n, MIN(due_at) AS next_due FROM " + table,
+		List:    "SELECT id, due_at, topic, target_group, message_id, created_at FROM " + table + " ORDER BY due_at, id LIMIT ?",
 	}, nil
 }

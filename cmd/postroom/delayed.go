@@ -1,0 +1,48 @@
+package main
+
+import (
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/postroom/postroom/store"
+)
+
+func newDelayed(opts *options) *cobra.Command {
+	cmd := &cobra.Command{Use: "delayed", Short: "Messages waiting for a later delivery (bus.DeliverAt) or a delayed retry"}
+	var (
+		asJSON bool
+		limit  int
+	)
+	list := &cobra.Command{
+		Use: "list", Short: "The waiting messages, earliest due first", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			db, err := opts.open()
+			if err != nil {
+				return err
+			}
+			defer store.Close(db)
+			rows, err := store.ListDelayed(cmd.Context(), db, opts.tables, limit)
+			if err != nil {
+				return err
+			}
+			return printDelayed(cmd.OutOrStdout(), rows, asJSON)
+		},
+	}
+	list.Flags().BoolVar(&asJSON, "json", false, "print JSON for scripts")
+	list.Flags().IntVar(&limit, "limit", 100, "the most messages to list")
+	cmd.AddCommand(opts.databaseFlags(list))
+	return cmd
+}
+
+func printDelayed(out io.Writer, rows []store.Delayed, asJSON bool) error {
+	return printList(out, asJSON, rows, []string{"ID", "DUE", "MESSAGE ID", "TOPIC", "RETRY OF GROUP"}, func(r store.Delayed) []string {
+		group := "-"
+		if r.TargetGroup != "" {
+			group = r.TargetGroup
+		}
+		return []string{strconv.FormatInt(r.ID, 10), r.DueAt.Format(time.RFC3339), r.MessageID, r.Topic, group}
+	})
+}
