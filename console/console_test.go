@@ -44,6 +44,9 @@ func newFixture(t *testing.T, db *gorm.DB, cfg console.Config) *fixture {
 	require.NoError(t, err)
 	now := time.Now()
 	require.NoError(t, db.Exec(st.Insert, "nightly", "@daily", d.Time(now.Add(time.Hour)), d.Time(now)).Error)
+	dl, err := d.Delayed(dialect.DelayedTableDefault)
+	require.NoError(t, err)
+	require.NoError(t, db.Exec(dl.Insert, d.Time(now.Add(time.Hour)), "reminders", "", "r-1", []byte("{}"), "{}", d.Time(now)).Error)
 	require.NoError(t, db.Exec(d.ClaimInsert(inbox.TableDefault), "billing/Charge", "", "m-1", "test.Charge",
 		d.Time(now.Add(-time.Hour)), d.Time(now.Add(-30*time.Minute)), "sum", []byte("{}")).Error)
 	f := &fixture{db: db, log: &strings.Builder{}}
@@ -350,7 +353,7 @@ func TestPagesOnEveryStore(t *testing.T) {
 		t.Run(store.Name, func(t *testing.T) {
 			f := newFixture(t, store.Open(t), console.Config{})
 			for path, want := range map[string]string{
-				"/":                                     "1 unresolved external effects",
+				"/":                                     "1 unresolved external effects, <span id=\"delayed\">1 delayed messages",
 				"/unresolved":                           "test.Charge",
 				"/schedules":                            "@daily",
 				"/inbox?id=m-1&consumer=billing/Charge": "processing",

@@ -60,6 +60,13 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 				now.Sub(s.NextRunAt).Round(time.Second)), "/schedules"})
 		}
 	}
+	delayed, nextDue, err := store.DelayedSummary(ctx, c.cfg.DB, c.tables)
+	if err != nil {
+		delayed = -1 // no delayed table (migration 7 not applied): not shown
+	} else if delayed > 0 && now.Sub(nextDue) > overdueAfter {
+		todo = append(todo, attention{"warn", fmt.Sprintf("the earliest of %d delayed messages is %s past its due time: is any bus running on this database?",
+			delayed, now.Sub(nextDue).Round(time.Second)), "/"})
+	}
 	tables, err := store.Stats(ctx, c.cfg.DB, c.tables)
 	if err != nil {
 		errs = append(errs, err)
@@ -69,7 +76,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		errs = append(errs, err)
 	}
 	p := page{Title: "Overview", Data: map[string]any{"Attention": todo, "Tables": tables, "Consumers": consumers,
-		"Schedules": len(schedules), "Unresolved": len(unresolved)}}
+		"Schedules": len(schedules), "Unresolved": len(unresolved), "Delayed": delayed}}
 	if err := errors.Join(errs...); err != nil {
 		p.Error = c.redact(err)
 	}
