@@ -102,6 +102,7 @@ var confChecks = []confCheck{
 	{"an event nobody subscribes to is not an error, and is counted as unrouted", false, checkUnroutedEvent,
 		map[string]string{"sql": "the SQL transport's topics are logs every group reads: it cannot tell that nobody reads one"}},
 	{"a delayed message is delivered once at or after its time, and not when its handler fails", false, checkDelayed, nil},
+	{"delayed messages arrive in due order, each within 5 s of its time", false, checkDelayedOrder, nil},
 	{"delayed retries bring a failing message back to its handler alone, then the error topic", false, checkDelayedRetries, nil},
 	{"a command sent before its endpoint first runs waits for it", false, checkCommandBeforeEndpoint,
 		map[string]string{"gochannel": "a command to an endpoint with no queue fails at Send (transport.ErrNoRoute)",
@@ -817,4 +818,44 @@ func checkCommandBeforeEndpoint(t *testing.T, c *confCase) {
 	run(t, b)
 	settled(t, b, "conf.Cmd", 1)
 	require.Equal(t, map[string]int{"cmd " + id: 1}, effects(t, c))
+}
+
+// delayedTolerance is how late a delayed message may arrive: a poll
+// interval and a broker hop, with room for a loaded machine.
+const delayedTolerance = 5 * time.Second
+
+func checkDelayedOrder(t *testing.T, c *confCase) {
+	b := newConfBus(t, c, func(cfg *bus.Config) { cfg.DelayedPollInterval = 50 * time.Millisecond })
+	var mu sync.Mutex
+	var order []string
+	arrived := map[string]time.Time{}
+	require.NoError(t, bus.Handle(b, func(ctx context.Context, _ *ConfRelayed) error {
+		mu.Lock()
+		defer mu.Unlock()
+		order = append(order, bus.MessageID(ctx))
+		arrived[bus.MessageID(ctx)] = time.Now()
+		return nil
+	}))
+	run(t, b)
+	prefix := testenv.Name("o-")
+	start := time.Now().Add(500 * time.Millisecond)
+	due := map[string]time.Time{}
+	var want []string
+	for i := range 4 {
+		id := fmt.Sprintf("%s-%d", prefix, i)
+		due[id] = start.Add(time.Duration(i) * 400 * time.Millisecond)
+		want = append(want, id)
+	}
+	for i := 3; i >= 0; i-- { // sent in the reverse of their order
+		id := want[i]
+		require.NoError(t, bus.Send(context.Background(), b, &ConfRelayed{}, bus.WithMessageID(id), bus.DeliverAt(due[id])))
+	}
+	settled(t, b, "conf.Relayed", 4)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, want, order, "in the order of their due times")
+	for id, at := range arrived {
+		require.False(t, at.Before(due[id]), "%s not before its time", id)
+		require.Less(t, at.Sub(due[id]), delayedTolerance, "%s within the tolerance", id)
+	}
 }
