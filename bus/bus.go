@@ -60,6 +60,9 @@ func New(cfg Config) (*Bus, error) {
 	if cfg.Migrate && cfg.DB == nil {
 		return nil, errors.New("bus: Config.Migrate needs Config.DB")
 	}
+	if len(cfg.DelayedRetries.Delays) > 0 && cfg.DB == nil {
+		return nil, errors.New("bus: Config.DelayedRetries needs Config.DB: delayed retries wait in the database")
+	}
 	if cfg.Transport == nil {
 		cfg.Transport = gochannel.New(gochannel.Config{})
 	}
@@ -172,6 +175,8 @@ func (b *Bus) Run(ctx context.Context) error {
 		b.delayedReady = true
 		b.mu.Unlock()
 		background = append(background, func() error { return b.relayDelayed(ctx) })
+	} else if b.wantsDelayedRetries() {
+		return errors.New("bus: delayed retries are configured, but the database has no delayed table: run `postroom migrate` (migration 7)")
 	}
 	if gauges, ok := b.cfg.Recorder.(metrics.GaugeSetter); ok && b.needsTables() && b.cfg.TableGaugeInterval > 0 {
 		background = append(background, func() error { b.reportTables(ctx, gauges); return nil })

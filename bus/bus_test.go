@@ -288,3 +288,23 @@ func TestCloseAfterAFailedRun(t *testing.T) {
 	require.Less(t, time.Since(began), 5*time.Second, "Close did not wait for a router that never ran")
 	require.ErrorContains(t, b.Run(context.Background()), "after Close")
 }
+
+// TestDelayedRetriesNeedTheirTable: delayed retries without a database, or
+// on one without the delayed table, are refused, not skipped in silence.
+func TestDelayedRetriesNeedTheirTable(t *testing.T) {
+	_, err := bus.New(bus.Config{Endpoint: "nodb", DelayedRetries: bus.DelayedRetries{Delays: bus.DelayedRetriesDefault}})
+	require.ErrorContains(t, err, "needs Config.DB")
+	b, err := bus.New(bus.Config{Endpoint: "nodb", Logger: testenv.Logger(t)})
+	require.NoError(t, err)
+	err = bus.Handle(b, func(context.Context, *OrderPlaced) error { return nil }, bus.WithDelayedRetries(time.Second))
+	require.ErrorContains(t, err, "needs Config.DB")
+
+	db, err := store.Open(testenv.SQLiteDSN(t)) // not migrated
+	require.NoError(t, err)
+	t.Cleanup(func() { store.Close(db) })
+	b, err = bus.New(bus.Config{Endpoint: "unmigrated", DB: db, Logger: testenv.Logger(t)})
+	require.NoError(t, err)
+	require.NoError(t, bus.Handle(b, func(context.Context, *OrderPlaced) error { return nil }, bus.WithDelayedRetries(time.Second)))
+	require.ErrorContains(t, b.Run(context.Background()), "no delayed table")
+	require.NoError(t, b.Close())
+}

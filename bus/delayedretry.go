@@ -67,3 +67,16 @@ func (b *Bus) runDelayedRetry(ctx context.Context, r delayedRow, msg *message.Me
 	msg.SetContext(ctx)
 	return target(r.Topic, msg)
 }
+
+// wantsDelayedRetries reports whether the bus or one of its handlers has
+// delayed retries configured.
+func (b *Bus) wantsDelayedRetries() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, d := range b.retryDelays {
+		if len(d) > 0 {
+			return true
+		}
+	}
+	return len(b.cfg.DelayedRetries.Delays) > 0
+}

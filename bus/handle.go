@@ -151,6 +151,9 @@ func handle[T any](b *Bus, fn HandlerFunc[T], byRun bool, opts ...HandlerOption)
 		return err
 	}
 	group := b.group(hc.name)
+	if hc.delays != nil && len(*hc.delays) > 0 && b.cfg.DB == nil {
+		return fmt.Errorf("bus: handler %s: WithDelayedRetries needs Config.DB: delayed retries wait in the database", hc.name)
+	}
 	if hc.delays != nil {
 		b.mu.Lock()
 		b.retryDelays[hc.name] = *hc.delays
@@ -321,7 +324,7 @@ func typed[T any](b *Bus, fn HandlerFunc[T]) message.HandlerFunc {
 		}
 		var m T
 		if err := b.cfg.Marshaler.Unmarshal(msg.Payload, &m); err != nil {
-			return nil, &unrecoverableError{fmt.Errorf("bus: malformed %s payload: %w", msg.Metadata.Get(metadata.MessageType), err)}
+			return nil, &unrecoverableError{fmt.Errorf("bus: malformed %s payload: %w", name, err)}
 		}
 		ctx := msg.Context()
 		if err := fn(ctx, &m); err != nil {

@@ -7,21 +7,25 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 )
 
-// watermillLogger adapts the bus's logger for Watermill. Watermill logs
-// several trace and debug lines per message; when the logger would drop
-// them anyway they are dropped before Watermill's fields are converted.
+// watermillLogger adapts the bus's logger for Watermill's router. The
+// router's info lines (a handler added, started, closed: dozens at each
+// start) are logged at debug level, its errors as errors; postroom logs
+// what an operator acts on itself. When the logger would drop debug lines
+// anyway, they are dropped before Watermill's fields are converted.
 func watermillLogger(l *slog.Logger) watermill.LoggerAdapter {
-	adapter := watermill.NewSlogLoggerWithLevelMapping(l, nil)
+	adapter := watermill.NewSlogLoggerWithLevelMapping(l, map[slog.Level]slog.Level{slog.LevelInfo: slog.LevelDebug})
 	if l.Enabled(context.Background(), slog.LevelDebug) {
 		return adapter
 	}
-	return quietBelowInfo{adapter}
+	return errorsOnly{adapter}
 }
 
-type quietBelowInfo struct{ watermill.LoggerAdapter }
+// errorsOnly passes Watermill's errors on and drops the rest.
+type errorsOnly struct{ watermill.LoggerAdapter }
 
-func (quietBelowInfo) Debug(string, watermill.LogFields) {}
-func (quietBelowInfo) Trace(string, watermill.LogFields) {}
-func (q quietBelowInfo) With(fields watermill.LogFields) watermill.LoggerAdapter {
-	return quietBelowInfo{q.LoggerAdapter.With(fields)}
+func (errorsOnly) Info(string, watermill.LogFields)  {}
+func (errorsOnly) Debug(string, watermill.LogFields) {}
+func (errorsOnly) Trace(string, watermill.LogFields) {}
+func (q errorsOnly) With(fields watermill.LogFields) watermill.LoggerAdapter {
+	return errorsOnly{q.LoggerAdapter.With(fields)}
 }

@@ -44,7 +44,8 @@ type Config struct {
 	// URL is the broker's AMQP URL. Required (POSTROOM_AMQP_URL in the commands).
 	URL string
 	// Logger receives the transport's and watermill-amqp's logs; SetLogger
-	// replaces it later. Defaults to discarding them.
+	// replaces it later, and a bus sets its own Config.Logger (by default
+	// slog.Default()). Without either, they are discarded.
 	Logger *slog.Logger
 	// QueueType is the type of the queues subscribers declare: QueueClassic
 	// or QueueQuorum. An existing queue keeps its type: RabbitMQ refuses to
