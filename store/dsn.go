@@ -56,6 +56,23 @@ func dialectOfDSN(dsn string) (dialect.Dialect, error) {
 		ErrBadDSN, Redact(dsn), DSNForms)
 }
 
+// SQLiteFile returns the file a SQLite DSN names, and false for a DSN of
+// another database or an in-memory SQLite one.
+func SQLiteFile(dsn string) (string, bool) {
+	if d, err := dialectOfDSN(dsn); err != nil || d != dialect.SQLite {
+		return "", false
+	}
+	s := strings.TrimSpace(dsn)
+	for _, prefix := range []string{"sqlite://", "sqlite:", "file:"} {
+		s = strings.TrimPrefix(s, prefix)
+	}
+	file, _, _ := strings.Cut(s, "?")
+	if file == "" || strings.Contains(file, ":memory:") {
+		return "", false
+	}
+	return file, true
+}
+
 // Redact returns dsn with every password in it replaced by "xxxxx": the
 // password of a URL's user ("postgres://app:…@host/db", "amqp://…"), of
 // the go-sql-driver form ("app:…@tcp(host:3306)/db"), a password= value

@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
 	"testing"
 	"time"
 
@@ -47,4 +50,14 @@ func TestDelayedList(t *testing.T) {
 	out, err = run(t, "delayed", "list", "--dsn", dsn)
 	require.NoError(t, err)
 	require.Contains(t, out, "sooner")
+}
+
+// TestMissingSQLiteFileIsNotCreated: a command other than migrate given a
+// SQLite path that does not exist fails and creates nothing.
+func TestMissingSQLiteFileIsNotCreated(t *testing.T) {
+	path := t.TempDir() + "/billing.db"
+	_, err := run(t, "delayed", "list", "--dsn", path)
+	require.ErrorContains(t, err, "no SQLite database at "+path)
+	_, statErr := os.Stat(path)
+	require.True(t, errors.Is(statErr, fs.ErrNotExist), "no file was created")
 }

@@ -41,7 +41,7 @@ to review or apply), without connecting.`,
 				}
 				return nil
 			}
-			db, err := opts.open()
+			db, err := opts.openDB(true)
 			if err != nil {
 				return err
 			}

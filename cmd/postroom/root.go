@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"strings"
@@ -127,10 +128,20 @@ func (o *options) databaseDSN() (string, error) {
 	return dsn, nil
 }
 
-func (o *options) open() (*gorm.DB, error) {
+func (o *options) open() (*gorm.DB, error) { return o.openDB(false) }
+
+// openDB opens the database; a SQLite file that does not exist is an
+// error unless create (migrate creates it; any other command would only
+// make an empty file out of a mistyped path).
+func (o *options) openDB(create bool) (*gorm.DB, error) {
 	dsn, err := o.databaseDSN()
 	if err != nil {
 		return nil, err
+	}
+	if file, ok := store.SQLiteFile(dsn); ok && !create {
+		if _, err := os.Stat(file); errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("no SQLite database at %s: check the path, or create it with `postroom migrate --dsn %s`", file, store.Redact(dsn))
+		}
 	}
 	if err := o.tables.Validate(); err != nil {
 		return nil, err
