@@ -33,10 +33,16 @@
 // # Recoverability
 //
 // A panic never kills the process. A failing message is retried in process
-// with backoff ([RetryPolicy]); after the last attempt, or at once for an
-// unrecoverable error ([IsUnrecoverable]: a bad key or version, a malformed
-// payload, an unknown type), it goes to the error topic with the reason,
-// handler, attempt count and original topic in its metadata.
+// with backoff ([RetryPolicy]); then, if configured, it comes back later
+// ([DelayedRetries], [WithDelayedRetries]); after the last attempt, or at
+// once for an unrecoverable error ([Unrecoverable], [IsUnrecoverable]: a
+// bad key or version, a malformed payload, an unknown type), it goes to the
+// error topic with the reason, handler, attempt count and original topic
+// in its metadata. A handler that cannot reach its database is rate limited
+// ([RateLimit]) instead of filling the error topic, and a message that keeps
+// coming back unsettled goes to the error topic after
+// [Config.MaxDeliveries] deliveries. [DeliverAt] and [DeliverAfter] send a
+// message for later. docs/recoverability.md has the whole picture.
 //
 // # Observability
 //
