@@ -292,7 +292,7 @@ func TestCloseAfterAFailedRun(t *testing.T) {
 // TestDelayedRetriesNeedTheirTable: delayed retries without a database, or
 // on one without the delayed table, are refused, not skipped in silence.
 func TestDelayedRetriesNeedTheirTable(t *testing.T) {
-	_, err := bus.New(bus.Config{Endpoint: "nodb", DelayedRetries: bus.DelayedRetries{Delays: bus.DelayedRetriesDefault}})
+	_, err := bus.New(bus.Config{Endpoint: "nodb", DelayedRetries: bus.DelayedRetries{Delays: bus.DelayedRetriesDefault()}})
 	require.ErrorContains(t, err, "needs Config.DB")
 	b, err := bus.New(bus.Config{Endpoint: "nodb", Logger: testenv.Logger(t)})
 	require.NoError(t, err)

@@ -16,15 +16,17 @@ import (
 // after each delay in turn, durably (it waits in the delayed table, holding
 // no broker delivery, goroutine or connection), and goes to the error topic
 // after the last. An unrecoverable error skips them. They are off unless
-// Delays is set (DelayedRetriesDefault is NServiceBus's 10 s, 20 s, 30 s).
+// Delays is set (DelayedRetriesDefault() gives NServiceBus's 10 s, 20 s, 30 s).
 type DelayedRetries struct {
 	// Delays are the waits before each delayed retry. Defaults to none.
 	Delays []time.Duration
 }
 
-// DelayedRetriesDefault are the delays of NServiceBus's default delayed
-// retries: 10 s, 20 s and 30 s.
-var DelayedRetriesDefault = []time.Duration{10 * time.Second, 20 * time.Second, 30 * time.Second}
+// DelayedRetriesDefault returns the delays of NServiceBus's default delayed
+// retries: 10 s, 20 s and 30 s (a new slice each call).
+func DelayedRetriesDefault() []time.Duration {
+	return []time.Duration{10 * time.Second, 20 * time.Second, 30 * time.Second}
+}
 
 // retryLater schedules msg's next delayed retry for handler, if it has one
 // left: it returns false when the message should go to the error topic

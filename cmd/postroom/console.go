@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -76,7 +77,7 @@ URL or the token. See docs/console.md.`,
 			if readOnly {
 				mode = " (read-only)"
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "postroom console%s on http://%s/\n", mode, ln.Addr())
+			fmt.Fprintf(cmd.OutOrStdout(), "postroom console%s on %s\n", mode, consoleURL(ln.Addr()))
 			return serve(cmd.Context(), ln, c)
 		},
 	}
@@ -106,4 +107,14 @@ func serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 		err = cmp.Or(err, serveErr)
 	}
 	return err
+}
+
+// consoleURL is the address to open: a listener on every address (0.0.0.0,
+// ::) is reached on loopback too, which a browser can open.
+func consoleURL(a net.Addr) string {
+	tcp, ok := a.(*net.TCPAddr)
+	if !ok || !tcp.IP.IsUnspecified() {
+		return "http://" + a.String() + "/"
+	}
+	return "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(tcp.Port)) + "/ (listening on every address of this machine)"
 }
