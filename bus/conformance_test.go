@@ -470,7 +470,8 @@ func checkCleanupPurges(t *testing.T, c *confCase) {
 		return count(t, c.db, "SELECT COUNT(*) FROM postroom_inbox WHERE consumer = ?", consumer) == 1
 	})
 	require.EqualValues(t, 1, count(t, c.db, "SELECT COUNT(*) FROM postroom_inbox WHERE consumer = ? AND message_id = 'recent'", consumer))
-	require.Positive(t, b.Counters().Get("postroom.CleanupStore", metrics.Handled))
+	// Counted once the handler has returned, a moment after its commit.
+	waitFor(t, "the cleanup counted as handled", func() bool { return b.Counters().Get("postroom.CleanupStore", metrics.Handled) > 0 })
 }
 
 func checkLongIDsThroughOutbox(t *testing.T, c *confCase) {
