@@ -225,12 +225,8 @@ func (r delayedRow) message() *message.Message {
 // delayedTableExists reports whether the database has the delayed table
 // (migration 7).
 func (b *Bus) delayedTableExists(ctx context.Context) bool {
-	_, stmts, err := b.delayedStatements(b.cfg.DB)
-	if err != nil {
-		return false
-	}
-	var summary []struct{ N int64 }
-	return b.cfg.DB.WithContext(ctx).Raw(stmts.Summary).Scan(&summary).Error == nil
+	_, _, err := store.DelayedSummary(ctx, b.cfg.DB, store.Tables{})
+	return err == nil
 }
 
 // inTransaction returns the handler's transaction for a delayed message

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -21,6 +22,10 @@ const unsettledLimit = 10_000
 // deliveries itself (RabbitMQ's quorum queues) adds what happened in other
 // processes and before a crash, through metadata.DeliveryCount.
 type unsettled struct {
+	// tracked is len(count), read without the lock: while no message is
+	// unsettled (the usual case) a delivery takes no lock and builds no key.
+	tracked atomic.Int64
+
 	mu    sync.Mutex
 	count map[string]unsettledCount
 	order []unsettledSlot // insertion order, to forget the oldest when full
@@ -43,9 +48,12 @@ func unsettledKey(group, id string) string { return group + "\x00" + id }
 // previous returns how many deliveries of msg to group ended unsettled
 // before this one: the greater of this process's count and the transport's.
 func (u *unsettled) previous(group string, msg *message.Message) int {
-	u.mu.Lock()
-	n := u.count[unsettledKey(group, msg.UUID)].n
-	u.mu.Unlock()
+	n := 0
+	if u.tracked.Load() > 0 {
+		u.mu.Lock()
+		n = u.count[unsettledKey(group, msg.UUID)].n
+		u.mu.Unlock()
+	}
 	if c, err := strconv.Atoi(msg.Metadata.Get(metadata.DeliveryCount)); err == nil && c > n {
 		n = c
 	}
@@ -55,9 +63,15 @@ func (u *unsettled) previous(group string, msg *message.Message) int {
 // settle records the outcome of a delivery: nack (another delivery will
 // come) or settled.
 func (u *unsettled) settle(group, id string, nacked bool) {
+	if !nacked && u.tracked.Load() == 0 {
+		return
+	}
 	key := unsettledKey(group, id)
 	u.mu.Lock()
-	defer u.mu.Unlock()
+	defer func() {
+		u.tracked.Store(int64(len(u.count)))
+		u.mu.Unlock()
+	}()
 	if !nacked {
 		delete(u.count, key) // its slot in order is skipped when reached
 		return

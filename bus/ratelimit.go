@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/postroom/postroom/metrics"
@@ -49,19 +50,19 @@ type limiter struct {
 	log     *slog.Logger
 	gauges  metrics.GaugeSetter // nil: no gauge
 
-	mu        sync.Mutex
-	failures  int
-	successes uint64 // attempts that succeeded, ever
-	open      bool
-	slot      chan struct{}
+	// open, successes and failures are read without the lock, so that an
+	// attempt of a handler that is not limited takes none; they change
+	// under mu.
+	open      atomic.Bool
+	successes atomic.Uint64 // attempts that succeeded, ever
+	failures  atomic.Int64  // consecutive transient failures
+
+	mu   sync.Mutex
+	slot chan struct{}
 }
 
 // succeeded returns how many attempts of the handler have succeeded.
-func (l *limiter) succeeded() uint64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.successes
-}
+func (l *limiter) succeeded() uint64 { return l.successes.Load() }
 
 func newLimiter(handler string, cfg RateLimit, log *slog.Logger, rec metrics.Recorder) *limiter {
 	l := &limiter{handler: handler, cfg: cfg, log: log, slot: make(chan struct{}, 1)}
@@ -73,10 +74,7 @@ func newLimiter(handler string, cfg RateLimit, log *slog.Logger, rec metrics.Rec
 // it takes the handler's one slot and waits cfg.Wait; release gives the
 // slot back. It fails only when ctx ends (the bus is closing).
 func (l *limiter) acquire(ctx context.Context) (release func(), limited bool, err error) {
-	l.mu.Lock()
-	open := l.open
-	l.mu.Unlock()
-	if !open {
+	if !l.open.Load() {
 		return func() {}, false, nil
 	}
 	select {
@@ -85,10 +83,7 @@ func (l *limiter) acquire(ctx context.Context) (release func(), limited bool, er
 		return nil, false, ctx.Err()
 	}
 	release = func() { <-l.slot }
-	l.mu.Lock()
-	open = l.open
-	l.mu.Unlock()
-	if !open { // it ended while this attempt waited for the slot
+	if !l.open.Load() { // it ended while this attempt waited for the slot
 		release()
 		return func() {}, false, nil
 	}
@@ -104,16 +99,20 @@ func (l *limiter) acquire(ctx context.Context) (release func(), limited bool, er
 // record counts an attempt's outcome: a success ends the limiting, a
 // transient failure may start it; other failures change nothing.
 func (l *limiter) record(ok, transient bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	switch {
 	case ok:
-		l.failures = 0
-		l.successes++
+		l.successes.Add(1)
+		if l.failures.Load() == 0 && !l.open.Load() {
+			return // the usual case: nothing to change
+		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.failures.Store(0)
 		l.set(false)
 	case transient:
-		l.failures++
-		if l.failures >= l.cfg.Threshold {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.failures.Add(1) >= int64(l.cfg.Threshold) {
 			l.set(true)
 		}
 	}
@@ -129,15 +128,15 @@ func (l *limiter) start() {
 
 // set changes the state, logging and reporting it; l.mu is held.
 func (l *limiter) set(open bool) {
-	if l.open == open {
+	if l.open.Load() == open {
 		return
 	}
-	l.open = open
+	l.open.Store(open)
 	value := 0.0
 	if open {
 		value = 1
 		l.log.Warn("bus: rate limiting a handler that cannot reach its database: one attempt at a time until one succeeds",
-			"handler", l.handler, "consecutive_failures", l.failures, "wait", l.cfg.Wait)
+			"handler", l.handler, "consecutive_failures", l.failures.Load(), "wait", l.cfg.Wait)
 	} else {
 		l.log.Info("bus: rate limiting ended: an attempt succeeded", "handler", l.handler)
 	}
