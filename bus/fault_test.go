@@ -20,6 +20,9 @@ import (
 // a consumer process works and the sender sends. The consumers and the
 // publisher reconnect; every message has exactly one effect.
 func TestBrokerConnectionsClosedMidRun(t *testing.T) {
+	if !*faultBroker {
+		t.Skip("closes every connection of the shared RabbitMQ: run alone with -fault.broker, as scripts/test.sh does")
+	}
 	p := newProcessSetup(t)
 	rabbitmqctl, err := exec.LookPath("rabbitmqctl")
 	require.NoError(t, err, "rabbitmqctl is needed to close the broker's connections (it comes with rabbitmq-server)")
@@ -56,6 +59,8 @@ func TestBrokerConnectionsClosedMidRun(t *testing.T) {
 	require.EqualValues(t, messages, rows, "nothing doubled")
 	require.Equal(t, messages, handled)
 }
+
+var faultBroker = flag.Bool("fault.broker", false, "run TestBrokerConnectionsClosedMidRun, which closes every connection of the local RabbitMQ, other tests' too (scripts/test.sh runs it alone)")
 
 var faultDB = flag.Bool("fault.db", false, "run TestDatabaseRestartedMidRun and TestDatabaseOutageOfAMinute, which restart the local PostgreSQL (scripts/test.sh runs them alone)")
 

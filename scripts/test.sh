@@ -42,10 +42,13 @@ make bench-check
 (cd bench && go run "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION" ./...)
 
 echo "test: go test -race"
-go test -race -count=1 -timeout 10m ./...
+go test -race -count=1 -timeout 20m ./...
 
 echo "test: the browser-test module (its own go.mod: ./... above does not reach it)"
 (cd browsertest && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION" ./... && go test -race -count=1 -timeout 5m ./...)
+
+echo "test: RabbitMQ's connections all closed mid-run (alone: it closes every test's connections)"
+go test -race -count=1 -run '^TestBrokerConnectionsClosedMidRun$' ./bus/ -fault.broker
 
 echo "test: PostgreSQL restarted mid-run, then stopped for a minute (alone: they stop the server every test shares)"
 go test -race -count=1 -run '^(TestDatabaseRestartedMidRun|TestDatabaseOutageOfAMinute)$' ./bus/ -fault.db

@@ -88,7 +88,14 @@ func openSQLite(dsn string, cfg *gorm.Config) (*gorm.DB, error) {
 	// _txlock=immediate: a transaction takes the write lock at BEGIN, so two
 	// processes never deadlock upgrading a read to a write.
 	path += sep + fmt.Sprintf("_txlock=immediate&_pragma=busy_timeout(%d)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)", BusyTimeoutDefault.Milliseconds())
+	// Switching a new file to WAL takes its lock without SQLite's busy
+	// handler: processes opening one file at once can get SQLITE_BUSY here,
+	// so the open is tried again for as long as the busy timeout.
 	db, err := gorm.Open(sqlite.Open(path), cfg)
+	for deadline := time.Now().Add(BusyTimeoutDefault); err != nil && strings.Contains(err.Error(), "SQLITE_BUSY") && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		db, err = gorm.Open(sqlite.Open(path), cfg)
+	}
 	if err != nil {
 		return db, err
 	}
