@@ -216,6 +216,13 @@ func (b *Bus) Run(ctx context.Context) error {
 	for _, run := range background {
 		go func() { done <- run() }()
 	}
+	// Watermill stops a router on Close, not on its context: a
+	// subscription that misses the cancel (watermill-amqp's reconnect loop
+	// can) would keep Run waiting forever.
+	go func() {
+		<-ctx.Done()
+		_ = b.router.Close()
+	}()
 	errs := []error{b.router.Run(ctx)}
 	if ctx.Err() != nil && errors.Is(errs[0], context.Canceled) {
 		errs[0] = nil // stopped while a subscription was still starting
