@@ -94,6 +94,7 @@ type Console struct {
 	csrf    string // the process's CSRF token, in every form
 	session string // the cookie value a login with the token sets
 	queueMu sync.Mutex
+	logins  loginLimiter
 }
 
 //go:embed templates/*.html
@@ -216,7 +217,19 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	public := strings.HasPrefix(r.URL.Path, "/static/") || r.URL.Path == "/login"
-	if !public && !c.authenticated(r) {
+	if bearer, ok := c.bearer(r); ok {
+		// A script's request: answered with a status, never the login page.
+		if wait := c.logins.blocked(hostOf(r.RemoteAddr), c.now()); wait > 0 {
+			c.tooMany(w, r, wait)
+			return
+		}
+		if !equal(bearer, c.cfg.Token) {
+			c.logins.failed(hostOf(r.RemoteAddr), c.now())
+			w.Header().Set("WWW-Authenticate", `Bearer realm="postroom console"`)
+			c.refuse(w, r, http.StatusUnauthorized, "wrong access token in the Authorization header")
+			return
+		}
+	} else if !public && !c.authenticated(r) {
 		if r.Method == http.MethodGet {
 			http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 			return
@@ -254,13 +267,19 @@ func equal(a, b string) bool {
 	return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
 }
 
-// authenticated reports whether r carries the token (as a bearer header) or
-// the session cookie of a login; always true without a token.
+// bearer returns the token of an "Authorization: Bearer" header, when the
+// console has a token and r carries one.
+func (c *Console) bearer(r *http.Request) (string, bool) {
+	if c.cfg.Token == "" {
+		return "", false
+	}
+	return strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+}
+
+// authenticated reports whether r carries the session cookie of a login;
+// always true without a token. (A bearer header is checked before.)
 func (c *Console) authenticated(r *http.Request) bool {
 	if c.cfg.Token == "" {
-		return true
-	}
-	if bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && equal(bearer, c.cfg.Token) {
 		return true
 	}
 	cookie, err := r.Cookie(sessionCookie)
@@ -304,12 +323,19 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 		return
 	}
+	addr := hostOf(r.RemoteAddr)
+	if wait := c.logins.blocked(addr, c.now()); wait > 0 {
+		c.tooMany(w, r, wait)
+		return
+	}
 	if !equal(r.PostFormValue("token"), c.cfg.Token) {
-		c.log.Warn("console: login with a wrong token")
+		c.logins.failed(addr, c.now())
+		c.log.Warn("console: login with a wrong token", "remote", addr)
 		w.WriteHeader(http.StatusUnauthorized)
 		c.render(w, r, "login", "Log in", map[string]any{"Next": safeNext(r.PostFormValue("next")), "Wrong": true})
 		return
 	}
+	c.logins.succeeded(addr)
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: c.session, Path: "/", HttpOnly: true,
 		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
 	http.Redirect(w, r, safeNext(r.PostFormValue("next")), http.StatusSeeOther)

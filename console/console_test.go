@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -197,8 +198,12 @@ func TestTokenRequired(t *testing.T) {
 	require.NotContains(t, body, `name="csrf"`, "the login page gives no CSRF token away")
 	status, _, _ = f.do(t, "POST", "/schedules/action", url.Values{"name": {"nightly"}, "action": {"pause"}}, f.origin())
 	require.Equal(t, http.StatusUnauthorized, status)
-	status, _, _ = f.do(t, "GET", "/", nil, map[string]string{"Authorization": "Bearer wrong"})
-	require.Equal(t, http.StatusSeeOther, status)
+	for _, method := range []string{"GET", "POST"} {
+		status, _, res = f.do(t, method, "/schedules/action", url.Values{"name": {"nightly"}, "action": {"pause"}},
+			map[string]string{"Authorization": "Bearer wrong", "Origin": f.srv.URL})
+		require.Equal(t, http.StatusUnauthorized, status, "%s with a wrong bearer token: a status, not the login page", method)
+		require.Contains(t, res.Header.Get("WWW-Authenticate"), "Bearer")
+	}
 	status, _, res = f.do(t, "GET", "/static/console.css", nil, nil)
 	require.Equal(t, http.StatusOK, status, "the style sheet needs no token")
 	require.Contains(t, res.Header.Get("Content-Type"), "text/css")
@@ -365,4 +370,57 @@ func TestPagesOnEveryStore(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLoginRateLimit: five wrong tokens from one address within a minute
+// (login form or bearer header, counted together) and its next attempt
+// gets 429 with Retry-After, the right token too; other addresses are not
+// held up, and a minute after its oldest failure the address may try again.
+func TestLoginRateLimit(t *testing.T) {
+	const token = "t0ken-for-the-test"
+	var mu sync.Mutex
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); defer mu.Unlock(); now = now.Add(d) }
+	c, err := console.New(console.Config{DB: testenv.SQLite(t), Token: token, Now: clock, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	const origin = "http://127.0.0.1:8080"
+	login := func(from, tok string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest("POST", origin+"/login", strings.NewReader(url.Values{"token": {tok}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Origin", origin)
+		req.RemoteAddr = from + ":40000"
+		rec := httptest.NewRecorder()
+		c.ServeHTTP(rec, req)
+		return rec
+	}
+	bearer := func(from, tok string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest("GET", origin+"/static/console.css", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.RemoteAddr = from + ":40000"
+		rec := httptest.NewRecorder()
+		c.ServeHTTP(rec, req)
+		return rec
+	}
+
+	for range 3 {
+		require.Equal(t, http.StatusUnauthorized, login("10.0.0.1", "guess").Code)
+		advance(time.Second)
+	}
+	for range 2 {
+		require.Equal(t, http.StatusUnauthorized, bearer("10.0.0.1", "guess").Code)
+		advance(time.Second)
+	}
+	for _, rec := range []*httptest.ResponseRecorder{login("10.0.0.1", token), bearer("10.0.0.1", token), login("10.0.0.1", "guess")} {
+		require.Equal(t, http.StatusTooManyRequests, rec.Code, "the sixth attempt within a minute, even with the right token")
+		require.Equal(t, "55", rec.Header().Get("Retry-After"), "the oldest failure is 5 s old: 55 s to wait")
+	}
+	require.Equal(t, http.StatusSeeOther, login("10.0.0.2", token).Code, "another address logs in")
+	require.Equal(t, http.StatusOK, bearer("10.0.0.2", token).Code)
+
+	advance(55 * time.Second)
+	require.Equal(t, http.StatusUnauthorized, login("10.0.0.1", "guess").Code, "a minute after the first failure: one more try")
+	require.Equal(t, http.StatusTooManyRequests, login("10.0.0.1", token).Code, "and five failures in the minute again")
+	advance(time.Minute)
+	require.Equal(t, http.StatusSeeOther, login("10.0.0.1", token).Code, "a minute later the right token logs in")
 }
