@@ -26,6 +26,7 @@ const (
 	InboxStale   Kind = "inbox+stale"  // + watermark upsert in the same transaction
 	Naive        Kind = "naive"        // SELECT to check, insert, INSERT the key afterwards; no unique key
 	Deduplicator Kind = "deduplicator" // Watermill's in-memory Deduplicator around the plain handler
+	InboxBatch   Kind = "inbox+batch"  // inbox handler with batched commits (bus.WithBatch, batchDefault)
 )
 
 // Config configures a run.
@@ -123,6 +124,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			order = append(order, key{"bus", kind, conc})
 		}
 	}
+	if batched() {
+		order = append(order, key{"bus", InboxBatch, 8})
+	}
 	times := map[key][]time.Duration{}
 	for round := range max(cfg.Rounds, 1) {
 		fmt.Fprintf(cfg.Out, "  round %d of %d\n", round+1, max(cfg.Rounds, 1))
@@ -157,7 +161,18 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	// The issue's order first: inbox, stale, ceiling, growth, purge; then the extras.
 	line := fmt.Sprintf("ratios: inbox/plain=%.2f inbox_share=%.2f stale/inbox=%.2f stale_share=%.2f framework/ceiling=%.2f",
 		ratios["inbox/plain"], ratios["inbox_share"], ratios["stale/inbox"], ratios["stale_share"], ratios["framework/ceiling"])
-	var extras string
+	// Issue 20's ratios, after the older ones.
+	var issue20, extras string
+	var batch BatchResult
+	if batched() {
+		if batch, err = runBatch(ctx, db, pool, cfg.Messages, cfg.Rounds, find(results, "raw", Inbox, 8), cfg.Out); err != nil {
+			return nil, fmt.Errorf("batch: %w", err)
+		}
+		issue20 += fmt.Sprintf(" batch/ceiling=%.2f", ratios["batch/ceiling"])
+	} else {
+		fmt.Fprintln(cfg.Out, "batch: not measured: this bus has no bus.WithBatch")
+		issue20 += " batch/ceiling=n/a"
+	}
 	if err := runRedelivery(ctx, db, cfg.Messages/4, cfg.Out); err != nil {
 		return nil, err
 	}
@@ -165,15 +180,23 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	var rabbitRates map[Kind]float64
+	var rabbit RabbitResult
 	if cfg.AMQPURL != "" {
-		if rabbitRates, err = runRabbitMQ(ctx, db, cfg.AMQPURL, cfg.Messages, cfg.Out); err != nil {
+		if rabbit, err = runRabbitMQ(ctx, db, pool, cfg.AMQPURL, cfg.Messages, cfg.Rounds, cfg.Out); err != nil {
 			return nil, err
+		}
+		ceiling := find(results, "raw", Inbox, 8)
+		issue20 += fmt.Sprintf(" amqp/raw_amqp=%.2f amqp/ceiling=%.2f", rabbit.Bus[Inbox]/rabbit.Raw, rabbit.Bus[Inbox]/ceiling)
+		if v, ok := rabbit.Bus[InboxBatch]; ok {
+			issue20 += fmt.Sprintf(" amqp_batch/ceiling=%.2f", v/ceiling)
+		} else {
+			issue20 += " amqp_batch/ceiling=n/a"
 		}
 		r, err := runRelay(ctx, db, cfg.AMQPURL, cfg.Messages, cfg.Out)
 		if err != nil {
 			return nil, fmt.Errorf("outbox: %w", err)
 		}
+		issue20 += fmt.Sprintf(" relay/handlers=%.2f", r.RelayPerSecond/r.WithOneSend)
 		extras += fmt.Sprintf(" outbox_send/no_send=%.2f relay_msg_s=%.0f", r.WithOneSend/r.WithoutSends, r.RelayPerSecond)
 	}
 	var growth []growthPoint
@@ -196,12 +219,12 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			return nil, err
 		}
 	}
-	line += extras
+	line += issue20 + extras
 	if cfg.ChartsDir != "" {
-		if err := charts(cfg.ChartsDir, results, sqliteRates, rabbitRates, growth); err != nil {
+		if err := charts(cfg.ChartsDir, results, sqliteRates, rabbit, growth, batch); err != nil {
 			return nil, fmt.Errorf("charts: %w", err)
 		}
-		fmt.Fprintf(cfg.Out, "charts: %s/throughput.png, %s/growth.png\n", cfg.ChartsDir, cfg.ChartsDir)
+		fmt.Fprintf(cfg.Out, "charts: %s/throughput.png, %s/growth.png, %s/batch.png\n", cfg.ChartsDir, cfg.ChartsDir, cfg.ChartsDir)
 	}
 	fmt.Fprintln(cfg.Out, line)
 	return results, nil
@@ -240,6 +263,7 @@ func Ratios(results []Result) map[string]float64 {
 		"stale/inbox":       staleInbox,
 		"stale_share":       staleInbox / (raw(InboxStale) / raw(Inbox)),
 		"framework/ceiling": e2e(Inbox) / raw(Inbox),
+		"batch/ceiling":     e2e(InboxBatch) / raw(Inbox), // 0 without batched commits
 	}
 }
 
@@ -265,9 +289,9 @@ func short(n int64) string {
 	return fmt.Sprint(n)
 }
 
-// charts draws throughput per variant at concurrency 8, and latency against
-// the inbox's size.
-func charts(dir string, results []Result, sqliteRates, rabbitRates map[Kind]float64, growth []growthPoint) error {
+// charts draws throughput per variant at concurrency 8, latency against
+// the inbox's size, and throughput against batch size.
+func charts(dir string, results []Result, sqliteRates map[Kind]float64, rabbit RabbitResult, growth []growthPoint, batch BatchResult) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -285,12 +309,15 @@ func charts(dir string, results []Result, sqliteRates, rabbitRates map[Kind]floa
 	for _, set := range []struct {
 		name  string
 		rates map[Kind]float64
-	}{{"sqlite", sqliteRates}, {"rabbitmq", rabbitRates}} {
-		for _, kind := range busKinds {
+	}{{"sqlite", sqliteRates}, {"rabbitmq", rabbit.Bus}} {
+		for _, kind := range append(busKinds, InboxBatch) {
 			if v, ok := set.rates[kind]; ok {
 				bars = append(bars, bar{"bus " + string(kind) + " (" + set.name + ")", v, "msg/s", otherColor})
 			}
 		}
+	}
+	if rabbit.Raw > 0 {
+		bars = append(bars, bar{"amqp091+pgx inbox (rabbitmq)", rabbit.Raw, "msg/s", rawColor})
 	}
 	if err := barChart(filepath.Join(dir, "throughput.png"), "Throughput at concurrency 8 (msg/s; grey: raw SQL ceiling, blue: postroom on PostgreSQL, orange: other stores/brokers)", bars); err != nil {
 		return err
@@ -301,8 +328,17 @@ func charts(dir string, results []Result, sqliteRates, rabbitRates map[Kind]floa
 			bar{fmt.Sprintf("p50 with %s rows", short(g.rows)), float64(g.p50.Microseconds()) / 1000, "ms", busColor},
 			bar{fmt.Sprintf("p99 with %s rows", short(g.rows)), float64(g.p99.Microseconds()) / 1000, "ms", p99Color})
 	}
-	if len(bars) == 0 {
+	if len(bars) > 0 {
+		if err := barChart(filepath.Join(dir, "growth.png"), "Inbox handler latency against rows already in the inbox (ms, concurrency 8)", bars); err != nil {
+			return err
+		}
+	}
+	if len(batch.PerSecond) == 0 {
 		return nil
 	}
-	return barChart(filepath.Join(dir, "growth.png"), "Inbox handler latency against rows already in the inbox (ms, concurrency 8)", bars)
+	bars = []bar{{"raw pgx inbox, 1 per commit", find(results, "raw", Inbox, 8), "msg/s", rawColor}}
+	for _, size := range batchSizes {
+		bars = append(bars, bar{fmt.Sprintf("bus inbox, batch size %d", size), batch.PerSecond[size], "msg/s", busColor})
+	}
+	return barChart(filepath.Join(dir, "batch.png"), "Inbox throughput against batch size (msg/s, in-memory transport, PostgreSQL, concurrency 8)", bars)
 }

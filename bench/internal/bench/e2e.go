@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -36,13 +37,23 @@ func runE2E(ctx context.Context, db *gorm.DB, kind Kind, concurrency int, n int6
 
 // runE2EOn is runE2E on a given transport, which it closes.
 func runE2EOn(ctx context.Context, tr transport.Transport, db *gorm.DB, kind Kind, concurrency int, n int64) (time.Duration, error) {
-	return runE2EWith(ctx, tr, db, kind, concurrency, n, 1, nil)
+	return runE2EWith(ctx, tr, db, kind, concurrency, n, e2eOptions{})
 }
 
-// runE2EWith sends each of the n messages copies times with the same ID,
-// back to back, as a broker redelivering them would. A meter, if not nil,
-// measures the CPU of the timed window alone.
-func runE2EWith(ctx context.Context, tr transport.Transport, db *gorm.DB, kind Kind, concurrency int, n int64, copies int, meter *cpuMeter) (time.Duration, error) {
+// e2eOptions are the rarer settings of an end-to-end run.
+type e2eOptions struct {
+	// copies sends each message this many times with the same ID, back to
+	// back, as a broker redelivering them would (0 or 1: once).
+	copies int
+	// meter, if not nil, measures the CPU of the timed window alone.
+	meter *cpuMeter
+	// batch is the batched commits of kind InboxBatch (zero: batchDefault).
+	batch batchSpec
+}
+
+// runE2EWith is runE2EOn with o.
+func runE2EWith(ctx context.Context, tr transport.Transport, db *gorm.DB, kind Kind, concurrency int, n int64, o e2eOptions) (time.Duration, error) {
+	copies, meter := max(o.copies, 1), o.meter
 	cfg := bus.Config{
 		Endpoint:    "bench",
 		Transport:   tr,
@@ -79,6 +90,13 @@ func runE2EWith(ctx context.Context, tr transport.Transport, db *gorm.DB, kind K
 		opts = append(opts, bus.WithInbox())
 	case InboxStale:
 		opts = append(opts, bus.WithInbox(), bus.WithStale())
+	case InboxBatch:
+		spec := cmp.Or(o.batch, batchDefault)
+		batch, ok := batchOption(spec)
+		if !ok {
+			return 0, errNoBatch
+		}
+		opts = append(opts, bus.WithInbox(), batch)
 	case Naive:
 		handler = func(ctx context.Context, w *Work) error {
 			id := bus.MessageID(ctx)

@@ -127,7 +127,9 @@ type latencyBus struct {
 	sent int64
 }
 
-func startLatencyBus(ctx context.Context, db *gorm.DB) (*latencyBus, error) {
+// startLatencyBus starts a latencyBus; extra adds handler options to
+// WithInbox (batched commits).
+func startLatencyBus(ctx context.Context, db *gorm.DB, extra ...bus.HandlerOption) (*latencyBus, error) {
 	lb := &latencyBus{}
 	timing := func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
@@ -153,7 +155,7 @@ func startLatencyBus(ctx context.Context, db *gorm.DB) (*latencyBus, error) {
 	}
 	err = bus.Handle(b, func(ctx context.Context, w *Work) error {
 		return bus.Tx(ctx).Exec(insertBusinessGorm, bus.MessageID(ctx), w.I).Error
-	}, bus.WithInbox())
+	}, append([]bus.HandlerOption{bus.WithInbox()}, extra...)...)
 	if err != nil {
 		b.Close()
 		return nil, err

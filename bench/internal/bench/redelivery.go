@@ -19,7 +19,7 @@ func runRedelivery(ctx context.Context, db *gorm.DB, n int64, out io.Writer) err
 		if err := db.Exec(truncateAll).Error; err != nil {
 			return err
 		}
-		if _, err := runE2EWith(ctx, gochannel.New(gochannel.Config{}), db, kind, 8, n, 2, nil); err != nil {
+		if _, err := runE2EWith(ctx, gochannel.New(gochannel.Config{}), db, kind, 8, n, e2eOptions{copies: 2}); err != nil {
 			return fmt.Errorf("redelivery %s: %w", kind, err)
 		}
 		var rows, distinct int64

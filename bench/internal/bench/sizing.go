@@ -48,7 +48,7 @@ func runSizing(ctx context.Context, admin, db *gorm.DB, pool *pgxpool.Pool, app 
 			return meter.stop(ctx)
 		}},
 		{viaBus, func(m int64, meter *cpuMeter) error {
-			_, err := runE2EWith(ctx, gochannel.New(gochannel.Config{}), db, Inbox, 8, m, 1, meter)
+			_, err := runE2EWith(ctx, gochannel.New(gochannel.Config{}), db, Inbox, 8, m, e2eOptions{meter: meter})
 			return err
 		}},
 	}
