@@ -4,7 +4,7 @@
 // It lives in a module of its own (bench/), so that its chart code is no
 // requirement of the library's module. From the repository's root:
 //
-//	cd bench && go run ./cmd/postroom-bench [-quick | -sizing] [-postgres DSN]
+//	cd bench && go run ./cmd/postroom-bench [-quick] [-sizing | -batch] [-postgres DSN]
 package main
 
 import (
@@ -27,6 +27,7 @@ func main() {
 	chartsDir := flag.String("charts", "", "write throughput.png and growth.png to this folder (../docs/img for the docs, run from bench/)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	sizing := flag.Bool("sizing", false, "only the sizing figures: CPU per inbox message, bytes per inbox row (about 20 s)")
+	batchOnly := flag.Bool("batch", false, "only issue 20's figures: the inbox ceiling, batched commits, the RabbitMQ path's inbox, the relay")
 	rounds := flag.Int("rounds", 5, "interleaved rounds of the raw and bus cases; the median counts (1 with -quick)")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -43,9 +44,12 @@ func main() {
 		defer pprof.StopCPUProfile()
 	}
 	cfg := bench.Config{PostgresDSN: *dsn, Messages: 8000, Rounds: *rounds, PurgeRows: 1_000_000, AMQPURL: *amqpURL, Out: os.Stdout,
-		GrowthSizes: []int64{10_000, 1_000_000, 10_000_000}, ChartsDir: *chartsDir, SizingRows: 1_000_000, SizingOnly: *sizing}
+		GrowthSizes: []int64{10_000, 1_000_000, 10_000_000}, ChartsDir: *chartsDir, SizingRows: 1_000_000, SizingOnly: *sizing, BatchOnly: *batchOnly}
 	if *quick {
 		cfg.Messages, cfg.Rounds, cfg.PurgeRows, cfg.GrowthSizes, cfg.SizingRows = 2000, 1, 200_000, []int64{10_000, 1_000_000}, 200_000
+	}
+	if *batchOnly {
+		cfg.GrowthSizes, cfg.PurgeRows, cfg.SizingRows = nil, 0, 0
 	}
 	if *sizing {
 		fmt.Printf("postroom-bench: sizing figures only, %d messages per measurement at concurrency 8, %d inbox rows\n",

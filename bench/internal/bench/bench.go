@@ -51,6 +51,10 @@ type Config struct {
 	// SizingOnly runs the sizing figures alone: CPU per message and bytes
 	// per inbox row.
 	SizingOnly bool
+	// BatchOnly runs issue 20's figures alone: the raw pgx inbox ceiling
+	// and the bus's inbox at concurrency 8, batched commits, the RabbitMQ
+	// path's inbox cases (hand-rolled, bus, bus batched) and the relay.
+	BatchOnly bool
 	// Out receives the table.
 	Out io.Writer
 }
@@ -117,6 +121,10 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	}
 	var order []key
 	for _, conc := range []int{1, 8} {
+		if cfg.BatchOnly {
+			order = []key{{"raw", Inbox, 8}, {"bus", Inbox, 8}}
+			break
+		}
 		for _, kind := range []Kind{Plain, Inbox, InboxStale, Naive} {
 			order = append(order, key{"raw", kind, conc})
 		}
@@ -161,6 +169,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	// The issue's order first: inbox, stale, ceiling, growth, purge; then the extras.
 	line := fmt.Sprintf("ratios: inbox/plain=%.2f inbox_share=%.2f stale/inbox=%.2f stale_share=%.2f framework/ceiling=%.2f",
 		ratios["inbox/plain"], ratios["inbox_share"], ratios["stale/inbox"], ratios["stale_share"], ratios["framework/ceiling"])
+	if cfg.BatchOnly {
+		line = fmt.Sprintf("ratios: framework/ceiling=%.2f", ratios["framework/ceiling"])
+	}
 	// Issue 20's ratios, after the older ones.
 	var issue20, extras string
 	var batch BatchResult
@@ -173,16 +184,22 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		fmt.Fprintln(cfg.Out, "batch: not measured: this bus has no bus.WithBatch")
 		issue20 += " batch/ceiling=n/a"
 	}
-	if err := runRedelivery(ctx, db, cfg.Messages/4, cfg.Out); err != nil {
-		return nil, err
-	}
-	sqliteRates, err := runSQLite(ctx, cfg.Messages, cfg.Out)
-	if err != nil {
-		return nil, err
+	var sqliteRates map[Kind]float64
+	if !cfg.BatchOnly {
+		if err := runRedelivery(ctx, db, cfg.Messages/4, cfg.Out); err != nil {
+			return nil, err
+		}
+		if sqliteRates, err = runSQLite(ctx, cfg.Messages, cfg.Out); err != nil {
+			return nil, err
+		}
 	}
 	var rabbit RabbitResult
 	if cfg.AMQPURL != "" {
-		if rabbit, err = runRabbitMQ(ctx, db, pool, cfg.AMQPURL, cfg.Messages, cfg.Rounds, cfg.Out); err != nil {
+		kinds := busKinds
+		if cfg.BatchOnly {
+			kinds = []Kind{Inbox}
+		}
+		if rabbit, err = runRabbitMQ(ctx, db, pool, cfg.AMQPURL, kinds, cfg.Messages, cfg.Rounds, cfg.Out); err != nil {
 			return nil, err
 		}
 		ceiling := find(results, "raw", Inbox, 8)
@@ -274,6 +291,9 @@ func report(out io.Writer, results []Result) {
 		fmt.Fprintf(w, "%s\t%s\t%d\t%.0f\t\n", r.Path, r.Kind, r.Concurrency, r.PerSecond)
 	}
 	w.Flush()
+	if find(results, "raw", Plain, 8) == 0 { // -batch: the inbox alone
+		return
+	}
 	fmt.Fprintf(out, "raw sql at concurrency 8: inbox/plain=%.2f stale/inbox=%.2f\n",
 		find(results, "raw", Inbox, 8)/find(results, "raw", Plain, 8), find(results, "raw", InboxStale, 8)/find(results, "raw", Inbox, 8))
 }
