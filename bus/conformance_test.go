@@ -107,9 +107,15 @@ var confChecks = []confCheck{
 	{"a command sent before its endpoint first runs waits for it", false, checkCommandBeforeEndpoint,
 		map[string]string{"gochannel": "a command to an endpoint with no queue fails at Send (transport.ErrNoRoute)",
 			"amqp": "a command to an endpoint with no queue fails at Send (transport.ErrNoRoute)"}},
+	{"a batch with a failing message commits the others once and retries it alone", false, checkBatchFailingMessage, noBatches},
+	{"a batch of duplicates of each other and of a handled message applies each once", false, checkBatchDuplicates, noBatches},
+	{"stale updates in one batch: the newest applied, last, older ones skipped", false, checkBatchStale, noBatches},
 	{"a command the outbox relays to an endpoint with no queue goes to the error topic", true, checkOutboxCommandNoRoute,
 		map[string]string{"sql": "the SQL transport's topics are logs every group reads: it cannot tell that no endpoint reads one"}},
 }
+
+// noBatches declares where batched commits cannot form batches.
+var noBatches = map[string]string{"sql": "the SQL transport hands out one message of a group at a time (transport.Sequential): a batched handler commits each message alone there, checked by TestBatchOnASequentialTransport"}
 
 func TestConformance(t *testing.T) {
 	for _, s := range confStores {
@@ -146,6 +152,11 @@ func TestConformance(t *testing.T) {
 type sharedTransport struct{ transport.Transport }
 
 func (*sharedTransport) Close() error { return nil }
+
+func (s *sharedTransport) Sequential() bool {
+	q, ok := s.Transport.(transport.Sequential)
+	return ok && q.Sequential()
+}
 
 func (s *sharedTransport) PublishMandatory(topic string, msgs ...*message.Message) error {
 	if m, ok := s.Transport.(transport.Mandatory); ok {

@@ -35,6 +35,8 @@ type handlerConfig struct {
 	checksum    bool
 	payload     bool
 	delays      *[]time.Duration // nil: Config.DelayedRetries
+	batchSize   int              // 0: a transaction per message
+	batchWait   time.Duration
 }
 
 // Named names the handler. It defaults to the message name; two handlers of
@@ -114,6 +116,21 @@ func WithDelayedRetries(delays ...time.Duration) HandlerOption {
 	return func(c *handlerConfig) { c.delays = &delays }
 }
 
+// WithBatch commits the handler's messages in batches: up to size messages
+// handled at the same time share one database transaction, each in a
+// savepoint of its own, and each is acked once the batch has committed. A
+// batch commits when it has size messages, or maxWait after its first
+// (unitofwork.BatchWaitDefault, 10ms, when maxWait is 0). A message whose
+// handler fails rolls back to its savepoint alone and is retried alone
+// while the others commit; the inbox, the stale check, DeliverAt and the
+// outbox work per message as they do without a batch. The handler then
+// takes size messages at once per Config.Concurrency (or WithConcurrency),
+// which becomes the number of batches in flight. Implies WithTransaction;
+// not with WithExternalEffects, whose claim commits before its handler runs.
+func WithBatch(size int, maxWait time.Duration) HandlerOption {
+	return func(c *handlerConfig) { c.transaction, c.batchSize, c.batchWait = true, size, maxWait }
+}
+
 // WithConcurrency overrides Config.Concurrency for this handler.
 func WithConcurrency(n int) HandlerOption { return func(c *handlerConfig) { c.concurrency = n } }
 
@@ -134,6 +151,10 @@ func handle[T any](b *Bus, fn HandlerFunc[T], byRun bool, opts ...HandlerOption)
 	hc := handlerConfig{name: name, concurrency: b.cfg.Concurrency}
 	for _, o := range opts {
 		o(&hc)
+	}
+	if s, ok := b.cfg.Transport.(transport.Sequential); ok && s.Sequential() && hc.batchSize > 1 {
+		b.cfg.Logger.Info("bus: the transport hands out one message of a handler at a time: WithBatch commits each message alone", "handler", hc.name)
+		hc.batchSize, hc.batchWait = 1, 0
 	}
 	if err := b.reserve(hc.name, byRun); err != nil {
 		return err
@@ -166,7 +187,8 @@ func handle[T any](b *Bus, fn HandlerFunc[T], byRun bool, opts ...HandlerOption)
 	}
 	subscriptions := 1
 	if b.cfg.Transport.Competing() {
-		subscriptions = max(hc.concurrency, 1)
+		// A batch fills with messages handled at the same time.
+		subscriptions = max(hc.concurrency, 1) * max(hc.batchSize, 1)
 	}
 	for _, topic := range []string{commandTopic(b.cfg.Endpoint, name), eventTopic(name)} {
 		// The handler's queue exists from now on: a message sent before
@@ -261,6 +283,9 @@ func (b *Bus) chain(hc handlerConfig, h message.HandlerFunc) (message.HandlerFun
 	if b.cfg.DB == nil {
 		return nil, fmt.Errorf("bus: handler %s uses a transaction, the inbox or the stale check: set Config.DB", hc.name)
 	}
+	if err := hc.validateBatch(); err != nil {
+		return nil, err
+	}
 	rec := namedRecorder{hc.name, b.cfg.Recorder}
 	consumer := b.consumer(hc.name)
 	if hc.inbox || hc.stale {
@@ -280,7 +305,7 @@ func (b *Bus) chain(hc handlerConfig, h message.HandlerFunc) (message.HandlerFun
 		h = mw(h)
 	}
 	if !hc.inbox {
-		return b.inUnitOfWork(h)
+		return b.inUnitOfWork(hc, h)
 	}
 	icfg := inbox.Config{DB: b.cfg.DB, Consumer: consumer, Key: hc.inboxKey, Recorder: rec, Logger: b.cfg.Logger, Now: b.cfg.Now,
 		Checksum: hc.checksum, StorePayload: hc.payload}
@@ -300,16 +325,44 @@ func (b *Bus) chain(hc handlerConfig, h message.HandlerFunc) (message.HandlerFun
 		return nil, fmt.Errorf("bus: handler %s: %w", hc.name, err)
 	}
 	// Both modes open the handler's unit of work themselves; the
-	// Transactional mode then counts a duplicate after its rollback.
+	// Transactional mode then counts a duplicate after its rollback. In a
+	// batch they join the member's unit of work instead.
+	h = mw(h)
+	if hc.batchSize > 1 {
+		return b.inUnitOfWork(hc, h)
+	}
+	return h, nil
+}
+
+// inUnitOfWork runs h in a unit of work: a transaction per message, or a
+// batch's (WithBatch).
+func (b *Bus) inUnitOfWork(hc handlerConfig, h message.HandlerFunc) (message.HandlerFunc, error) {
+	mw, err := unitofwork.New(unitofwork.Config{DB: b.cfg.DB, BatchSize: hc.batchSize, BatchWait: hc.batchWait})
+	if err != nil {
+		return nil, fmt.Errorf("bus: handler %s: %w", hc.name, err)
+	}
 	return mw(h), nil
 }
 
-func (b *Bus) inUnitOfWork(h message.HandlerFunc) (message.HandlerFunc, error) {
-	mw, err := unitofwork.New(unitofwork.Config{DB: b.cfg.DB})
-	if err != nil {
-		return nil, err
+// batchSizeMax bounds WithBatch's size: a batch holds its messages'
+// broker deliveries and one transaction's locks until it commits.
+const batchSizeMax = 1000
+
+func (hc handlerConfig) validateBatch() error {
+	if hc.batchSize == 0 && hc.batchWait == 0 {
+		return nil
 	}
-	return mw(h), nil
+	var errs []error
+	if hc.batchSize < 1 || hc.batchSize > batchSizeMax {
+		errs = append(errs, fmt.Errorf("bus: handler %s: WithBatch size %d: must be 1 to %d", hc.name, hc.batchSize, batchSizeMax))
+	}
+	if hc.batchWait < 0 {
+		errs = append(errs, fmt.Errorf("bus: handler %s: WithBatch maxWait %s is negative", hc.name, hc.batchWait))
+	}
+	if hc.external != nil {
+		errs = append(errs, fmt.Errorf("bus: handler %s: WithBatch and WithExternalEffects do not combine: an external effect's claim commits before its handler runs, outside any batch", hc.name))
+	}
+	return errors.Join(errs...)
 }
 
 // typed decodes the payload and calls fn with the message's context.

@@ -58,3 +58,13 @@ type FromNow interface {
 // A transport declares it without a broker-side delivery limit: an
 // operator browsing it must never make the broker drop what it holds.
 const ErrorQueueGroup = "postroom_errors"
+
+// Sequential is implemented by a transport that hands out one message of a
+// group at a time, however many subscriptions the group has (the SQL
+// transport: watermill-sql's subscriptions of one group take turns on the
+// group's offsets row, each holding it until its message is acked). More
+// concurrency does not help there, and a batch would never have more than
+// one message: the bus commits each message of a batched handler alone.
+type Sequential interface {
+	Sequential() bool
+}

@@ -151,7 +151,8 @@ func New(cfg Config) (message.HandlerMiddleware, error) {
 	if cfg.Mode == External {
 		return newExternal(cfg, d), nil
 	}
-	t := transactional{cfg: cfg, d: d, insert: d.Native(d.InboxInsert(cfg.Table)), countDup: d.InboxCountDuplicate(cfg.Table)}
+	t := transactional{cfg: cfg, d: d, insert: d.Native(d.InboxInsert(cfg.Table)), countDup: d.InboxCountDuplicate(cfg.Table),
+		countDupNative: d.Native(d.InboxCountDuplicate(cfg.Table))}
 	if cfg.Checksum {
 		t.insert = d.Native(d.InboxInsertLogged(cfg.Table))
 	}
@@ -161,10 +162,11 @@ func New(cfg Config) (message.HandlerMiddleware, error) {
 // transactional is the Transactional mode: the key is inserted in the
 // handler's unit of work.
 type transactional struct {
-	cfg      Config
-	d        dialect.Dialect
-	insert   string
-	countDup string
+	cfg            Config
+	d              dialect.Dialect
+	insert         string
+	countDup       string
+	countDupNative string // countDup with the driver's placeholders
 }
 
 func (t transactional) middleware(h message.HandlerFunc) message.HandlerFunc {
@@ -221,7 +223,11 @@ func (t transactional) claim(msg *message.Message, h message.HandlerFunc, dup **
 	}
 	unitofwork.RollbackOnly(ctx)
 	t.cfg.duplicate(ctx, consumer, key)
-	*dup = &dupOf{consumer, key}
+	// In a batch the count runs in the batch's transaction, once this
+	// message's savepoint is rolled back; otherwise after the rollback.
+	if !unitofwork.AfterRollback(ctx, t.countDupNative, consumer, key.Source, key.MessageID) {
+		*dup = &dupOf{consumer, key}
+	}
 	return nil, nil
 }
 

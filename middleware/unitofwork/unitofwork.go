@@ -1,10 +1,12 @@
 package unitofwork
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"gorm.io/gorm"
@@ -13,10 +15,37 @@ import (
 // ErrNoDB is returned by New when Config.DB is nil.
 var ErrNoDB = errors.New("unitofwork: Config.DB is nil: pass the *gorm.DB the handlers write to")
 
+// BatchWaitDefault is the default Config.BatchWait.
+const BatchWaitDefault = 10 * time.Millisecond
+
 // Config configures the unit-of-work middleware.
 type Config struct {
 	// DB is the database the transaction is opened on. Required.
 	DB *gorm.DB
+	// BatchSize is the most messages one transaction commits. Above 1,
+	// messages handled at the same time share a transaction, each in a
+	// savepoint of its own: a message whose handler fails rolls back to
+	// its savepoint alone, and every message waits for the commit before
+	// it is acked. Defaults to 1: a transaction per message.
+	BatchSize int
+	// BatchWait is how long a batch waits for more messages after its
+	// first before it commits, when fewer than BatchSize arrive. Used only
+	// when BatchSize is above 1. Defaults to BatchWaitDefault (10ms).
+	BatchWait time.Duration
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if c.DB == nil {
+		errs = append(errs, ErrNoDB)
+	}
+	if c.BatchSize < 0 {
+		errs = append(errs, fmt.Errorf("unitofwork: Config.BatchSize %d is negative", c.BatchSize))
+	}
+	if c.BatchWait < 0 {
+		errs = append(errs, fmt.Errorf("unitofwork: Config.BatchWait %s is negative", c.BatchWait))
+	}
+	return errors.Join(errs...)
 }
 
 type unitKey struct{}
@@ -39,6 +68,17 @@ type unit struct {
 	tx           *gorm.DB // the gorm handle on conn for txCtx, built by handle
 	txCtx        context.Context
 	rollbackOnly bool
+
+	// A message's unit in a batch: its statements run in the batch's
+	// transaction (parent), after a savepoint of its own.
+	parent    *unit
+	savepoint string
+	after     []statement // run once the savepoint is rolled back (AfterRollback)
+}
+
+type statement struct {
+	query string
+	args  []any
 }
 
 // begin begins the transaction on first use and returns it, or the error
@@ -46,6 +86,9 @@ type unit struct {
 func (u *unit) begin() (gorm.ConnPool, error) {
 	if u.conn != nil || u.err != nil {
 		return u.conn, u.err
+	}
+	if u.parent != nil {
+		return u.beginSavepoint()
 	}
 	ctx := u.ctx
 	if d := u.db.DefaultTransactionTimeout; d > 0 {
@@ -109,6 +152,9 @@ func (u *unit) end(commit bool) error {
 	case conn == nil:
 		return nil
 	}
+	if u.parent != nil {
+		return u.endSavepoint(conn, commit)
+	}
 	committer, ok := conn.(gorm.TxCommitter)
 	if !ok {
 		return gorm.ErrInvalidTransaction
@@ -122,10 +168,20 @@ func (u *unit) end(commit bool) error {
 	return nil
 }
 
-// New returns a middleware that runs each message in one transaction.
+// New returns a middleware that runs each message in one transaction, or,
+// with Config.BatchSize above 1, the messages handled at the same time in
+// one transaction.
 func New(cfg Config) (message.HandlerMiddleware, error) {
-	if cfg.DB == nil {
-		return nil, ErrNoDB
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.BatchSize > 1 {
+		b := &batcher{db: cfg.DB, size: cfg.BatchSize, wait: cmp.Or(cfg.BatchWait, BatchWaitDefault)}
+		return func(h message.HandlerFunc) message.HandlerFunc {
+			return func(msg *message.Message) ([]*message.Message, error) {
+				return b.run(msg, h)
+			}
+		}, nil
 	}
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {

@@ -85,3 +85,85 @@ func TestUnitOfWorkKeepsGormsTransactionSettings(t *testing.T) {
 	require.NoError(t, run(timed, "t-2", func() {}))
 	require.EqualValues(t, 4, count())
 }
+
+// TestBrokenBatchCommitsNothing: on PostgreSQL a statement error a handler
+// swallows leaves the transaction aborted. Whatever the order the three
+// members of the batch run in, none of them commits and each gets an
+// error (to be retried), though two of them did nothing wrong.
+func TestBrokenBatchCommitsNothing(t *testing.T) {
+	db := testenv.Postgres(t)
+	require.NoError(t, db.Exec("CREATE TABLE effects (id VARCHAR(20) NOT NULL)").Error)
+	mw, err := unitofwork.New(unitofwork.Config{DB: db, BatchSize: 3, BatchWait: 5 * time.Second})
+	require.NoError(t, err)
+	h := mw(func(msg *message.Message) ([]*message.Message, error) {
+		tx := unitofwork.Tx(msg.Context())
+		if msg.UUID == "bad" {
+			_ = tx.Exec("INSERT INTO no_such_table VALUES (1)").Error // swallowed
+			return nil, nil
+		}
+		return nil, tx.Exec("INSERT INTO effects (id) VALUES (?)", msg.UUID).Error
+	})
+	errs := make(chan error, 3)
+	for _, id := range []string{"a", "bad", "b"} {
+		go func() {
+			msg := message.NewMessage(id, nil)
+			_, err := h(msg)
+			errs <- err
+		}()
+	}
+	for range 3 {
+		require.Error(t, <-errs)
+	}
+	var n int64
+	require.NoError(t, db.Raw("SELECT COUNT(*) FROM effects").Scan(&n).Error)
+	require.Zero(t, n)
+}
+
+// TestBatchMembersWaitForTheCommit: a member's Run returns only once its
+// batch has committed, so the message is acked after its writes are
+// durable; a member that fails is rolled back alone.
+func TestBatchMembersWaitForTheCommit(t *testing.T) {
+	for name, open := range map[string]func(testing.TB) *gorm.DB{"sqlite": testenv.SQLite, "postgres": testenv.Postgres, "mariadb": testenv.MySQL} {
+		t.Run(name, func(t *testing.T) {
+			db := open(t)
+			require.NoError(t, db.Exec("CREATE TABLE effects (id VARCHAR(20) NOT NULL)").Error)
+			mw, err := unitofwork.New(unitofwork.Config{DB: db, BatchSize: 4, BatchWait: 200 * time.Millisecond})
+			require.NoError(t, err)
+			h := mw(func(msg *message.Message) ([]*message.Message, error) {
+				if err := unitofwork.Tx(msg.Context()).Exec("INSERT INTO effects (id) VALUES (?)", msg.UUID).Error; err != nil {
+					return nil, err
+				}
+				if msg.UUID == "fails" {
+					return nil, errors.New("fails after its write")
+				}
+				return nil, nil
+			})
+			count := func() (n int64) {
+				require.NoError(t, db.Raw("SELECT COUNT(*) FROM effects").Scan(&n).Error)
+				return n
+			}
+			type result struct {
+				id  string
+				err error
+				n   int64 // rows committed when Run returned
+			}
+			results := make(chan result, 3)
+			for _, id := range []string{"a", "fails", "b"} {
+				go func() {
+					_, err := h(message.NewMessage(id, nil))
+					results <- result{id, err, count()}
+				}()
+			}
+			for range 3 {
+				r := <-results
+				if r.id == "fails" {
+					require.Error(t, r.err)
+					continue
+				}
+				require.NoError(t, r.err)
+				require.EqualValues(t, 2, r.n, "%s returned before its batch committed", r.id)
+			}
+			require.EqualValues(t, 2, count())
+		})
+	}
+}

@@ -105,6 +105,10 @@ func (t *Transport) Subscriber(group string) (message.Subscriber, error) {
 // Competing is true: subscriptions of one group share its offsets.
 func (t *Transport) Competing() bool { return true }
 
+// Sequential is true: the subscriptions of one group take turns on its
+// offsets row, so one message of a group is handled at a time.
+func (t *Transport) Sequential() bool { return true }
+
 // Close closes the publisher and every subscriber.
 func (t *Transport) Close() error {
 	return errors.Join(t.publisher.Close(), t.opened.Close())

@@ -1,0 +1,59 @@
+package bus_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/transport/gochannel"
+	wsql "github.com/postroom/postroom/transport/sql"
+)
+
+// TestWithBatchIsValidated: a size out of range, a negative wait and a
+// batch of external effects are refused at Handle, each with its reason.
+func TestWithBatchIsValidated(t *testing.T) {
+	db := testenv.SQLite(t)
+	for _, tc := range []struct {
+		name string
+		opts []bus.HandlerOption
+		want string
+	}{
+		{"size 0", []bus.HandlerOption{bus.WithBatch(0, time.Millisecond)}, "size 0: must be 1 to 1000"},
+		{"size over the bound", []bus.HandlerOption{bus.WithBatch(1001, 0)}, "size 1001: must be 1 to 1000"},
+		{"negative wait", []bus.HandlerOption{bus.WithBatch(10, -time.Second)}, "maxWait -1s is negative"},
+		{"external effects", []bus.HandlerOption{bus.WithBatch(10, 0), bus.WithExternalEffects(bus.ExternalEffects{})}, "do not combine"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := bus.New(bus.Config{Endpoint: "batches", Transport: gochannel.New(gochannel.Config{}), DB: db, Logger: testenv.Logger(t)})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = b.Close() })
+			err = bus.Handle(b, func(context.Context, *ConfCmd) error { return nil }, tc.opts...)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+// TestBatchOnASequentialTransport: the SQL transport hands out one message
+// of a group at a time, so a batch there would hold each message for its
+// whole wait. The bus commits each message alone instead: three messages
+// are handled well within one batch wait of a minute.
+func TestBatchOnASequentialTransport(t *testing.T) {
+	db := testenv.Postgres(t)
+	tr, err := wsql.New(wsql.Config{DB: db, PollInterval: 20 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tr.Close() })
+	c := &confCase{db: db, tr: &sharedTransport{tr}, effects: testenv.Name("effects_"), errorTopic: testenv.Name("error_")}
+	require.NoError(t, db.Exec("CREATE TABLE "+c.effects+" (consumer VARCHAR(200) NOT NULL, id VARCHAR(250) NOT NULL, entity VARCHAR(200) NOT NULL DEFAULT '')").Error)
+	b := newConfBus(t, c, nil)
+	require.NoError(t, bus.Handle(b, record[ConfCmd](c, "cmd"), bus.WithInbox(), bus.WithBatch(100, time.Minute)))
+	run(t, b)
+	for range 3 {
+		require.NoError(t, bus.Send(context.Background(), b, &ConfCmd{}))
+	}
+	settled(t, b, "conf.Cmd", 3)
+	require.Len(t, effects(t, c), 3)
+}

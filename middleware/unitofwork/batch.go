@@ -1,0 +1,259 @@
+package unitofwork
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"gorm.io/gorm"
+)
+
+// ErrBatchBroken wraps the error that left a batch's transaction unusable
+// (a savepoint that could not be rolled back, a MySQL deadlock that ended
+// the whole transaction): none of the batch's messages commit, and each is
+// retried.
+var ErrBatchBroken = errors.New("unitofwork: the batch's transaction broke; its messages are retried")
+
+// batcher gathers the messages handled at the same time into one
+// transaction. One batch takes members at a time; it stops taking them when
+// it has size members or wait has passed since its first, and commits once
+// each member has run. Batches that stopped taking members commit while
+// the next one fills, so the handler's concurrency is the number of batches
+// in flight.
+type batcher struct {
+	db   *gorm.DB
+	size int
+	wait time.Duration
+
+	mu   sync.Mutex
+	open *batch // the batch taking members, or nil
+}
+
+// batch is one transaction shared by its members. Each member runs its
+// handler in turn, after a savepoint of its own, while the others wait.
+type batch struct {
+	b    *batcher
+	tx   *unit      // the shared transaction, begun at first use
+	turn sync.Mutex // held by the member whose statements run
+
+	mu         sync.Mutex // guards the fields below
+	joined     int
+	finished   int
+	closed     bool  // takes no more members
+	committing bool  // the commit started
+	broken     error // the transaction is unusable: nothing commits
+	timer      *time.Timer
+
+	done chan struct{} // closed when the transaction ended
+	err  error         // how it ended: nil when committed; set before done closes
+}
+
+// run handles msg as a member of the open batch and returns once that
+// batch's transaction has ended: a message is acked only after its commit.
+func (b *batcher) run(msg *message.Message, h message.HandlerFunc) ([]*message.Message, error) {
+	if Active(msg.Context()) {
+		return h(msg) // joins the unit of work around it
+	}
+	bt, n := b.join(msg.Context())
+	out, kept, err := bt.member(msg, h, n)
+	<-bt.done
+	if err != nil {
+		return nil, err
+	}
+	if bt.err != nil {
+		// Rolled back with the others: a message skipped as a duplicate of
+		// another member is retried too, since that member is.
+		return nil, bt.err
+	}
+	if !kept {
+		return nil, nil
+	}
+	return out, nil
+}
+
+// join adds a member to the open batch, opening one if none is, and
+// returns it with the member's number in it.
+func (b *batcher) join(ctx context.Context) (*batch, int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	bt := b.open
+	if bt == nil {
+		// The transaction outlives the member that begins it, so it keeps
+		// the context's values but not its end.
+		bt = &batch{b: b, tx: &unit{db: b.db, ctx: context.WithoutCancel(ctx)}, done: make(chan struct{})}
+		b.open = bt
+		bt.timer = time.AfterFunc(b.wait, bt.close)
+	}
+	bt.mu.Lock()
+	defer bt.mu.Unlock()
+	bt.joined++
+	if bt.joined == b.size {
+		bt.closed = true
+		b.open = nil
+		bt.timer.Stop()
+	}
+	return bt, bt.joined
+}
+
+// close stops the batch taking members (its wait has passed) and commits
+// it if every member has run.
+func (bt *batch) close() {
+	bt.b.mu.Lock()
+	if bt.b.open == bt {
+		bt.b.open = nil
+	}
+	bt.b.mu.Unlock()
+	bt.mu.Lock()
+	bt.closed = true
+	ready := bt.readyLocked()
+	bt.mu.Unlock()
+	if ready {
+		bt.end()
+	}
+}
+
+// finish records that a member has run, and commits the batch if it was
+// the last of a closed batch.
+func (bt *batch) finish() {
+	bt.mu.Lock()
+	bt.finished++
+	ready := bt.readyLocked()
+	bt.mu.Unlock()
+	if ready {
+		bt.end()
+	}
+}
+
+// readyLocked reports, once, that the batch can end. Call with mu held.
+func (bt *batch) readyLocked() bool {
+	if !bt.closed || bt.finished < bt.joined || bt.committing {
+		return false
+	}
+	bt.committing = true
+	return true
+}
+
+// end commits the transaction, or rolls it back when it broke.
+func (bt *batch) end() {
+	bt.mu.Lock()
+	broken := bt.broken
+	bt.mu.Unlock()
+	if broken != nil {
+		_ = bt.tx.end(false)
+		bt.err = broken
+	} else if err := bt.tx.end(true); err != nil {
+		bt.err = fmt.Errorf("unitofwork: batch commit: %w", err)
+	}
+	close(bt.done)
+}
+
+// breakWith marks the transaction unusable.
+func (bt *batch) breakWith(err error) {
+	bt.mu.Lock()
+	defer bt.mu.Unlock()
+	if bt.broken == nil {
+		bt.broken = fmt.Errorf("%w: %w", ErrBatchBroken, err)
+	}
+}
+
+func (bt *batch) brokenErr() error {
+	bt.mu.Lock()
+	defer bt.mu.Unlock()
+	return bt.broken
+}
+
+// member runs h for msg in its turn, in a savepoint of the batch's
+// transaction. kept is false when the message's writes were rolled back
+// (its handler failed, or a middleware marked it RollbackOnly).
+func (bt *batch) member(msg *message.Message, h message.HandlerFunc, n int) (out []*message.Message, kept bool, err error) {
+	defer bt.finish()
+	bt.turn.Lock()
+	defer bt.turn.Unlock()
+	if err := bt.brokenErr(); err != nil {
+		return nil, false, err
+	}
+	parent := msg.Context()
+	m := &unit{db: bt.b.db, ctx: parent, parent: bt.tx, savepoint: "postroom_" + strconv.Itoa(n)}
+	msg.SetContext(context.WithValue(parent, unitKey{}, m))
+	done := false
+	defer func() {
+		msg.SetContext(parent)
+		if !done { // on error, rollback-only and panic alike
+			if rbErr := m.end(false); rbErr != nil {
+				bt.breakWith(rbErr)
+			}
+		}
+	}()
+	out, err = h(msg)
+	m.mu.Lock()
+	beginErr := m.err
+	m.mu.Unlock()
+	if beginErr != nil { // BEGIN or the savepoint failed: the transaction is not to be trusted
+		bt.breakWith(beginErr)
+	}
+	if err != nil || m.rollbackOnly {
+		return nil, false, err
+	}
+	done = true
+	if err := m.end(true); err != nil {
+		bt.breakWith(err)
+		return nil, false, err
+	}
+	return out, true, nil
+}
+
+// beginSavepoint begins a batch member's unit: the batch's transaction,
+// then the member's savepoint. SAVEPOINT and ROLLBACK TO SAVEPOINT read
+// the same on every store postroom supports, and have no call of their own
+// in database/sql. Call with mu held.
+func (u *unit) beginSavepoint() (gorm.ConnPool, error) {
+	u.parent.mu.Lock()
+	conn, err := u.parent.begin()
+	u.parent.mu.Unlock()
+	if err == nil {
+		_, err = conn.ExecContext(u.ctx, "SAVEPOINT "+u.savepoint)
+	}
+	if err != nil {
+		u.err = err
+		return nil, err
+	}
+	u.conn = conn
+	return conn, nil
+}
+
+// endSavepoint ends a batch member's unit: on commit it keeps the
+// savepoint's writes for the batch's commit; otherwise it rolls back to the
+// savepoint and runs the statements AfterRollback queued.
+func (u *unit) endSavepoint(conn gorm.ConnPool, commit bool) error {
+	if commit {
+		return nil
+	}
+	if _, err := conn.ExecContext(u.ctx, "ROLLBACK TO SAVEPOINT "+u.savepoint); err != nil {
+		return fmt.Errorf("unitofwork: rollback to savepoint: %w", err)
+	}
+	for _, s := range u.after {
+		if _, err := conn.ExecContext(u.ctx, s.query, s.args...); err != nil {
+			return fmt.Errorf("unitofwork: after rollback: %w", err)
+		}
+	}
+	return nil
+}
+
+// AfterRollback queues query to run once the writes of the message in ctx
+// are rolled back, in the transaction of the batch the message belongs to,
+// and reports whether it will run. Outside a batch it queues nothing and
+// returns false: the caller runs the statement itself once Run has
+// returned. The query uses the driver's own placeholders, as Exec's does.
+// The inbox counts a duplicate this way.
+func AfterRollback(ctx context.Context, query string, args ...any) bool {
+	u, ok := ctx.Value(unitKey{}).(*unit)
+	if !ok || u.parent == nil {
+		return false
+	}
+	u.after = append(u.after, statement{query, args})
+	return true
+}
