@@ -5,6 +5,7 @@ import (
 	"flag"
 	"math/rand/v2"
 	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -23,9 +24,20 @@ var chaosLong = flag.Bool("chaos.long", false, "run the long chaos test: 20,000 
 // a random consumer every so often and starts a new one. At the end every
 // message has exactly one business row, none missing, none doubled, and the
 // event each handler sent through the outbox reached a downstream endpoint
-// exactly once. Short by default (about half a minute); -chaos.long runs the
+// exactly once. It runs with a transaction per message, and with the
+// consumers' handler committing batches of up to 16 messages (WithBatch).
+// Short by default (about half a minute each); -chaos.long runs the
 // 20,000-message version.
 func TestChaos(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		batch int
+	}{{"a transaction per message", 0}, {"batches of up to 16", 16}} {
+		t.Run(tc.name, func(t *testing.T) { chaos(t, tc.batch) })
+	}
+}
+
+func chaos(t *testing.T, batch int) {
 	messages, minKill, maxKill := 4000, 300*time.Millisecond, 900*time.Millisecond
 	if *chaosLong {
 		messages, minKill, maxKill = 20000, time.Second, 3*time.Second
@@ -44,7 +56,8 @@ func TestChaos(t *testing.T) {
 	start(t, downstream, "error")
 
 	require.NoError(t, os.Setenv(childOutbox, "1"))
-	t.Cleanup(func() { os.Unsetenv(childOutbox) })
+	require.NoError(t, os.Setenv(childBatch, strconv.Itoa(batch)))
+	t.Cleanup(func() { os.Unsetenv(childOutbox); os.Unsetenv(childBatch) })
 	consumers := make([]*consumer, 4)
 	for i := range consumers {
 		consumers[i] = startConsumer(t, p.dsn, p.url, p.endpoint, 0)
@@ -100,7 +113,7 @@ func TestChaos(t *testing.T) {
 	rows, distinct := p.effects(t)
 	var doneRows int64
 	require.NoError(t, p.db.Raw("SELECT COUNT(*) FROM done").Scan(&doneRows).Error)
-	t.Logf("chaos: %d messages (+30%% duplicates), %d kills", messages, kills)
+	t.Logf("chaos: %d messages (+30%% duplicates), %d kills, batches of up to %d", messages, kills, max(batch, 1))
 	require.Greater(t, kills, 0, "the controller killed consumers")
 	require.EqualValues(t, messages, distinct, "none missing")
 	require.EqualValues(t, messages, rows, "none doubled")

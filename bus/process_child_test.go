@@ -23,6 +23,15 @@ import (
 
 // The consumer process of the process tests: this test binary, re-run with
 // these variables set. Its failpoint exists only in the test binary.
+// workOptions are the options of the child's Work handler.
+func workOptions() []bus.HandlerOption {
+	opts := []bus.HandlerOption{bus.WithInbox()}
+	if n, _ := strconv.Atoi(os.Getenv(childBatch)); n > 1 {
+		opts = append(opts, bus.WithBatch(n, 20*time.Millisecond))
+	}
+	return opts
+}
+
 const (
 	childEnv     = "POSTROOM_TEST_CHILD"
 	childDSN     = "POSTROOM_TEST_CHILD_DSN"
@@ -37,6 +46,7 @@ const (
 	childDefault = "POSTROOM_TEST_CHILD_DEFAULT_RETRY" // "1": the default retry policy, not one that outlasts a restart
 	childDelayed = "POSTROOM_TEST_CHILD_DELAYED"       // "1": delayed retries after 2 s, due messages looked for every 100 ms
 	childFailTil = "POSTROOM_TEST_CHILD_FAIL_UNTIL"    // Unix ms: every Work fails before then
+	childBatch   = "POSTROOM_TEST_CHILD_BATCH"         // N: Work's handler commits in batches of up to N (WithBatch)
 )
 
 // WorkDone is published by a consumer process for each Work it handles,
@@ -125,7 +135,7 @@ func runConsumer() int {
 			return bus.Publish(ctx, b, &WorkDone{N: w.N})
 		}
 		return nil
-	}, bus.WithInbox())
+	}, workOptions()...)
 	if err != nil {
 		return fail(err)
 	}
