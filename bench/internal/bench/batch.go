@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -30,22 +29,8 @@ var batchDefault = batchSpec{size: 100, maxWait: 10 * time.Millisecond}
 // batchSizes are the sizes of the throughput-against-batch-size table.
 var batchSizes = []int{1, 10, 50, 100}
 
-// errNoBatch is returned by a run of kind InboxBatch on a bus without
-// batched commits.
-var errNoBatch = errors.New("bench: bus.WithBatch is not in this version of the bus")
-
-// batchOption returns the handler option of batched commits per spec, and
-// false while the bus has none.
-func batchOption(spec batchSpec) (bus.HandlerOption, bool) {
-	_ = spec
-	return nil, false
-}
-
-// batched says whether the bus has batched commits.
-func batched() bool {
-	_, ok := batchOption(batchDefault)
-	return ok
-}
+// option is the handler option of batched commits per spec.
+func (spec batchSpec) option() bus.HandlerOption { return bus.WithBatch(spec.size, spec.maxWait) }
 
 // BatchResult is the batched-commit measurement.
 type BatchResult struct {
@@ -96,8 +81,7 @@ func runBatch(ctx context.Context, db *gorm.DB, pool *pgxpool.Pool, n int64, rou
 	if r.Commit, r.Tx, err = commitTime(ctx, pool, 200); err != nil {
 		return r, err
 	}
-	batch, _ := batchOption(batchDefault)
-	lb, err := startLatencyBus(ctx, db, batch)
+	lb, err := startLatencyBus(ctx, db, batchDefault.option())
 	if err != nil {
 		return r, err
 	}

@@ -91,12 +91,7 @@ func runE2EWith(ctx context.Context, tr transport.Transport, db *gorm.DB, kind K
 	case InboxStale:
 		opts = append(opts, bus.WithInbox(), bus.WithStale())
 	case InboxBatch:
-		spec := cmp.Or(o.batch, batchDefault)
-		batch, ok := batchOption(spec)
-		if !ok {
-			return 0, errNoBatch
-		}
-		opts = append(opts, bus.WithInbox(), batch)
+		opts = append(opts, bus.WithInbox(), cmp.Or(o.batch, batchDefault).option())
 	case Naive:
 		handler = func(ctx context.Context, w *Work) error {
 			id := bus.MessageID(ctx)

@@ -21,22 +21,20 @@ var busKinds = []Kind{Plain, Inbox, InboxStale, Naive, Deduplicator}
 
 // RabbitResult is the RabbitMQ + PostgreSQL measurement at concurrency 8.
 type RabbitResult struct {
-	// Bus is the bus's rate per kind (InboxBatch only with batched commits).
+	// Bus is the bus's rate per kind.
 	Bus map[Kind]float64
 	// Raw is the hand-rolled amqp091 + pgx consumer's rate (runRawAMQP).
 	Raw float64
 }
 
 // runRabbitMQ measures the hand-rolled consumer and the bus's kinds (and
-// InboxBatch, with batched commits) end to end on RabbitMQ at concurrency
+// InboxBatch) end to end on RabbitMQ at concurrency
 // 8, with the transport's defaults (classic queues, amqp.PrefetchDefault),
 // in interleaved rounds: the median counts.
 func runRabbitMQ(ctx context.Context, db *gorm.DB, pool *pgxpool.Pool, url string, kinds []Kind, n int64, rounds int, out io.Writer) (RabbitResult, error) {
 	const rawCase Kind = "raw_amqp"
 	cases := append([]Kind{rawCase}, kinds...)
-	if batched() {
-		cases = append(cases, InboxBatch)
-	}
+	cases = append(cases, InboxBatch)
 	times := map[Kind][]time.Duration{}
 	for range max(rounds, 1) {
 		for _, kind := range cases {
@@ -74,10 +72,7 @@ func runRabbitMQ(ctx context.Context, db *gorm.DB, pool *pgxpool.Pool, url strin
 	printRates(out, "rabbitmq + postgres", r.Bus)
 	fmt.Fprintf(out, "rabbitmq + postgres at concurrency 8, prefetch %d: hand-rolled amqp091 + pgx inbox consumer %.0f msg/s; postroom inbox %.0f msg/s (%.2f of it)",
 		rawAMQPPrefetch, r.Raw, r.Bus[Inbox], r.Bus[Inbox]/r.Raw)
-	if v, ok := r.Bus[InboxBatch]; ok {
-		fmt.Fprintf(out, "; postroom inbox batched (size %d, max wait %s) %.0f msg/s", batchDefault.size, batchDefault.maxWait, v)
-	}
-	fmt.Fprintln(out)
+	fmt.Fprintf(out, "; postroom inbox batched (size %d, max wait %s) %.0f msg/s\n", batchDefault.size, batchDefault.maxWait, r.Bus[InboxBatch])
 	return r, nil
 }
 
