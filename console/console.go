@@ -16,8 +16,10 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"gorm.io/gorm"
@@ -43,9 +45,10 @@ type Config struct {
 	DB *gorm.DB
 	// Tables names postroom's tables. Defaults to store.TablesDefault().
 	Tables store.Tables
-	// AMQPURL is RabbitMQ's URL, for the failed messages; without it the
-	// console has no failed-messages page. It is never shown. Defaults to
-	// none.
+	// AMQPURL is RabbitMQ's URL, for the failed messages. Without it, the
+	// failed messages are those of the SQL transport, when DB has the
+	// error topic's table ("watermill_<ErrorTopic>"); else the console has
+	// no failed-messages page. It is never shown. Defaults to none.
 	AMQPURL string
 	// ErrorTopic is the bus's Config.ErrorTopic. Defaults to
 	// bus.ErrorTopicDefault.
@@ -66,6 +69,19 @@ type Config struct {
 	// redacted from every error the console shows or logs (AMQPURL always
 	// is). Defaults to none.
 	Secrets []string
+	// Metrics are the Prometheus endpoints of running buses
+	// (bus.Config.MetricsAddr, "http://127.0.0.1:9464/metrics"): Run
+	// samples them, and the overview charts every handler's handled,
+	// duplicate, stale and failed messages from what it sampled. Without
+	// them the charts come from the database: handled (the inbox keys
+	// received) and failed (the error topic's messages). Defaults to none.
+	Metrics []string
+	// SampleInterval is how often Run samples Metrics. Defaults to
+	// SampleIntervalDefault.
+	SampleInterval time.Duration
+	// ChartWindow is the time the overview's charts cover, in 60 bars.
+	// Defaults to ChartWindowDefault.
+	ChartWindow time.Duration
 }
 
 func (c Config) validate() error {
@@ -78,6 +94,17 @@ func (c Config) validate() error {
 	}
 	if c.Limit < 0 {
 		errs = append(errs, fmt.Errorf("console: Limit %d is negative: leave it 0 for %d", c.Limit, LimitDefault))
+	}
+	if c.SampleInterval < 0 {
+		errs = append(errs, fmt.Errorf("console: SampleInterval %s is negative: leave it 0 for %s", c.SampleInterval, SampleIntervalDefault))
+	}
+	if c.ChartWindow != 0 && c.ChartWindow < chartBars*time.Second {
+		errs = append(errs, fmt.Errorf("console: ChartWindow %s is shorter than a minute: leave it 0 for %s", c.ChartWindow, ChartWindowDefault))
+	}
+	for _, m := range c.Metrics {
+		if u, err := url.Parse(m); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("console: metrics endpoint %q is not an http(s) URL: use e.g. http://127.0.0.1:9464/metrics", store.Redact(m)))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -95,6 +122,9 @@ type Console struct {
 	session string // the cookie value a login with the token sets
 	queueMu sync.Mutex
 	logins  loginLimiter
+	// sqlErrors: the database has the SQL transport's error topic.
+	sqlErrors atomic.Bool
+	sampler   *sampler // nil without Config.Metrics
 }
 
 //go:embed templates/*.html
@@ -126,6 +156,11 @@ func New(cfg Config) (*Console, error) {
 	}
 	c.cfg.ErrorTopic = cmp.Or(cfg.ErrorTopic, bus.ErrorTopicDefault)
 	c.cfg.Limit = cmp.Or(cfg.Limit, LimitDefault)
+	c.cfg.SampleInterval = cmp.Or(cfg.SampleInterval, SampleIntervalDefault)
+	c.cfg.ChartWindow = cmp.Or(cfg.ChartWindow, ChartWindowDefault)
+	if len(cfg.Metrics) > 0 {
+		c.sampler = newSampler(slices.Clone(cfg.Metrics), c.cfg.ChartWindow)
+	}
 	if c.now == nil {
 		c.now = time.Now
 	}
@@ -198,6 +233,9 @@ func (c *Console) redact(err error) string {
 			text = store.RedactText(text, s)
 			text = strings.ReplaceAll(text, s, "xxxxx")
 		}
+	}
+	for _, m := range c.cfg.Metrics { // shown, but not a password in them
+		text = store.RedactText(text, m)
 	}
 	return text
 }

@@ -23,6 +23,8 @@ import (
 // failedMessage is one message of the error topic.
 type failedMessage struct {
 	ID, Handler, Topic, Attempts, At, Reason string
+	Group                                    string      // the failing handler's group
+	FailedAt                                 time.Time   // At, parsed; zero if it is not a time
 	Metadata                                 [][2]string // sorted by key
 	Payload                                  string
 }
@@ -38,9 +40,13 @@ func failedOf(msg *message.Message, full bool) failedMessage {
 	f := failedMessage{
 		ID: msg.UUID, Handler: msg.Metadata.Get(metadata.ErrorHandler), Topic: msg.Metadata.Get(metadata.ErrorTopic),
 		Attempts: msg.Metadata.Get(metadata.ErrorAttempts), At: msg.Metadata.Get(metadata.ErrorAt),
-		Reason: msg.Metadata.Get(metadata.ErrorReason),
+		Reason: msg.Metadata.Get(metadata.ErrorReason), Group: msg.Metadata.Get(metadata.ErrorGroup),
+	}
+	if f.Reason == "" && msg.Metadata.Get(metadata.TransportError) != "" {
+		f.Reason = msg.Metadata.Get(metadata.TransportError) // a row the console could not read
 	}
 	if at, err := time.Parse(time.RFC3339Nano, f.At); err == nil {
+		f.FailedAt = at
 		f.At = at.UTC().Format("2006-01-02 15:04:05 UTC")
 	}
 	if full {
@@ -62,31 +68,59 @@ func failedOf(msg *message.Message, full bool) failedMessage {
 	return f
 }
 
-// errNoBroker is the error of the failed-messages pages without a broker.
-var errNoBroker = errors.New("the console was started without --amqp: it cannot read the error topic")
+// errNoErrorTopic is the error of the failed-messages pages without an
+// error topic to read.
+var errNoErrorTopic = errors.New("the console cannot read the error topic: start it with --amqp (RabbitMQ), " +
+	"or give it the database of the SQL transport (--dsn)")
 
-// withQueue opens the error topic's queue, runs fn and closes it. Its
-// errors go through redact before anyone sees them. One page at a time
-// reads the queue: a browse holds the messages it has read until it ends,
-// and another browse meanwhile would not see them.
-func (c *Console) withQueue(fn func(q *amqpqueue.Queue) error) error {
-	if c.cfg.AMQPURL == "" {
-		return errNoBroker
+// failedSource says where the console reads the error topic: "amqp",
+// "sql" (its table is in the console's database) or "" (nowhere). A
+// database whose table is found is remembered; one without is asked
+// again at the next page, so that a bus started later is seen.
+func (c *Console) failedSource(ctx context.Context) string {
+	if c.cfg.AMQPURL != "" {
+		return "amqp"
 	}
+	if c.sqlErrors.Load() {
+		return "sql"
+	}
+	if _, err := openSQLErrors(ctx, c.cfg.DB, c.cfg.ErrorTopic, c.tables.Delayed, c.now); err == nil {
+		c.sqlErrors.Store(true)
+		return "sql"
+	}
+	return ""
+}
+
+// withQueue opens the error topic, runs fn and closes it. Its errors go
+// through redact before anyone sees them. One page at a time reads it: a
+// browse holds the messages it has read until it ends, and another browse
+// meanwhile would not see them.
+func (c *Console) withQueue(ctx context.Context, fn func(q errorQueue) error) error {
+	source := c.failedSource(ctx)
 	c.queueMu.Lock()
 	defer c.queueMu.Unlock()
-	q, err := amqpqueue.Open(c.cfg.AMQPURL, c.cfg.ErrorTopic, bus.ErrorQueueGroup)
-	if err == nil {
-		err = fn(q)
-		q.Close()
+	switch source {
+	case "amqp":
+		q, err := amqpqueue.Open(c.cfg.AMQPURL, c.cfg.ErrorTopic, bus.ErrorQueueGroup)
+		if err != nil {
+			return err
+		}
+		defer q.Close()
+		return fn(q)
+	case "sql":
+		q, err := openSQLErrors(ctx, c.cfg.DB, c.cfg.ErrorTopic, c.tables.Delayed, c.now)
+		if err != nil {
+			return err
+		}
+		return fn(q)
 	}
-	return err
+	return errNoErrorTopic
 }
 
 // browse returns the failed messages, oldest first.
 func (c *Console) browse(ctx context.Context, full bool) ([]failedMessage, error) {
 	var list []failedMessage
-	err := c.withQueue(func(q *amqpqueue.Queue) error {
+	err := c.withQueue(ctx, func(q errorQueue) error {
 		return q.Browse(ctx, c.cfg.Limit, func(msg *message.Message) (bool, error) {
 			list = append(list, failedOf(msg, full))
 			return false, nil
@@ -112,7 +146,7 @@ func groupFailed(list []failedMessage) []failureGroup {
 func (c *Console) failedList(w http.ResponseWriter, r *http.Request) {
 	list, err := c.browse(r.Context(), false)
 	p := page{Title: "Failed messages", Data: map[string]any{"Groups": groupFailed(list), "Total": len(list), "Limit": c.cfg.Limit,
-		"ErrorTopic": c.cfg.ErrorTopic}}
+		"ErrorTopic": c.cfg.ErrorTopic, "Source": c.failedSource(r.Context())}}
 	if err != nil {
 		p.Error = c.redact(err)
 	}
@@ -182,7 +216,7 @@ func (c *Console) failedConfirm(w http.ResponseWriter, r *http.Request) {
 	}
 	var n int
 	if err == nil {
-		err = c.withQueue(func(q *amqpqueue.Queue) error {
+		err = c.withQueue(r.Context(), func(q errorQueue) error {
 			return q.Browse(r.Context(), c.cfg.Limit, func(msg *message.Message) (bool, error) {
 				if s.match(msg) {
 					n++
@@ -191,7 +225,7 @@ func (c *Console) failedConfirm(w http.ResponseWriter, r *http.Request) {
 			})
 		})
 	}
-	p := page{Title: "Confirm", Data: map[string]any{"Action": action, "Sel": s, "Count": n}}
+	p := page{Title: "Confirm", Data: map[string]any{"Action": action, "Sel": s, "Count": n, "Source": c.failedSource(r.Context())}}
 	if err != nil {
 		p.Error = c.redact(err)
 	}
@@ -199,26 +233,26 @@ func (c *Console) failedConfirm(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Console) failedRetry(w http.ResponseWriter, r *http.Request) {
-	c.takeFailed(w, r, "retried", func(q *amqpqueue.Queue, msg *message.Message) error {
+	c.takeFailed(w, r, "retried", func(q errorQueue, msg *message.Message) error {
 		_, err := q.Replay(r.Context(), msg)
 		return err
 	})
 }
 
 func (c *Console) failedDelete(w http.ResponseWriter, r *http.Request) {
-	c.takeFailed(w, r, "deleted", func(*amqpqueue.Queue, *message.Message) error { return nil })
+	c.takeFailed(w, r, "deleted", func(errorQueue, *message.Message) error { return nil })
 }
 
 // takeFailed runs do on each selected message and removes it from the
 // error topic once do succeeded.
-func (c *Console) takeFailed(w http.ResponseWriter, r *http.Request, done string, do func(q *amqpqueue.Queue, msg *message.Message) error) {
+func (c *Console) takeFailed(w http.ResponseWriter, r *http.Request, done string, do func(q errorQueue, msg *message.Message) error) {
 	s, err := selectionOf(r)
 	if err != nil {
 		http.Error(w, c.redact(err), http.StatusBadRequest)
 		return
 	}
 	n := 0
-	err = c.withQueue(func(q *amqpqueue.Queue) error {
+	err = c.withQueue(r.Context(), func(q errorQueue) error {
 		return q.Browse(r.Context(), c.cfg.Limit, func(msg *message.Message) (bool, error) {
 			if !s.match(msg) {
 				return false, nil

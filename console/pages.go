@@ -29,10 +29,12 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	now := c.now()
 	var errs []error
 	var todo []attention
-	if c.cfg.AMQPURL != "" {
+	var failed []failedMessage
+	failedRead := false
+	if c.failedSource(ctx) != "" {
 		if list, err := c.browse(ctx, false); err != nil {
 			errs = append(errs, err)
-		} else if len(list) > 0 {
+		} else if failed, failedRead = list, true; len(list) > 0 {
 			n := fmt.Sprint(len(list))
 			if len(list) == c.cfg.Limit {
 				n = "at least " + n // the pages read no more
@@ -75,8 +77,12 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	charts, err := c.charts(ctx, now, failed, failedRead, consumers)
+	if err != nil {
+		errs = append(errs, err)
+	}
 	p := page{Title: "Overview", Data: map[string]any{"Attention": todo, "Tables": tables, "Consumers": consumers,
-		"Schedules": len(schedules), "Unresolved": len(unresolved), "Delayed": delayed}}
+		"Schedules": len(schedules), "Unresolved": len(unresolved), "Delayed": delayed, "Charts": charts}}
 	if err := errors.Join(errs...); err != nil {
 		p.Error = c.redact(err)
 	}

@@ -90,7 +90,7 @@ func (c *Console) renderPage(w http.ResponseWriter, r *http.Request, name string
 	p.Nav = "/" + strings.Split(strings.TrimPrefix(r.URL.Path, "/"), "/")[0]
 	p.ReadOnly = c.cfg.ReadOnly
 	p.CSRF = c.csrf
-	p.Failed = c.cfg.AMQPURL != ""
+	p.Failed = c.failedSource(r.Context()) != ""
 	p.Token = c.cfg.Token != ""
 	p.Now = c.now()
 	if p.Done == "" {

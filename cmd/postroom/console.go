@@ -24,16 +24,25 @@ func newConsole(opts *options) *cobra.Command {
 		amqpURL, errorTopic, listen, token string
 		readOnly                           bool
 		limit                              int
+		metricsURLs                        []string
+		sampleInterval                     time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "console",
-		Short: "Serve the web console: failed messages, unresolved effects, schedules, inbox lookup",
+		Short: "Serve the web console: charts, failed messages, unresolved effects, schedules, inbox lookup",
 		Long: `console serves a web console for the people on call, from this binary (no
-network at run time): what needs attention first, the failed messages of
-the error topic (with --amqp) grouped by handler and reason, their headers
-and body, retry and delete; the unresolved external effects and their
-resolution; the schedules with trigger, pause and resume; and a lookup of
-whether a message was handled by a consumer.
+network at run time): what needs attention first; per handler, charts of
+the messages handled, duplicates, stale and failed over the last hour; the
+failed messages of the error topic (RabbitMQ with --amqp, else the SQL
+transport's table in the database) grouped by handler and reason, their
+headers and body, retry and delete; the unresolved external effects and
+their resolution; the schedules with trigger, pause and resume; and a
+lookup of whether a message was handled by a consumer.
+
+The charts come from the database (handled: the inbox keys; failed: the
+error topic), or, with --metrics, from the Prometheus endpoints of the
+running buses (bus.Config.MetricsAddr), sampled every --sample-interval
+from the console's start: every handler, and duplicates and stale too.
 
 It listens on loopback by default. Any other address needs an access token
 (--token or $` + console.TokenEnv + `): every request must then carry it, through
@@ -65,7 +74,8 @@ URL or the token. See docs/console.md.`,
 			defer store.Close(db)
 			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 			c, err := console.New(console.Config{DB: db, Tables: opts.tables, AMQPURL: amqpURL, ErrorTopic: errorTopic,
-				Token: token, ReadOnly: readOnly, Limit: limit, Logger: logger, Secrets: opts.secrets})
+				Token: token, ReadOnly: readOnly, Limit: limit, Logger: logger, Secrets: opts.secrets,
+				Metrics: metricsURLs, SampleInterval: sampleInterval})
 			if err != nil {
 				return err
 			}
@@ -78,7 +88,12 @@ URL or the token. See docs/console.md.`,
 				mode = " (read-only)"
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "postroom console%s on %s\n", mode, consoleURL(ln.Addr()))
-			return serve(cmd.Context(), ln, c)
+			ctx, stop := context.WithCancel(cmd.Context())
+			sampled := make(chan error, 1)
+			go func() { sampled <- c.Run(ctx) }()
+			err = serve(ctx, ln, c)
+			stop()
+			return errors.Join(err, <-sampled)
 		},
 	}
 	cmd.Flags().StringVar(&amqpURL, "amqp", "", "RabbitMQ URL for the failed messages, amqp://user:pass@host:5672/ (default: $POSTROOM_AMQP_URL; none: no failed-messages page)")
@@ -87,6 +102,8 @@ URL or the token. See docs/console.md.`,
 	cmd.Flags().StringVar(&token, "token", "", "access token every request needs (default: $"+console.TokenEnv+")")
 	cmd.Flags().BoolVar(&readOnly, "read-only", false, "remove every action: look, change nothing")
 	cmd.Flags().IntVar(&limit, "limit", console.LimitDefault, "look at most at this many failed messages and unresolved effects, oldest first")
+	cmd.Flags().StringArrayVar(&metricsURLs, "metrics", nil, "a running bus's Prometheus endpoint to chart, http://127.0.0.1:9464/metrics (repeatable; default: the charts come from the database)")
+	cmd.Flags().DurationVar(&sampleInterval, "sample-interval", console.SampleIntervalDefault, "how often to read the --metrics endpoints")
 	return opts.databaseFlags(cmd, inboxTable, watermarksTable, schedulesTable)
 }
 

@@ -116,7 +116,8 @@ func TestEachCommandListsOnlyTheFlagsItUses(t *testing.T) {
 		"errors replay":     {"amqp", "error-topic", "limit", "all"},
 		"routes":            {"endpoint", "command", "event", "handler", "json"},
 		"delayed list":      append(db, "json", "limit"),
-		"console":           append(db, "inbox-table", "watermarks-table", "schedules-table", "amqp", "error-topic", "listen", "token", "read-only", "limit"),
+		"console": append(db, "inbox-table", "watermarks-table", "schedules-table", "amqp", "error-topic", "listen", "token", "read-only", "limit",
+			"metrics", "sample-interval"),
 	}
 	got := map[string][]string{}
 	for path, c := range leaves(t) {

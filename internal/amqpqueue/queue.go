@@ -135,18 +135,31 @@ func (q *Queue) SendToQueue(ctx context.Context, queue string, msg *message.Mess
 // retries count (a new failure records its own), marked as replayed. It
 // returns that queue.
 func (q *Queue) Replay(ctx context.Context, msg *message.Message) (string, error) {
-	topic, group := msg.Metadata.Get(metadata.ErrorTopic), msg.Metadata.Get(metadata.ErrorGroup)
-	if topic == "" || group == "" {
-		return "", fmt.Errorf("amqpqueue: message %s has no %s or %s metadata: it was not moved by a postroom bus that records them", msg.UUID,
-			metadata.ErrorTopic, metadata.ErrorGroup)
+	topic, group, out, err := ReplayCopy(msg)
+	if err != nil {
+		return "", err
 	}
 	queue := postroomamqp.QueueName(topic, group)
-	out := message.NewMessage(msg.UUID, msg.Payload)
+	return queue, q.SendToQueue(ctx, queue, out)
+}
+
+// ReplayCopy returns what a replay of a failed message sends, on every
+// transport: the topic and the handler's group its error metadata names,
+// and a copy with its original ID and metadata, without the error
+// metadata and the delayed retries count (a new failure records its
+// own), marked as replayed.
+func ReplayCopy(msg *message.Message) (topic, group string, out *message.Message, err error) {
+	topic, group = msg.Metadata.Get(metadata.ErrorTopic), msg.Metadata.Get(metadata.ErrorGroup)
+	if topic == "" || group == "" {
+		return "", "", nil, fmt.Errorf("amqpqueue: message %s has no %s or %s metadata: it was not moved by a postroom bus that records them", msg.UUID,
+			metadata.ErrorTopic, metadata.ErrorGroup)
+	}
+	out = message.NewMessage(msg.UUID, msg.Payload)
 	for k, v := range msg.Metadata {
 		if !strings.HasPrefix(k, "postroom-error-") && k != metadata.DelayedRetries {
 			out.Metadata.Set(k, v)
 		}
 	}
 	out.Metadata.Set(metadata.Replayed, cmp.Or(msg.Metadata.Get(metadata.ErrorAt), "unknown"))
-	return queue, q.SendToQueue(ctx, queue, out)
+	return topic, group, out, nil
 }

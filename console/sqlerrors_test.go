@@ -1,0 +1,97 @@
+package console_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/console"
+	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/metadata"
+	sqltransport "github.com/postroom/postroom/transport/sql"
+)
+
+// TestFailedOnTheSQLTransport: without a broker, the console reads the
+// error topic's table of the SQL transport in its database: the overview
+// counts and charts the failed messages, the page lists them; a retry
+// moves a message to the delayed table, due now, for the failing
+// handler's group alone, without its error metadata; a delete removes it.
+func TestFailedOnTheSQLTransport(t *testing.T) {
+	for _, store := range testenv.Databases {
+		t.Run(store.Name, func(t *testing.T) {
+			db := store.Open(t)
+			if store.Name == "sqlite" { // the SQL transport needs PostgreSQL or MySQL: no failed messages page
+				f := newFixture(t, db, console.Config{})
+				_, body, _ := f.do(t, "GET", "/", nil, nil)
+				require.NotContains(t, body, `href="/failed"`)
+				_, body, _ = f.do(t, "GET", "/failed", nil, nil)
+				require.Contains(t, body, "cannot read the error topic")
+				return
+			}
+			tr, err := sqltransport.New(sqltransport.Config{DB: db})
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, tr.Close()) })
+			errorTopic := testenv.Name("error_")
+			group := bus.GroupOf("billing", "test.Charge")
+			at := time.Now().UTC().Add(-2 * time.Minute)
+			for _, id := range []string{"m-1", "m-2"} {
+				msg := message.NewMessage(id, []byte(`{"N":1}`))
+				msg.Metadata = message.Metadata{metadata.MessageType: "test.Charge", metadata.ErrorHandler: "test.Charge",
+					metadata.ErrorReason: "tax service down", metadata.ErrorTopic: "billing.cmd.test.Charge", metadata.ErrorGroup: group,
+					metadata.ErrorAttempts: "3", metadata.ErrorAt: at.Format(time.RFC3339Nano), metadata.DelayedRetries: "3"}
+				require.NoError(t, tr.Publisher().Publish(errorTopic, msg))
+			}
+			f := newFixture(t, db, console.Config{ErrorTopic: errorTopic})
+			d := `postroom_delayed WHERE message_id = 'm-1'`
+
+			_, body, _ := f.do(t, "GET", "/", nil, nil)
+			require.Contains(t, body, "2 failed messages in the error topic "+errorTopic+" (1 failure groups)")
+			require.Contains(t, body, `href="/failed"`, "the failed messages page is in the menu")
+			require.Equal(t, "2", total(t, body, "test.Charge", "failed"), "charted by when they failed")
+			_, body, _ = f.do(t, "GET", "/failed", nil, nil)
+			require.Contains(t, body, "table <code>watermill_"+errorTopic+"</code>")
+			require.Contains(t, body, `data-id="m-1"`)
+			require.Contains(t, body, "tax service down")
+			_, body, _ = f.do(t, "GET", "/failed/message?id=m-2", nil, nil)
+			require.Contains(t, body, `&#34;N&#34;: 1`, "the body, indented")
+
+			_, body, _ = f.do(t, "GET", "/failed/confirm?action=retry&id=m-1", nil, nil)
+			require.Contains(t, body, "Retry message m-1: 1 message(s)")
+			csrf := csrfField.FindStringSubmatch(body)[1]
+			status, _, res := f.do(t, "POST", "/failed/retry", url.Values{"csrf": {csrf}, "id": {"m-1"}}, f.origin())
+			require.Equal(t, http.StatusSeeOther, status)
+			require.Contains(t, res.Header.Get("Location"), "done=retried")
+			var delayed []struct {
+				Topic, TargetGroup, Metadata string
+				DueAt                        time.Time
+			}
+			require.NoError(t, db.Raw("SELECT topic, target_group, metadata, due_at FROM "+d).Scan(&delayed).Error)
+			require.Len(t, delayed, 1, "retried through the delayed table")
+			require.Equal(t, "billing.cmd.test.Charge", delayed[0].Topic)
+			require.Equal(t, group, delayed[0].TargetGroup, "for the failing handler alone")
+			require.WithinDuration(t, time.Now(), delayed[0].DueAt, time.Minute, "due now")
+			var md map[string]string
+			require.NoError(t, json.Unmarshal([]byte(delayed[0].Metadata), &md))
+			require.Equal(t, "test.Charge", md[metadata.MessageType])
+			require.NotContains(t, md, metadata.ErrorReason)
+			require.NotContains(t, md, metadata.DelayedRetries, "a new round of delayed retries")
+			require.Equal(t, at.Format(time.RFC3339Nano), md[metadata.Replayed])
+
+			_, body, _ = f.do(t, "GET", "/failed", nil, nil)
+			require.NotContains(t, body, `data-id="m-1"`, "gone from the error topic")
+			status, _, _ = f.do(t, "POST", "/failed/delete", url.Values{"csrf": {csrf}, "id": {"m-2"}}, f.origin())
+			require.Equal(t, http.StatusSeeOther, status)
+			_, body, _ = f.do(t, "GET", "/failed", nil, nil)
+			require.Contains(t, body, "No failed messages.")
+			var n int64
+			require.NoError(t, db.Raw("SELECT COUNT(*) FROM postroom_delayed WHERE message_id = 'm-2'").Scan(&n).Error)
+			require.Zero(t, n, "a deleted message is not retried")
+		})
+	}
+}
