@@ -176,7 +176,8 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("batch: %w", err)
 	}
-	issue20 += fmt.Sprintf(" batch/ceiling=%.2f", ratios["batch/ceiling"])
+	issue20 += fmt.Sprintf(" batch/ceiling=%.2f batch_p99/bound=%.2f", ratios["batch/ceiling"],
+		float64(batch.P99)/float64(batchDefault.maxWait+2*batch.Raw.Commit))
 	var sqliteRates map[Kind]float64
 	if !cfg.BatchOnly {
 		if err := runRedelivery(ctx, db, cfg.Messages/4, cfg.Out); err != nil {
