@@ -193,7 +193,8 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		if cfg.BatchOnly {
 			kinds = []Kind{Inbox}
 		}
-		if rabbit, err = runRabbitMQ(ctx, db, pool, cfg.AMQPURL, kinds, cfg.Messages, cfg.Rounds, cfg.Out); err != nil {
+		meter := cpuMeter{admin: admin, app: schema}
+		if rabbit, err = runRabbitMQ(ctx, db, pool, meter, cfg.AMQPURL, kinds, cfg.Messages, cfg.Rounds, cfg.Out); err != nil {
 			return nil, err
 		}
 		ceiling := find(results, "raw", Inbox, 8)

@@ -31,8 +31,9 @@ const rawAMQPQueue = "postroom-bench-raw-amqp"
 // amqp.PrefetchDefault for the bus's figure). The n messages are published
 // first, with the consumers already attached and holding their first
 // deliveries behind a gate; the clock runs from opening the gate until the
-// last message is acked.
-func runRawAMQP(ctx context.Context, pool *pgxpool.Pool, url string, concurrency, prefetch int, n int64) (time.Duration, error) {
+// last message is acked. A meter, if not nil, measures the CPU of that
+// window.
+func runRawAMQP(ctx context.Context, pool *pgxpool.Pool, url string, concurrency, prefetch int, n int64, meter *cpuMeter) (time.Duration, error) {
 	conn, err := amqp091.Dial(url)
 	if err != nil {
 		return 0, fmt.Errorf("raw amqp: %w", err)
@@ -103,11 +104,15 @@ func runRawAMQP(ctx context.Context, pool *pgxpool.Pool, url string, concurrency
 	if err := publishRawAMQP(ctx, conn, n); err != nil {
 		return 0, err
 	}
+	if err := meter.start(ctx); err != nil {
+		return 0, err
+	}
 	start := time.Now()
 	close(gate)
 	select {
 	case <-done:
-		return time.Since(start), nil
+		elapsed := time.Since(start)
+		return elapsed, meter.stop(ctx)
 	case err := <-errs:
 		return 0, fmt.Errorf("raw amqp: %w", err)
 	case <-time.After(10 * time.Minute):

@@ -25,17 +25,33 @@ type RabbitResult struct {
 	Bus map[Kind]float64
 	// Raw is the hand-rolled amqp091 + pgx consumer's rate (runRawAMQP).
 	Raw float64
+	// CPU is the CPU per message of each inbox case, over every round.
+	CPU map[Kind]cpuPerMessage
+}
+
+// cpuPerMessage is the CPU time one message cost, by process.
+type cpuPerMessage struct{ Bench, Postgres, Broker time.Duration }
+
+func (c cpuPerMessage) String() string {
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	return fmt.Sprintf("%.0f + %.0f + %.0f = %.0f µs", us(c.Bench), us(c.Postgres), us(c.Broker), us(c.Bench+c.Postgres+c.Broker))
 }
 
 // runRabbitMQ measures the hand-rolled consumer and the bus's kinds (and
 // InboxBatch) end to end on RabbitMQ at concurrency
 // 8, with the transport's defaults (classic queues, amqp.PrefetchDefault),
-// in interleaved rounds: the median counts.
-func runRabbitMQ(ctx context.Context, db *gorm.DB, pool *pgxpool.Pool, url string, kinds []Kind, n int64, rounds int, out io.Writer) (RabbitResult, error) {
+// in interleaved rounds: the median counts. The CPU of the inbox cases is
+// metered by meter's copies (the bench process, its PostgreSQL backends,
+// RabbitMQ) for the backends of meter.app, asked through meter.admin.
+func runRabbitMQ(ctx context.Context, db *gorm.DB, pool *pgxpool.Pool, meter cpuMeter, url string, kinds []Kind, n int64, rounds int, out io.Writer) (RabbitResult, error) {
 	const rawCase Kind = "raw_amqp"
 	cases := append([]Kind{rawCase}, kinds...)
 	cases = append(cases, InboxBatch)
 	times := map[Kind][]time.Duration{}
+	meters := map[Kind]*cpuMeter{}
+	for _, kind := range []Kind{rawCase, Inbox, InboxBatch} {
+		meters[kind] = &cpuMeter{admin: meter.admin, app: meter.app, broker: true}
+	}
 	for range max(rounds, 1) {
 		for _, kind := range cases {
 			if err := db.Exec(truncateAll).Error; err != nil {
@@ -44,13 +60,13 @@ func runRabbitMQ(ctx context.Context, db *gorm.DB, pool *pgxpool.Pool, url strin
 			var d time.Duration
 			var err error
 			if kind == rawCase {
-				d, err = runRawAMQP(ctx, pool, url, 8, rawAMQPPrefetch, n)
+				d, err = runRawAMQP(ctx, pool, url, 8, rawAMQPPrefetch, n, meters[kind])
 			} else {
 				var tr *amqp.Transport
 				if tr, err = amqp.New(amqp.Config{URL: url}); err != nil {
 					return RabbitResult{}, err
 				}
-				d, err = runE2EOn(ctx, tr, db, kind, 8, n)
+				d, err = runE2EWith(ctx, tr, db, kind, 8, n, e2eOptions{meter: meters[kind]})
 			}
 			if err != nil {
 				return RabbitResult{}, fmt.Errorf("rabbitmq %s: %w", kind, err)
@@ -58,7 +74,17 @@ func runRabbitMQ(ctx context.Context, db *gorm.DB, pool *pgxpool.Pool, url strin
 			times[kind] = append(times[kind], d)
 		}
 	}
-	r := RabbitResult{Bus: map[Kind]float64{}}
+	r := RabbitResult{Bus: map[Kind]float64{}, CPU: map[Kind]cpuPerMessage{}}
+	for kind, m := range meters {
+		per := func(ds []time.Duration) time.Duration {
+			var sum time.Duration
+			for _, d := range ds {
+				sum += d
+			}
+			return sum / time.Duration(int64(len(ds))*n)
+		}
+		r.CPU[kind] = cpuPerMessage{Bench: per(m.Proc), Postgres: per(m.Postgres), Broker: per(m.Broker)}
+	}
 	for _, kind := range cases {
 		ds := times[kind]
 		slices.Sort(ds)
@@ -73,6 +99,8 @@ func runRabbitMQ(ctx context.Context, db *gorm.DB, pool *pgxpool.Pool, url strin
 	fmt.Fprintf(out, "rabbitmq + postgres at concurrency 8, prefetch %d: hand-rolled amqp091 + pgx inbox consumer %.0f msg/s; postroom inbox %.0f msg/s (%.2f of it)",
 		rawAMQPPrefetch, r.Raw, r.Bus[Inbox], r.Bus[Inbox]/r.Raw)
 	fmt.Fprintf(out, "; postroom inbox batched (size %d, max wait %s) %.0f msg/s\n", batchDefault.size, batchDefault.maxWait, r.Bus[InboxBatch])
+	fmt.Fprintf(out, "rabbitmq + postgres CPU per message (this process + its PostgreSQL backends + RabbitMQ's beam.smp): hand-rolled %s; postroom inbox %s; postroom inbox batched %s\n",
+		r.CPU[rawCase], r.CPU[Inbox], r.CPU[InboxBatch])
 	return r, nil
 }
 

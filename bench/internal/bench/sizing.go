@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -108,17 +109,21 @@ func rowSize(admin, db *gorm.DB, rows int64, out io.Writer) error {
 }
 
 // cpuMeter adds up the CPU time of this process and of the PostgreSQL
-// backends whose application_name is app, between start and stop.
+// backends whose application_name is app, between start and stop; and,
+// with broker set, of RabbitMQ's Erlang VM (every process named beam.smp
+// on this machine, whoever uses it).
 type cpuMeter struct {
-	admin *gorm.DB // asks pg_stat_activity, on a connection not measured
-	app   string
+	admin  *gorm.DB // asks pg_stat_activity, on a connection not measured
+	app    string
+	broker bool
 
-	wall0  time.Time
-	proc0  time.Duration
-	pg0    map[int]time.Duration
-	pgSeen bool // the backends' /proc entries were readable
+	wall0   time.Time
+	proc0   time.Duration
+	pg0     map[int]time.Duration
+	broker0 time.Duration
+	pgSeen  bool // the backends' /proc entries were readable
 
-	Wall, Proc, Postgres []time.Duration // one per start/stop
+	Wall, Proc, Postgres, Broker []time.Duration // one per start/stop
 }
 
 // start notes the CPU used so far. A nil meter measures nothing.
@@ -130,6 +135,9 @@ func (m *cpuMeter) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if m.broker {
+		m.broker0 = brokerCPU()
+	}
 	m.pg0, m.proc0, m.wall0 = pg, processCPU(), time.Now()
 	return nil
 }
@@ -140,6 +148,9 @@ func (m *cpuMeter) stop(ctx context.Context) error {
 		return nil
 	}
 	wall, proc := time.Since(m.wall0), processCPU()-m.proc0
+	if m.broker {
+		m.Broker = append(m.Broker, brokerCPU()-m.broker0)
+	}
 	pg, err := m.backends(ctx)
 	if err != nil {
 		return err
@@ -169,6 +180,27 @@ func (m *cpuMeter) backends(ctx context.Context) (map[int]time.Duration, error) 
 		cpu[pid] = t
 	}
 	return cpu, nil
+}
+
+// brokerCPU is the CPU time so far of the processes named beam.smp
+// (RabbitMQ's Erlang VM), 0 where there are none or /proc cannot be read.
+func brokerCPU() time.Duration {
+	stats, _ := filepath.Glob("/proc/[0-9]*/comm")
+	var total time.Duration
+	for _, f := range stats {
+		comm, err := os.ReadFile(f)
+		if err != nil || strings.TrimSpace(string(comm)) != "beam.smp" {
+			continue
+		}
+		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(f)))
+		if err != nil {
+			continue
+		}
+		if t, err := pidCPU(pid); err == nil {
+			total += t
+		}
+	}
+	return total
 }
 
 // processCPU is the user and system CPU time of this process so far.
