@@ -24,6 +24,7 @@ import (
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/middleware/inbox"
 	"github.com/postroom/postroom/transport/amqp"
+	sqltransport "github.com/postroom/postroom/transport/sql"
 )
 
 // Invoice is the message the test fails on purpose.
@@ -102,6 +103,15 @@ func text(t *testing.T, ctx context.Context, sel string) string {
 	return s
 }
 
+// attr returns the attribute name of the first element sel selects, or
+// "" if it has none.
+func attr(t *testing.T, ctx context.Context, sel, name string) string {
+	t.Helper()
+	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf("document.querySelector(%q)?.getAttribute(%q) ?? \"\"", sel, name)))
+	require.NoError(t, err, sel)
+	return s
+}
+
 func count(t *testing.T, ctx context.Context, sel string) int {
 	t.Helper()
 	n, err := chromedp.Run(ctx, chromedp.Evaluate[int](fmt.Sprintf("document.querySelectorAll(%q).length", sel)))
@@ -126,7 +136,7 @@ func TestConsoleInChromium(t *testing.T) {
 	require.NoError(t, err)
 	errorTopic := testenv.Name("error_")
 	b, err := bus.New(bus.Config{Endpoint: testenv.Name("billing"), Transport: tr, DB: db, ErrorTopic: errorTopic,
-		Retry: bus.RetryPolicy{NoRetries: true}, Logger: testenv.Logger(t)})
+		Retry: bus.RetryPolicy{NoRetries: true}, Logger: testenv.Logger(t), MetricsAddr: "127.0.0.1:0"})
 	require.NoError(t, err)
 	var broken atomic.Bool
 	broken.Store(true)
@@ -141,6 +151,25 @@ func TestConsoleInChromium(t *testing.T) {
 	}, bus.WithInbox()))
 	busCtx := testbus.Run(t, b)
 	c := b.Counters()
+
+	// The console charts the bus from its Prometheus endpoint, sampled
+	// from before the first message.
+	con, err := console.New(console.Config{DB: db, AMQPURL: url, ErrorTopic: errorTopic, Logger: testenv.Logger(t),
+		Metrics: []string{"http://" + b.MetricsAddr() + "/metrics"}, SampleInterval: 100 * time.Millisecond})
+	require.NoError(t, err)
+	srv := httptest.NewServer(con)
+	t.Cleanup(srv.Close)
+	sampling, stopSampling := context.WithCancel(context.Background())
+	sampled := make(chan error, 1)
+	go func() { sampled <- con.Run(sampling) }()
+	t.Cleanup(func() { stopSampling(); require.NoError(t, <-sampled) })
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/")))
+	for deadline := time.Now().Add(20 * time.Second); attr(t, ctx, "#activity-source", "data-sampled") == ""; {
+		require.True(t, time.Now().Before(deadline), "the console sampled the bus's metrics within 20s")
+		time.Sleep(50 * time.Millisecond)
+		require.NoError(t, chromedp.Do(ctx, chromedp.Reload()))
+	}
+
 	for _, m := range []struct {
 		n  int
 		id string
@@ -156,17 +185,11 @@ func TestConsoleInChromium(t *testing.T) {
 	require.NoError(t, db.Exec(d.ClaimInsert(inbox.TableDefault), "payments/Capture", "shop", "pay-42", "test.Capture",
 		d.Time(now.Add(-time.Hour)), d.Time(now.Add(-50*time.Minute)), "sum", []byte("{}")).Error)
 
-	con, err := console.New(console.Config{DB: db, AMQPURL: url, ErrorTopic: errorTopic, Logger: testenv.Logger(t)})
-	require.NoError(t, err)
-	srv := httptest.NewServer(con)
-	t.Cleanup(srv.Close)
-
 	// Overview: what needs attention first.
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#attention"))))
 	attention := text(t, ctx, "#attention")
 	require.Contains(t, attention, "3 failed messages")
 	require.Contains(t, attention, "1 unresolved external effects")
-	screenshot(t, ctx, "overview")
 
 	// Failed messages, grouped by handler and reason.
 	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`a[href="/failed"]`)), chromedp.WaitVisible(chromedp.CSS("table.failed"))))
@@ -196,7 +219,30 @@ func TestConsoleInChromium(t *testing.T) {
 	require.Zero(t, count(t, ctx, `tr[data-id="inv-1"]`), "gone from the failed list")
 	require.Equal(t, 1, count(t, ctx, `tr[data-id="inv-3"]`))
 
+	// inv-1 again: the inbox skips it as a duplicate. The overview charts
+	// the handler's handled, duplicates and failed since the console started.
+	require.NoError(t, bus.Send(busCtx, b, &Invoice{N: 1}, bus.To(b.Endpoint()), bus.WithMessageID("inv-1")))
+	require.Eventually(t, func() bool { return c.Total(metrics.Duplicate) == 1 }, 20*time.Second, 10*time.Millisecond)
+	row := `#activity tr[data-row="test.Invoice"] `
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#activity-source"))))
+	deadline := time.Now().Add(20 * time.Second)
+	for count(t, ctx, row+`td.duplicate[data-total="1"]`) == 0 {
+		require.True(t, time.Now().Before(deadline), "the duplicate is charted within 20s")
+		time.Sleep(100 * time.Millisecond)
+		require.NoError(t, chromedp.Do(ctx, chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("#activity-source"))))
+	}
+	require.Equal(t, "1", attr(t, ctx, row+"td.handled", "data-total"))
+	require.Equal(t, "3", attr(t, ctx, row+"td.failed", "data-total"))
+	require.Equal(t, "0", attr(t, ctx, row+"td.stale", "data-total"))
+	for _, event := range []string{"handled", "duplicate", "failed"} {
+		require.Equal(t, 1, count(t, ctx, row+"td."+event+" svg rect"), "%s: one bar", event)
+	}
+	require.Zero(t, count(t, ctx, row+"td.stale svg rect"))
+	require.Contains(t, text(t, ctx, "#activity-source"), "Sampled from 1 Prometheus endpoint")
+	screenshot(t, ctx, "overview")
+
 	// Delete a failure group, after the confirmation.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/failed"), chromedp.WaitVisible(chromedp.CSS("table.failed"))))
 	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.JSPath(`[...document.querySelectorAll("section.group")].find(s =>
 		s.textContent.includes("no VAT number")).querySelector("a.danger")`)), chromedp.WaitVisible(chromedp.CSS("#confirm"))))
 	require.Contains(t, text(t, ctx, "form.confirm"), `Delete the messages of test.Invoice failed with "customer 2 has no VAT number": 1 message(s)`)
@@ -224,11 +270,11 @@ func TestConsoleInChromium(t *testing.T) {
 
 	// Schedules: trigger the cleanup schedule and see it fire.
 	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`a[href="/schedules"]`)), chromedp.WaitVisible(chromedp.CSS("#schedules"))))
-	row := `tr[data-name="postroom.cleanup.` + b.Endpoint() + `"]`
+	row = `tr[data-name="postroom.cleanup.` + b.Endpoint() + `"]`
 	require.Equal(t, "-", text(t, ctx, row+" td.last"), "never fired yet")
 	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(row+" button.trigger")), chromedp.WaitVisible(chromedp.CSS("p.done"))))
 	require.Contains(t, text(t, ctx, "p.done"), "Triggered postroom.cleanup.")
-	deadline := time.Now().Add(20 * time.Second)
+	deadline = time.Now().Add(20 * time.Second)
 	for text(t, ctx, row+" td.last") == "-" {
 		require.True(t, time.Now().Before(deadline), "the triggered schedule fired within 20s")
 		time.Sleep(300 * time.Millisecond)
@@ -272,4 +318,72 @@ func TestConsoleInChromium(t *testing.T) {
 		}
 	}
 	require.True(t, strings.HasPrefix(srv.URL, "http://127.0.0.1:"))
+}
+
+// TestConsoleSQLTransportInChromium: a bus on the SQL transport
+// (PostgreSQL, no broker) fails a message; the console, given only the
+// database, charts the failure, lists it, retries it once the handler is
+// fixed (through the delayed table, to that handler alone), and the bus
+// handles it: the chart of the handled messages, from the inbox, shows it.
+func TestConsoleSQLTransportInChromium(t *testing.T) {
+	ctx := browser(t)
+	db := testenv.Postgres(t)
+	require.NoError(t, db.Exec("CREATE TABLE invoices (n INTEGER NOT NULL)").Error)
+	tr, err := sqltransport.New(sqltransport.Config{DB: db})
+	require.NoError(t, err)
+	errorTopic := testenv.Name("error_")
+	b, err := bus.New(bus.Config{Endpoint: testenv.Name("billing"), Transport: tr, DB: db, ErrorTopic: errorTopic,
+		Retry: bus.RetryPolicy{NoRetries: true}, Logger: testenv.Logger(t)})
+	require.NoError(t, err)
+	var broken atomic.Bool
+	broken.Store(true)
+	require.NoError(t, bus.Handle(b, func(ctx context.Context, m *Invoice) error {
+		if broken.Load() {
+			return errors.New("tax service down: 503 Service Unavailable")
+		}
+		return bus.Tx(ctx).Exec("INSERT INTO invoices (n) VALUES (?)", m.N).Error
+	}, bus.WithInbox()))
+	busCtx := testbus.Run(t, b)
+	c := b.Counters()
+	require.NoError(t, bus.Send(busCtx, b, &Invoice{N: 7}, bus.To(b.Endpoint()), bus.WithMessageID("inv-7")))
+	require.Eventually(t, func() bool { return c.Total(metrics.Failed) == 1 }, 20*time.Second, 10*time.Millisecond)
+
+	con, err := console.New(console.Config{DB: db, ErrorTopic: errorTopic, Logger: testenv.Logger(t)})
+	require.NoError(t, err)
+	srv := httptest.NewServer(con)
+	t.Cleanup(srv.Close)
+	consumer := b.Endpoint() + "/test.Invoice"
+	row := `#activity tr[data-row="` + consumer + `"] `
+
+	// The overview: the failure needs attention and is charted, from the
+	// error topic's table.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#activity"))))
+	require.Contains(t, text(t, ctx, "#attention"), "1 failed messages in the error topic "+errorTopic)
+	require.Equal(t, "1", attr(t, ctx, `#activity tr[data-row="test.Invoice"] td.failed`, "data-total"),
+		"a handler with no inbox key yet: its row is the handler's")
+
+	// Failed messages: the table of the SQL transport.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`a[href="/failed"]`)), chromedp.WaitVisible(chromedp.CSS("table.failed"))))
+	require.Contains(t, text(t, ctx, "main .hint"), "table watermill_"+errorTopic+" of the SQL transport")
+	require.Contains(t, text(t, ctx, `tr[data-id="inv-7"] td.reason`), "tax service down")
+
+	// Fixed: retry it.
+	broken.Store(false)
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`tr[data-id="inv-7"] a.retry`)), chromedp.WaitVisible(chromedp.CSS("#confirm"))))
+	require.Contains(t, text(t, ctx, "form.confirm"), "through the delayed table")
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#confirm")), chromedp.WaitVisible(chromedp.CSS("p.done"))))
+	require.Contains(t, text(t, ctx, "p.done"), "Retried message inv-7 (1)")
+	require.Equal(t, 1, count(t, ctx, "#no-failed"), "gone from the error topic")
+	require.Eventually(t, func() bool { return c.Total(metrics.Handled) == 1 }, 20*time.Second, 10*time.Millisecond, "the retried message is handled")
+	var n []int
+	require.NoError(t, db.Raw("SELECT n FROM invoices").Scan(&n).Error)
+	require.Equal(t, []int{7}, n)
+
+	// The overview charts it as handled, from the inbox.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#activity"))))
+	require.Equal(t, "1", attr(t, ctx, row+"td.handled", "data-total"))
+	require.Equal(t, 1, count(t, ctx, row+"td.handled svg rect"))
+	require.Equal(t, "n/a", text(t, ctx, row+"td.duplicate"), "duplicates need the metrics")
+	require.Contains(t, text(t, ctx, "#attention"), "Nothing needs attention")
+	screenshot(t, ctx, "overview-database")
 }
