@@ -15,6 +15,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/console"
@@ -23,6 +24,7 @@ import (
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/middleware/inbox"
+	"github.com/postroom/postroom/transport"
 	"github.com/postroom/postroom/transport/amqp"
 	sqltransport "github.com/postroom/postroom/transport/sql"
 )
@@ -119,6 +121,29 @@ func count(t *testing.T, ctx context.Context, sel string) int {
 	return n
 }
 
+// runInvoices runs a bus on tr and db, with errorTopic and no retries, whose Invoice handler (with an inbox) inserts N into the table
+// invoices; it fails while the returned flag is set (it starts set), and
+// always for N 2, unrecoverably. metricsAddr is bus.Config.MetricsAddr.
+func runInvoices(t *testing.T, tr transport.Transport, db *gorm.DB, errorTopic, metricsAddr string) (*bus.Bus, context.Context, *atomic.Bool) {
+	t.Helper()
+	require.NoError(t, db.Exec("CREATE TABLE invoices (n INTEGER NOT NULL)").Error)
+	b, err := bus.New(bus.Config{Endpoint: testenv.Name("billing"), Transport: tr, DB: db, ErrorTopic: errorTopic,
+		Retry: bus.RetryPolicy{NoRetries: true}, Logger: testenv.Logger(t), MetricsAddr: metricsAddr})
+	require.NoError(t, err)
+	broken := new(atomic.Bool)
+	broken.Store(true)
+	require.NoError(t, bus.Handle(b, func(ctx context.Context, m *Invoice) error {
+		switch {
+		case m.N == 2:
+			return bus.Unrecoverable(errors.New("customer 2 has no VAT number")) // no retry helps
+		case broken.Load():
+			return errors.New("tax service down: 503 Service Unavailable")
+		}
+		return bus.Tx(ctx).Exec("INSERT INTO invoices (n) VALUES (?)", m.N).Error
+	}, bus.WithInbox()))
+	return b, testbus.Run(t, b), broken
+}
+
 // TestConsoleInChromium: a bus on RabbitMQ and PostgreSQL fails messages on
 // purpose; in the console, the operator sees them grouped with their
 // reason, opens one, retries it once the handler is fixed and sees it
@@ -131,25 +156,10 @@ func TestConsoleInChromium(t *testing.T) {
 	ctx := browser(t)
 	url := testenv.RequireAMQP(t)
 	db := testenv.Postgres(t)
-	require.NoError(t, db.Exec("CREATE TABLE invoices (n INTEGER NOT NULL)").Error)
 	tr, err := amqp.New(amqp.Config{URL: url})
 	require.NoError(t, err)
 	errorTopic := testenv.Name("error_")
-	b, err := bus.New(bus.Config{Endpoint: testenv.Name("billing"), Transport: tr, DB: db, ErrorTopic: errorTopic,
-		Retry: bus.RetryPolicy{NoRetries: true}, Logger: testenv.Logger(t), MetricsAddr: "127.0.0.1:0"})
-	require.NoError(t, err)
-	var broken atomic.Bool
-	broken.Store(true)
-	require.NoError(t, bus.Handle(b, func(ctx context.Context, m *Invoice) error {
-		switch {
-		case m.N == 2:
-			return bus.Unrecoverable(errors.New("customer 2 has no VAT number")) // no retry helps
-		case broken.Load():
-			return errors.New("tax service down: 503 Service Unavailable")
-		}
-		return bus.Tx(ctx).Exec("INSERT INTO invoices (n) VALUES (?)", m.N).Error
-	}, bus.WithInbox()))
-	busCtx := testbus.Run(t, b)
+	b, busCtx, broken := runInvoices(t, tr, db, errorTopic, "127.0.0.1:0")
 	c := b.Counters()
 
 	// The console charts the bus from its Prometheus endpoint, sampled
@@ -328,22 +338,10 @@ func TestConsoleInChromium(t *testing.T) {
 func TestConsoleSQLTransportInChromium(t *testing.T) {
 	ctx := browser(t)
 	db := testenv.Postgres(t)
-	require.NoError(t, db.Exec("CREATE TABLE invoices (n INTEGER NOT NULL)").Error)
 	tr, err := sqltransport.New(sqltransport.Config{DB: db})
 	require.NoError(t, err)
 	errorTopic := testenv.Name("error_")
-	b, err := bus.New(bus.Config{Endpoint: testenv.Name("billing"), Transport: tr, DB: db, ErrorTopic: errorTopic,
-		Retry: bus.RetryPolicy{NoRetries: true}, Logger: testenv.Logger(t)})
-	require.NoError(t, err)
-	var broken atomic.Bool
-	broken.Store(true)
-	require.NoError(t, bus.Handle(b, func(ctx context.Context, m *Invoice) error {
-		if broken.Load() {
-			return errors.New("tax service down: 503 Service Unavailable")
-		}
-		return bus.Tx(ctx).Exec("INSERT INTO invoices (n) VALUES (?)", m.N).Error
-	}, bus.WithInbox()))
-	busCtx := testbus.Run(t, b)
+	b, busCtx, broken := runInvoices(t, tr, db, errorTopic, "")
 	c := b.Counters()
 	require.NoError(t, bus.Send(busCtx, b, &Invoice{N: 7}, bus.To(b.Endpoint()), bus.WithMessageID("inv-7")))
 	require.Eventually(t, func() bool { return c.Total(metrics.Failed) == 1 }, 20*time.Second, 10*time.Millisecond)

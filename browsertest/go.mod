@@ -6,6 +6,7 @@ require (
 	github.com/chromedp/chromedp v0.23.1
 	github.com/postroom/postroom v0.0.0
 	github.com/stretchr/testify v1.12.1
+	gorm.io/gorm v1.31.2
 )
 
 require (
@@ -55,7 +56,6 @@ require (
 	google.golang.org/protobuf v1.36.8 // indirect
 	gorm.io/driver/mysql v1.5.7 // indirect
 	gorm.io/driver/postgres v1.6.3 // indirect
-	gorm.io/gorm v1.31.2 // indirect
 	modernc.org/libc v1.22.5 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.13.0 // indirect
