@@ -9,6 +9,7 @@ import (
 
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/transport/amqp"
 	"github.com/postroom/postroom/transport/gochannel"
 	wsql "github.com/postroom/postroom/transport/sql"
 )
@@ -35,6 +36,21 @@ func TestWithBatchIsValidated(t *testing.T) {
 			require.ErrorContains(t, err, tc.want)
 		})
 	}
+}
+
+// TestWithBatchStaysWithinRabbitMQsChannels: each subscription is a
+// channel on the group's connection, which RabbitMQ bounds (2,047 by
+// default); a handler that would pass it is refused at Handle, before it
+// connects, instead of failing Run with "channel id space exhausted".
+func TestWithBatchStaysWithinRabbitMQsChannels(t *testing.T) {
+	tr, err := amqp.New(amqp.Config{URL: testenv.AMQPURL()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tr.Close() })
+	b, err := bus.New(bus.Config{Endpoint: testenv.Name("batches"), Transport: tr, DB: testenv.SQLite(t), Logger: testenv.Logger(t), Concurrency: 8})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	err = bus.Handle(b, func(context.Context, *ConfCmd) error { return nil }, bus.WithBatch(200, 0))
+	require.ErrorContains(t, err, "1600 subscriptions on each of its 2 topics (concurrency 8 × batch size 200) is over the transport's 2000")
 }
 
 // TestBatchOnASequentialTransport: the SQL transport hands out one message

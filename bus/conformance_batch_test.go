@@ -58,17 +58,22 @@ func (l *batchLog) calls() int {
 }
 
 // checkBatchFailingMessage: eight commands wait before the endpoint runs,
-// so they are handled at the same time; the fourth fails once after its
+// and the first handled takes its time, so they are handled at the same
+// time; the fourth fails once after its
 // write. The others commit once, in one or two transactions; the failing
 // one rolls back to its savepoint alone (its write is gone) and is retried
 // alone.
 func checkBatchFailingMessage(t *testing.T, c *confCase) {
 	b := newConfBus(t, c, nil)
 	var log batchLog
-	var failed sync.Once
+	var failed, slow sync.Once
 	failing := testenv.Name("batch-fail-")
 	require.NoError(t, bus.Handle(b, func(ctx context.Context, m *ConfCmd) error {
 		log.add(ctx)
+		// The first takes its time, so the others, delivered meanwhile,
+		// join its batch (a batch commits at once when messages come one
+		// at a time).
+		slow.Do(func() { time.Sleep(300 * time.Millisecond) })
 		if err := record[ConfCmd](c, "cmd")(ctx, m); err != nil {
 			return err
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -37,6 +38,7 @@ type handlerConfig struct {
 	delays      *[]time.Duration // nil: Config.DelayedRetries
 	batchSize   int              // 0: a transaction per message
 	batchWait   time.Duration
+	inFlight    func() int // the handler's deliveries being handled
 }
 
 // Named names the handler. It defaults to the message name; two handlers of
@@ -167,6 +169,8 @@ func handle[T any](b *Bus, fn HandlerFunc[T], byRun bool, opts ...HandlerOption)
 			b.mu.Unlock()
 		}
 	}()
+	var inFlight atomic.Int64 // the handler's deliveries being handled
+	hc.inFlight = func() int { return int(inFlight.Load()) }
 	h, err := b.chain(hc, typed(b, fn))
 	if err != nil {
 		return err
@@ -181,14 +185,18 @@ func handle[T any](b *Bus, fn HandlerFunc[T], byRun bool, opts ...HandlerOption)
 		b.mu.Unlock()
 	}
 	lim := newLimiter(hc.name, b.cfg.RateLimit, b.cfg.Logger, b.cfg.Recorder)
-	sub, err := b.cfg.Transport.Subscriber(group)
-	if err != nil {
-		return fmt.Errorf("bus: handler %s: %w", hc.name, err)
-	}
 	subscriptions := 1
 	if b.cfg.Transport.Competing() {
 		// A batch fills with messages handled at the same time.
 		subscriptions = max(hc.concurrency, 1) * max(hc.batchSize, 1)
+	}
+	if l, ok := b.cfg.Transport.(transport.SubscriptionLimit); ok && 2*subscriptions > l.MaxSubscriptions() {
+		return fmt.Errorf("bus: handler %s: %d subscriptions on each of its 2 topics (concurrency %d × batch size %d) is over the transport's %d: lower the concurrency or WithBatch's size",
+			hc.name, subscriptions, max(hc.concurrency, 1), max(hc.batchSize, 1), l.MaxSubscriptions())
+	}
+	sub, err := b.cfg.Transport.Subscriber(group)
+	if err != nil {
+		return fmt.Errorf("bus: handler %s: %w", hc.name, err)
 	}
 	for _, topic := range []string{commandTopic(b.cfg.Endpoint, name), eventTopic(name)} {
 		// The handler's queue exists from now on: a message sent before
@@ -217,6 +225,8 @@ func handle[T any](b *Bus, fn HandlerFunc[T], byRun bool, opts ...HandlerOption)
 			routerName := fmt.Sprintf("%s@%s#%d", hc.name, topic, i)
 			b.router.AddConsumerHandler(routerName, topic, sub, func(msg *message.Message) error {
 				growStack()
+				inFlight.Add(1)
+				defer inFlight.Add(-1)
 				return guarded(msg)
 			})
 		}
@@ -337,7 +347,7 @@ func (b *Bus) chain(hc handlerConfig, h message.HandlerFunc) (message.HandlerFun
 // inUnitOfWork runs h in a unit of work: a transaction per message, or a
 // batch's (WithBatch).
 func (b *Bus) inUnitOfWork(hc handlerConfig, h message.HandlerFunc) (message.HandlerFunc, error) {
-	mw, err := unitofwork.New(unitofwork.Config{DB: b.cfg.DB, BatchSize: hc.batchSize, BatchWait: hc.batchWait})
+	mw, err := unitofwork.New(unitofwork.Config{DB: b.cfg.DB, BatchSize: hc.batchSize, BatchWait: hc.batchWait, InFlight: hc.inFlight})
 	if err != nil {
 		return nil, fmt.Errorf("bus: handler %s: %w", hc.name, err)
 	}

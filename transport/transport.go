@@ -68,3 +68,12 @@ const ErrorQueueGroup = "postroom_errors"
 type Sequential interface {
 	Sequential() bool
 }
+
+// SubscriptionLimit is implemented by a transport that bounds the
+// subscriptions of one group (RabbitMQ: a group's subscriptions are
+// channels on one connection, which carries at most 2,047 by default). The
+// bus refuses, at Handle, a handler whose subscriptions (concurrency, times
+// its batch size, on its command and event topics) would pass it.
+type SubscriptionLimit interface {
+	MaxSubscriptions() int
+}

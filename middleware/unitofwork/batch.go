@@ -29,8 +29,14 @@ type batcher struct {
 	size int
 	wait time.Duration
 
-	mu   sync.Mutex
-	open *batch // the batch taking members, or nil
+	inFlight func() int // Config.InFlight, or nil
+
+	mu     sync.Mutex
+	open   *batch // the batch taking members, or nil
+	active int    // batches opened and not yet ended
+	// lastSingle is true while the last batch to end had a single member
+	// (at first, too).
+	lastSingle bool
 }
 
 // batch is one transaction shared by its members. Each member runs its
@@ -44,6 +50,7 @@ type batch struct {
 	joined     int
 	finished   int
 	closed     bool  // takes no more members
+	eager      bool  // commits once every message in flight has joined and run
 	committing bool  // the commit started
 	broken     error // the transaction is unusable: nothing commits
 	timer      *time.Timer
@@ -85,6 +92,13 @@ func (b *batcher) join(ctx context.Context) (*batch, int) {
 		// The transaction outlives the member that begins it, so it keeps
 		// the context's values but not its end.
 		bt = &batch{b: b, tx: &unit{db: b.db, ctx: context.WithoutCancel(ctx)}, done: make(chan struct{})}
+		// Messages come one at a time when the last batch had one and no
+		// batch is still ending: this one then commits as soon as every
+		// message in flight has joined it and run, instead of waiting for
+		// others that are not coming. Under load, or in a burst, a batch
+		// waits to fill.
+		bt.eager = b.inFlight != nil && b.lastSingle && b.active == 0
+		b.active++
 		b.open = bt
 		bt.timer = time.AfterFunc(b.wait, bt.close)
 	}
@@ -97,6 +111,28 @@ func (b *batcher) join(ctx context.Context) (*batch, int) {
 		bt.timer.Stop()
 	}
 	return bt, bt.joined
+}
+
+// closeEagerLocked closes the open batch and returns it, to be ended, when
+// batches are eager and every message in flight has joined it and run.
+// Call with b.mu held.
+func (b *batcher) closeEagerLocked() *batch {
+	bt := b.open
+	if bt == nil || !bt.eager {
+		return nil
+	}
+	bt.mu.Lock()
+	defer bt.mu.Unlock()
+	if bt.finished < bt.joined || bt.joined < b.inFlight() {
+		return nil
+	}
+	b.open = nil
+	bt.closed = true
+	bt.timer.Stop()
+	if !bt.readyLocked() {
+		return nil
+	}
+	return bt
 }
 
 // close stops the batch taking members (its wait has passed) and commits
@@ -119,10 +155,15 @@ func (bt *batch) close() {
 // finish records that a member has run, and commits the batch if it was
 // the last of a closed batch.
 func (bt *batch) finish() {
+	bt.b.mu.Lock()
 	bt.mu.Lock()
 	bt.finished++
 	ready := bt.readyLocked()
 	bt.mu.Unlock()
+	if !ready && bt.b.open == bt {
+		ready = bt.b.closeEagerLocked() == bt
+	}
+	bt.b.mu.Unlock()
 	if ready {
 		bt.end()
 	}
@@ -140,8 +181,12 @@ func (bt *batch) readyLocked() bool {
 // end commits the transaction, or rolls it back when it broke.
 func (bt *batch) end() {
 	bt.mu.Lock()
-	broken := bt.broken
+	broken, members := bt.broken, bt.joined
 	bt.mu.Unlock()
+	bt.b.mu.Lock()
+	bt.b.active--
+	bt.b.lastSingle = members == 1
+	bt.b.mu.Unlock()
 	if broken != nil {
 		_ = bt.tx.end(false)
 		bt.err = broken

@@ -32,6 +32,14 @@ type Config struct {
 	// first before it commits, when fewer than BatchSize arrive. Used only
 	// when BatchSize is above 1. Defaults to BatchWaitDefault (10ms).
 	BatchWait time.Duration
+	// InFlight, when set, returns how many messages the handler holds now,
+	// in a batch or on their way to one. While messages come one at a
+	// time (the last batch had one), a batch then commits as soon as every
+	// message in flight has joined it and run, instead of waiting
+	// BatchWait for others that are not coming. Used only when BatchSize
+	// is above 1. Defaults to nil: a batch waits for BatchSize messages or
+	// BatchWait.
+	InFlight func() int
 }
 
 func (c Config) validate() error {
@@ -176,7 +184,7 @@ func New(cfg Config) (message.HandlerMiddleware, error) {
 		return nil, err
 	}
 	if cfg.BatchSize > 1 {
-		b := &batcher{db: cfg.DB, size: cfg.BatchSize, wait: cmp.Or(cfg.BatchWait, BatchWaitDefault)}
+		b := &batcher{db: cfg.DB, size: cfg.BatchSize, wait: cmp.Or(cfg.BatchWait, BatchWaitDefault), inFlight: cfg.InFlight, lastSingle: true}
 		return func(h message.HandlerFunc) message.HandlerFunc {
 			return func(msg *message.Message) ([]*message.Message, error) {
 				return b.run(msg, h)

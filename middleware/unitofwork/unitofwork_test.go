@@ -167,3 +167,35 @@ func TestBatchMembersWaitForTheCommit(t *testing.T) {
 		})
 	}
 }
+
+// TestBatchOfOneMessageAtATimeDoesNotWait: with InFlight saying no other
+// message is on its way, a batch commits as soon as its one member has
+// run, not after BatchWait (a minute here: the test would time out).
+func TestBatchOfOneMessageAtATimeDoesNotWait(t *testing.T) {
+	db := testenv.SQLite(t)
+	require.NoError(t, db.Exec("CREATE TABLE effects (id VARCHAR(20) NOT NULL)").Error)
+	mw, err := unitofwork.New(unitofwork.Config{DB: db, BatchSize: 100, BatchWait: time.Minute, InFlight: func() int { return 1 }})
+	require.NoError(t, err)
+	h := mw(func(msg *message.Message) ([]*message.Message, error) {
+		return nil, unitofwork.Tx(msg.Context()).Exec("INSERT INTO effects (id) VALUES (?)", msg.UUID).Error
+	})
+	done := make(chan error, 1)
+	go func() {
+		for _, id := range []string{"a", "b", "c"} {
+			if _, err := h(message.NewMessage(id, nil)); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("a batch of one message waited for others that were not coming")
+	}
+	var n int64
+	require.NoError(t, db.Raw("SELECT COUNT(*) FROM effects").Scan(&n).Error)
+	require.EqualValues(t, 3, n)
+}

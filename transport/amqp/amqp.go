@@ -187,6 +187,14 @@ func (t *Transport) Subscriber(group string) (message.Subscriber, error) {
 // Competing is true: subscriptions of one group share the queue.
 func (t *Transport) Competing() bool { return true }
 
+// maxSubscriptions is RabbitMQ's default channel_max per connection
+// (2,047), less room for the channels a subscriber opens to declare.
+const maxSubscriptions = 2000
+
+// MaxSubscriptions is the most subscriptions of one group: each is a
+// channel on the group's connection.
+func (t *Transport) MaxSubscriptions() int { return maxSubscriptions }
+
 // Close closes the publishers and every subscriber.
 func (t *Transport) Close() error {
 	return errors.Join(t.publisher.close(), t.opened.Close())

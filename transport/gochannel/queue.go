@@ -4,8 +4,16 @@ import (
 	"context"
 	"reflect"
 	"sync"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// maxOffers is how many free subscriptions the dispatcher offers the head
+// to at once; reofferAfter is when it looks again if none of them reads.
+const (
+	maxOffers    = 8
+	reofferAfter = 10 * time.Millisecond
 )
 
 // queue is a group's unbounded FIFO for one topic. While it has
@@ -21,6 +29,7 @@ type queue struct {
 	items   []*message.Message // items[head:] are queued, oldest first
 	head    int
 	subs    []*subscription // every subscription not yet ended
+	next    int             // dispatcher only: where the next round's offers start in subs
 	running bool            // a dispatcher goroutine runs
 }
 
@@ -239,11 +248,22 @@ func (q *queue) dispatch() {
 		head := q.front()
 		free = free[:0]
 		if head != nil {
-			for _, s := range q.subs {
+			// Offer to at most maxOffers free subscriptions, starting
+			// where the last round left off: any free one will do, and
+			// a handler with hundreds of subscriptions (a batched one)
+			// would otherwise pay a copy and a select case for each, per
+			// message.
+			n := len(q.subs)
+			for i := range n {
+				s := q.subs[(q.next+i)%n]
 				if s.held == nil {
 					free = append(free, s)
+					if len(free) == maxOffers {
+						break
+					}
 				}
 			}
+			q.next = (q.next + 1) % n
 		}
 		q.mu.Unlock()
 
@@ -273,7 +293,12 @@ func (q *queue) dispatch() {
 					Send: reflect.ValueOf(s.offering(head).msg),
 				})
 			}
-			if chosen, _, _ := reflect.Select(cases); chosen >= 2 {
+			if len(free) == maxOffers {
+				// More may be free than were offered: if every one offered
+				// has stopped reading, look again soon.
+				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(time.After(reofferAfter))})
+			}
+			if chosen, _, _ := reflect.Select(cases); chosen >= 2 && chosen < 2+len(free) {
 				q.taken(free[chosen-2])
 			}
 			clear(free)
