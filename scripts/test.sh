@@ -14,7 +14,7 @@ bash scripts/services.sh
 # vhost is deleted and recreated first when it holds more than 1,000 queues;
 # otherwise that is only reported.
 if command -v rabbitmqctl >/dev/null 2>&1; then
-  queues=$(rabbitmqctl -q list_queues name 2>/dev/null | wc -l || echo 0)
+  queues=$( (rabbitmqctl -q list_queues name 2>/dev/null || true) | wc -l)
   if [ "$queues" -gt 1000 ]; then
     if [ "${POSTROOM_TEST_RESET_BROKER:-}" = 1 ]; then
       echo "test: RabbitMQ's vhost / holds $queues queues left by earlier test runs: deleting and recreating it (POSTROOM_TEST_RESET_BROKER=1)"
