@@ -225,8 +225,10 @@ func handle[T any](b *Bus, fn HandlerFunc[T], byRun bool, opts ...HandlerOption)
 			routerName := fmt.Sprintf("%s@%s#%d", hc.name, topic, i)
 			b.router.AddConsumerHandler(routerName, topic, sub, func(msg *message.Message) error {
 				growStack()
-				inFlight.Add(1)
-				defer inFlight.Add(-1)
+				if hc.batchSize > 1 { // only a batch asks
+					inFlight.Add(1)
+					defer inFlight.Add(-1)
+				}
 				return guarded(msg)
 			})
 		}
