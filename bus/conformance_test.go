@@ -110,6 +110,9 @@ var confChecks = []confCheck{
 	{"a batch with a failing message commits the others once and retries it alone", false, checkBatchFailingMessage, noBatches},
 	{"a batch of duplicates of each other and of a handled message applies each once", false, checkBatchDuplicates, noBatches},
 	{"stale updates in one batch: the newest applied, last, older ones skipped", false, checkBatchStale, noBatches},
+	{"a batch handler's failing call is retried message by message; only the failing one again", false, checkHandleBatchFailing, noBatches},
+	{"a batch handler sees each message once, duplicates in and across batches skipped", false, checkHandleBatchDuplicates, nil},
+	{"a batch handler's poison messages go to the error topic, the others are applied once", false, checkHandleBatchPoison, noBatches},
 	{"a command the outbox relays to an endpoint with no queue goes to the error topic", true, checkOutboxCommandNoRoute,
 		map[string]string{"sql": "the SQL transport's topics are logs every group reads: it cannot tell that no endpoint reads one"}},
 }

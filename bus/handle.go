@@ -149,7 +149,14 @@ func Handle[T any](b *Bus, fn HandlerFunc[T], opts ...HandlerOption) error {
 // handle registers fn; byRun is true for the bus's own handlers, which Run
 // registers before it starts the router.
 func handle[T any](b *Bus, fn HandlerFunc[T], byRun bool, opts ...HandlerOption) error {
-	name := MessageName[T]()
+	return b.register(MessageName[T](), byRun, opts, func(hc handlerConfig) (message.HandlerFunc, error) {
+		return b.chain(hc, typed(b, fn))
+	})
+}
+
+// register subscribes the handler of the message type name that build
+// returns for its configuration.
+func (b *Bus) register(name string, byRun bool, opts []HandlerOption, build func(handlerConfig) (message.HandlerFunc, error)) error {
 	hc := handlerConfig{name: name, concurrency: b.cfg.Concurrency}
 	for _, o := range opts {
 		o(&hc)
@@ -171,7 +178,7 @@ func handle[T any](b *Bus, fn HandlerFunc[T], byRun bool, opts ...HandlerOption)
 	}()
 	var inFlight atomic.Int64 // the handler's deliveries being handled
 	hc.inFlight = func() int { return int(inFlight.Load()) }
-	h, err := b.chain(hc, typed(b, fn))
+	h, err := build(hc)
 	if err != nil {
 		return err
 	}
@@ -300,14 +307,8 @@ func (b *Bus) chain(hc handlerConfig, h message.HandlerFunc) (message.HandlerFun
 	}
 	rec := namedRecorder{hc.name, b.cfg.Recorder}
 	consumer := b.consumer(hc.name)
-	if hc.inbox || hc.stale {
-		if len(consumer) > inbox.MaxKeyLength {
-			return nil, fmt.Errorf("bus: handler %s: its consumer %q is longer than %d bytes: give it a shorter name with bus.Named", hc.name, consumer, inbox.MaxKeyLength)
-		}
-		b.mu.Lock()
-		b.needsCleanup = true
-		b.consumers = append(b.consumers, consumerKeys{name: consumer, legacyInbox: legacyIf(hc.inbox, hc.name), watermarks: hc.stale})
-		b.mu.Unlock()
+	if err := b.keepsKeys(hc); err != nil {
+		return nil, err
 	}
 	if hc.stale {
 		mw, err := stale.New(stale.Config{DB: b.cfg.DB, Consumer: consumer, Version: hc.version, Recorder: rec, Logger: b.cfg.Logger, Now: b.cfg.Now})
@@ -346,6 +347,23 @@ func (b *Bus) chain(hc handlerConfig, h message.HandlerFunc) (message.HandlerFun
 	return h, nil
 }
 
+// keepsKeys records that the handler keeps inbox keys or watermarks under
+// its consumer, which Run carries over from older names and cleanup purges.
+func (b *Bus) keepsKeys(hc handlerConfig) error {
+	if !hc.inbox && !hc.stale {
+		return nil
+	}
+	consumer := b.consumer(hc.name)
+	if len(consumer) > inbox.MaxKeyLength {
+		return fmt.Errorf("bus: handler %s: its consumer %q is longer than %d bytes: give it a shorter name with bus.Named", hc.name, consumer, inbox.MaxKeyLength)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.needsCleanup = true
+	b.consumers = append(b.consumers, consumerKeys{name: consumer, legacyInbox: legacyIf(hc.inbox, hc.name), watermarks: hc.stale})
+	return nil
+}
+
 // inUnitOfWork runs h in a unit of work: a transaction per message, or a
 // batch's (WithBatch).
 func (b *Bus) inUnitOfWork(hc handlerConfig, h message.HandlerFunc) (message.HandlerFunc, error) {
@@ -381,18 +399,12 @@ func (hc handlerConfig) validateBatch() error {
 func typed[T any](b *Bus, fn HandlerFunc[T]) message.HandlerFunc {
 	name := MessageName[T]()
 	return func(msg *message.Message) ([]*message.Message, error) {
-		if err := b.checkInput(msg); err != nil {
+		m, err := decode[T](b, name, msg)
+		if err != nil {
 			return nil, err
 		}
-		if got := msg.Metadata.Get(metadata.MessageType); got != "" && got != name {
-			return nil, &unrecoverableError{fmt.Errorf("bus: unknown message type %q on the topic of %s", got, name)}
-		}
-		var m T
-		if err := b.cfg.Marshaler.Unmarshal(msg.Payload, &m); err != nil {
-			return nil, &unrecoverableError{fmt.Errorf("bus: malformed %s payload: %w", name, err)}
-		}
 		ctx := msg.Context()
-		if err := fn(ctx, &m); err != nil {
+		if err := fn(ctx, m); err != nil {
 			return nil, err
 		}
 		if in := incomingFrom(ctx); in != nil {
@@ -400,6 +412,22 @@ func typed[T any](b *Bus, fn HandlerFunc[T]) message.HandlerFunc {
 		}
 		return nil, nil
 	}
+}
+
+// decode checks msg and decodes its payload, a message of type name; what
+// no attempt can handle is an unrecoverable error.
+func decode[T any](b *Bus, name string, msg *message.Message) (*T, error) {
+	if err := b.checkInput(msg); err != nil {
+		return nil, err
+	}
+	if got := msg.Metadata.Get(metadata.MessageType); got != "" && got != name {
+		return nil, &unrecoverableError{fmt.Errorf("bus: unknown message type %q on the topic of %s", got, name)}
+	}
+	var m T
+	if err := b.cfg.Marshaler.Unmarshal(msg.Payload, &m); err != nil {
+		return nil, &unrecoverableError{fmt.Errorf("bus: malformed %s payload: %w", name, err)}
+	}
+	return &m, nil
 }
 
 // checkInput refuses what no attempt can handle: a payload over the limit,

@@ -1,11 +1,19 @@
 package dialect
 
+import "strings"
+
 // InboxInsert returns the statement that claims an inbox key. It affects one
 // row when the key is new and none when it is a duplicate; it never fails on
 // a duplicate, so a PostgreSQL transaction is not aborted by it.
 // Arguments: consumer, source, message_id, message_type, received_at.
 func (d Dialect) InboxInsert(table string) string {
 	return "INSERT INTO " + table + " (" + inboxColumns + ") VALUES (?, ?, ?, ?, ?)" + d.onConflictSkip()
+}
+
+// InboxInsertMany is InboxInsert for n keys in one statement: it affects
+// one row per new key. Arguments: InboxInsert's, key after key.
+func (d Dialect) InboxInsertMany(table string, n int) string {
+	return "INSERT INTO " + table + " (" + inboxColumns + ") VALUES " + strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?), ", n), ", ") + d.onConflictSkip()
 }
 
 // WatermarkUpsert returns the conditional upsert of a stale-update

@@ -31,6 +31,10 @@ type batcher struct {
 
 	inFlight func() int // Config.InFlight, or nil
 
+	// collect, when set, runs each batch once its items have joined (a
+	// Collector); otherwise each member runs its handler in turn.
+	collect func(ctx context.Context, items []*Collected) error
+
 	mu     sync.Mutex
 	open   *batch // the batch taking members, or nil
 	active int    // batches opened and not yet ended
@@ -54,6 +58,8 @@ type batch struct {
 	committing bool  // the commit started
 	broken     error // the transaction is unusable: nothing commits
 	timer      *time.Timer
+
+	items []*Collected // a Collector's batch: what its members handed in
 
 	done chan struct{} // closed when the transaction ended
 	err  error         // how it ended: nil when committed; set before done closes
@@ -84,7 +90,10 @@ func (b *batcher) run(msg *message.Message, h message.HandlerFunc) ([]*message.M
 
 // join adds a member to the open batch, opening one if none is, and
 // returns it with the member's number in it.
-func (b *batcher) join(ctx context.Context) (*batch, int) {
+func (b *batcher) join(ctx context.Context) (*batch, int) { return b.joinWith(ctx, nil) }
+
+// joinWith is join that adds it to a Collector's batch.
+func (b *batcher) joinWith(ctx context.Context, it *Collected) (*batch, int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	bt := b.open
@@ -105,6 +114,9 @@ func (b *batcher) join(ctx context.Context) (*batch, int) {
 	bt.mu.Lock()
 	defer bt.mu.Unlock()
 	bt.joined++
+	if it != nil {
+		bt.items = append(bt.items, it)
+	}
 	if bt.joined == b.size {
 		bt.closed = true
 		b.open = nil
@@ -187,7 +199,9 @@ func (bt *batch) end() {
 	bt.b.active--
 	bt.b.lastSingle = members == 1
 	bt.b.mu.Unlock()
-	if broken != nil {
+	if bt.b.collect != nil {
+		bt.err = bt.runCollected()
+	} else if broken != nil {
 		_ = bt.tx.end(false)
 		bt.err = broken
 	} else if err := bt.tx.end(true); err != nil {

@@ -1,0 +1,164 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/metrics"
+)
+
+// Conformance checks of batch handlers (bus.HandleBatch), on every store
+// and transport: the inbox holds for each message of a batch, and a
+// failing message is retried alone.
+
+// batchCalls records the messages (their N) of each call of a batch
+// handler, and writes one effect per message through the batch's
+// transaction.
+type batchCalls struct {
+	mu    sync.Mutex
+	calls [][]int
+}
+
+func (l *batchCalls) handler(c *confCase, fail func(call []int, n int) error) bus.BatchFunc[ConfCmd] {
+	return func(ctx context.Context, ms []*ConfCmd) error {
+		call := make([]int, len(ms))
+		for i, m := range ms {
+			call[i] = m.N
+		}
+		l.mu.Lock()
+		l.calls = append(l.calls, call)
+		l.mu.Unlock()
+		for _, m := range ms {
+			if err := bus.Tx(ctx).Exec("INSERT INTO "+c.effects+" (consumer, id) VALUES (?, ?)", "batch", strconv.Itoa(m.N)).Error; err != nil {
+				return err
+			}
+		}
+		for _, m := range ms { // after the writes, which must then vanish
+			if err := fail(call, m.N); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// seen returns how many calls saw n, and the largest call.
+func (l *batchCalls) seen(n int) (times, largest int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, call := range l.calls {
+		largest = max(largest, len(call))
+		for _, x := range call {
+			if x == n {
+				times++
+			}
+		}
+	}
+	return times, largest
+}
+
+// sendBatch sends a command per n, each with ID id(n), before the bus runs:
+// they are handled at the same time.
+func sendBatch(t *testing.T, b *bus.Bus, ns []int, id func(int) string) map[string]int {
+	t.Helper()
+	want := map[string]int{}
+	for _, n := range ns {
+		want["batch "+strconv.Itoa(n)] = 1
+		require.NoError(t, bus.Send(context.Background(), b, &ConfCmd{N: n}, bus.WithMessageID(id(n))))
+	}
+	return want
+}
+
+// checkHandleBatchFailing: eight commands are handled at the same time;
+// the batch holding the fourth fails after its writes, and so does the
+// fourth alone, once. Each is applied once: the others commit when handled
+// alone, the fourth when the bus retries it.
+func checkHandleBatchFailing(t *testing.T, c *confCase) {
+	b := newConfBus(t, c, nil)
+	var calls batchCalls
+	var failures atomic.Int32
+	require.NoError(t, bus.HandleBatch(b, calls.handler(c, func(_ []int, n int) error {
+		if n == 3 && failures.Add(1) <= 2 {
+			return errors.New("fails twice, after its writes")
+		}
+		return nil
+	}), bus.WithInbox(), bus.WithBatch(8, time.Second)))
+	prefix := testenv.Name("hb-fail-")
+	want := sendBatch(t, b, []int{0, 1, 2, 3, 4, 5, 6, 7}, func(n int) string { return prefix + strconv.Itoa(n) })
+	run(t, b)
+	settled(t, b, "conf.Cmd", 8)
+	require.Equal(t, want, effects(t, c), "each message applied once; the failed calls' writes rolled back")
+	require.EqualValues(t, 8, b.Counters().Get("conf.Cmd", metrics.Handled))
+	require.EqualValues(t, 0, b.Counters().Get("conf.Cmd", metrics.Failed))
+	times, largest := calls.seen(3)
+	require.Greater(t, largest, 1, "messages handled at the same time share a call")
+	require.Equal(t, 3, times, "in its batch, alone, and alone again when the bus retried it")
+}
+
+// checkHandleBatchDuplicates: one message is handled; then it arrives
+// again with two copies of a second and three of a third, handled at the
+// same time. The handler sees each once; the four duplicates are skipped
+// and counted, in the process and on their inbox rows.
+func checkHandleBatchDuplicates(t *testing.T, c *confCase) {
+	b := newConfBus(t, c, nil)
+	var calls batchCalls
+	require.NoError(t, bus.HandleBatch(b, calls.handler(c, func([]int, int) error { return nil }), bus.WithInbox(), bus.WithBatch(8, 500*time.Millisecond)))
+	run(t, b)
+	prefix := testenv.Name("hb-dup-")
+	id := func(n int) string { return prefix + strconv.Itoa(n) }
+	want := sendBatch(t, b, []int{1}, id)
+	settled(t, b, "conf.Cmd", 1)
+	for k, v := range sendBatch(t, b, []int{1, 2, 3, 2, 3, 3}, id) {
+		want[k] = v
+	}
+	settled(t, b, "conf.Cmd", 7)
+	require.Equal(t, want, effects(t, c))
+	for n := 1; n <= 3; n++ {
+		times, _ := calls.seen(n)
+		require.Equal(t, 1, times, "the handler never saw a duplicate of %d", n)
+	}
+	require.EqualValues(t, 3, b.Counters().Get("conf.Cmd", metrics.Handled))
+	require.EqualValues(t, 4, b.Counters().Get("conf.Cmd", metrics.Duplicate))
+	waitFor(t, "each duplicate counted on its key's row", func() bool {
+		var counted int64
+		require.NoError(t, c.db.Raw("SELECT COALESCE(SUM(duplicates), 0) FROM postroom_inbox WHERE consumer = ?", b.Endpoint()+"/conf.Cmd").Scan(&counted).Error)
+		return counted == 4
+	})
+}
+
+// checkHandleBatchPoison: of six commands handled at the same time, one
+// makes the handler panic every time and one is unrecoverable: both go to
+// the error topic, the four others are applied once.
+func checkHandleBatchPoison(t *testing.T, c *confCase) {
+	b := newConfBus(t, c, nil)
+	var calls batchCalls
+	require.NoError(t, bus.HandleBatch(b, calls.handler(c, func(_ []int, n int) error {
+		switch n {
+		case 2:
+			panic("poison")
+		case 4:
+			return bus.Unrecoverable(errors.New("no such customer"))
+		}
+		return nil
+	}), bus.WithInbox(), bus.WithBatch(8, 500*time.Millisecond)))
+	prefix := testenv.Name("hb-poison-")
+	want := sendBatch(t, b, []int{0, 1, 2, 3, 4, 5}, func(n int) string { return prefix + strconv.Itoa(n) })
+	delete(want, "batch 2")
+	delete(want, "batch 4")
+	run(t, b)
+	settled(t, b, "conf.Cmd", 6)
+	require.Equal(t, want, effects(t, c), "the others applied once; nothing of the poison messages")
+	require.EqualValues(t, 4, b.Counters().Get("conf.Cmd", metrics.Handled))
+	require.EqualValues(t, 2, b.Counters().Get("conf.Cmd", metrics.Failed), "both in the error topic")
+	_, largest := calls.seen(0)
+	require.Greater(t, largest, 1, "messages handled at the same time share a call")
+}

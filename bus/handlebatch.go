@@ -1,0 +1,253 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/postroom/postroom/middleware/inbox"
+	"github.com/postroom/postroom/middleware/unitofwork"
+)
+
+// BatchFunc handles messages of type T together, in one database
+// transaction that Tx(ctx) returns: for a handler that writes many rows in
+// one statement. Returning an error rolls back the batch's writes; each
+// message is then handled again alone, so that only the one that fails is
+// retried.
+type BatchFunc[T any] func(ctx context.Context, ms []*T) error
+
+// batchSizeDefault and the wait of unitofwork.BatchWaitDefault are
+// HandleBatch's batches without WithBatch.
+const batchSizeDefault = 100
+
+// HandleBatch registers fn for messages of type T, which it takes in
+// batches: the messages handled at the same time, up to WithBatch's size
+// (100 by default), the first of them waiting at most WithBatch's maxWait
+// (10ms by default) for the others; while messages come one at a time, a
+// batch of one runs at once. Each batch runs in one transaction, and each
+// message is acked once it has committed.
+//
+// With WithInbox or WithInboxKey, the batch's keys are inserted in one
+// statement before fn runs, and fn sees only the messages not handled
+// before (nor twice in the batch). When fn returns an error or panics, the
+// batch's writes and keys are rolled back and fn is called again with each
+// message alone, each in a savepoint of its own: the messages it handles
+// commit, the one that fails alone is retried (the bus's retries, delayed
+// retries and error topic, as for Handle). So fn must not have effects
+// outside the transaction (not with WithExternalEffects), and it may see a
+// message twice in one attempt, the second time alone.
+//
+// Messages fn sends or publishes go through the outbox in the transaction
+// when the bus has one, else out after the commit; their correlation and
+// causation are those of the batch's first message (of the message, when
+// fn runs for one alone). MessageID(ctx) is the first message's ID too.
+//
+// Not with WithStale (the stale check is per message: use Handle with
+// WithBatch) nor WithMessageLog. On a transport that hands out one message
+// at a time (the SQL transport), batches hold one message.
+func HandleBatch[T any](b *Bus, fn BatchFunc[T], opts ...HandlerOption) error {
+	opts = append([]HandlerOption{WithBatch(batchSizeDefault, 0)}, opts...) // the caller's WithBatch wins
+	return b.register(MessageName[T](), false, opts, func(hc handlerConfig) (message.HandlerFunc, error) {
+		return batched(b, hc, fn)
+	})
+}
+
+// batchMember is one message of a batch: decoded, with its inbox key.
+type batchMember[T any] struct {
+	m     *T
+	msg   *message.Message
+	in    *incoming
+	claim inbox.Claim
+}
+
+// batched returns the handler that hands each message to a batch of fn.
+func batched[T any](b *Bus, hc handlerConfig, fn BatchFunc[T]) (message.HandlerFunc, error) {
+	switch {
+	case b.cfg.DB == nil:
+		return nil, fmt.Errorf("bus: handler %s: HandleBatch runs its batches in a transaction: set Config.DB", hc.name)
+	case hc.stale:
+		return nil, fmt.Errorf("bus: handler %s: HandleBatch and WithStale do not combine: the stale check is per message; use Handle with WithBatch", hc.name)
+	case hc.checksum:
+		return nil, fmt.Errorf("bus: handler %s: HandleBatch and WithMessageLog do not combine: use Handle with WithBatch", hc.name)
+	}
+	if err := hc.validateBatch(); err != nil {
+		return nil, err
+	}
+	if err := b.keepsKeys(hc); err != nil {
+		return nil, err
+	}
+	var claimer *inbox.Batch
+	if hc.inbox {
+		if err := inbox.CheckRetention(b.cfg.InboxRetention, b.cfg.RedeliveryHorizon()); err != nil {
+			return nil, fmt.Errorf("bus: handler %s: %w", hc.name, err)
+		}
+		var err error
+		claimer, err = inbox.NewBatch(inbox.Config{DB: b.cfg.DB, Consumer: b.consumer(hc.name), Key: hc.inboxKey,
+			Recorder: namedRecorder{hc.name, b.cfg.Recorder}, Logger: b.cfg.Logger, Now: b.cfg.Now})
+		if err != nil {
+			return nil, fmt.Errorf("bus: handler %s: %w", hc.name, err)
+		}
+	}
+	run := batchRun[T]{fn: fn, claimer: claimer}
+	col, err := unitofwork.NewCollector(unitofwork.Config{DB: b.cfg.DB, BatchSize: hc.batchSize, BatchWait: hc.batchWait, InFlight: hc.inFlight}, run.run)
+	if err != nil {
+		return nil, fmt.Errorf("bus: handler %s: %w", hc.name, err)
+	}
+	name := MessageName[T]()
+	return func(msg *message.Message) ([]*message.Message, error) {
+		m, err := decode[T](b, name, msg)
+		if err != nil {
+			return nil, err
+		}
+		member := &batchMember[T]{m: m, msg: msg, in: incomingFrom(msg.Context())}
+		if claimer != nil {
+			if member.claim, err = claimer.KeyOf(msg); err != nil {
+				return nil, err
+			}
+		}
+		return nil, col.Add(msg.Context(), member)
+	}, nil
+}
+
+// batchRun runs a batch of fn in the transaction of the context it gets.
+type batchRun[T any] struct {
+	fn      BatchFunc[T]
+	claimer *inbox.Batch // nil without the inbox
+}
+
+// run claims the batch's keys and calls fn with the new messages, all at
+// once; when that fails, once per message, each in a savepoint. An error
+// it returns fails every message of the batch: a broken transaction.
+func (r batchRun[T]) run(ctx context.Context, items []*unitofwork.Collected) error {
+	members := make([]*batchMember[T], len(items))
+	itemOf := make(map[*batchMember[T]]*unitofwork.Collected, len(items))
+	for i, it := range items {
+		members[i] = it.Item.(*batchMember[T])
+		itemOf[members[i]] = it
+	}
+	var fresh, dups []*batchMember[T]
+	err := unitofwork.Savepoint(ctx, func(ctx context.Context) error {
+		var err error
+		if fresh, dups, err = r.claimAll(ctx, members); err != nil {
+			return err
+		}
+		return r.call(ctx, fresh)
+	})
+	var failed *batchFailed
+	switch {
+	case err == nil:
+		for _, m := range fresh {
+			m.ran()
+		}
+	case !errors.As(err, &failed):
+		return err // the transaction broke, or the claim failed
+	case len(fresh) == 1:
+		itemOf[fresh[0]].Err = failed.err
+	default:
+		// Each alone, to retry only the one that fails.
+		for _, m := range fresh {
+			dup, err := r.alone(ctx, m)
+			switch {
+			case errors.As(err, &failed):
+				itemOf[m].Err = failed.err
+			case err != nil:
+				return err
+			case dup:
+				dups = append(dups, m) // handled meanwhile, by another batch
+			default:
+				m.ran()
+			}
+		}
+	}
+	for _, m := range dups {
+		if err := r.claimer.Duplicate(ctx, m.claim); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// alone claims m's key and calls fn with m alone, in a savepoint of the
+// transaction in ctx; dup is true when another batch claimed the key first.
+func (r batchRun[T]) alone(ctx context.Context, m *batchMember[T]) (dup bool, err error) {
+	err = unitofwork.Savepoint(ctx, func(ctx context.Context) error {
+		if r.claimer != nil {
+			isNew, err := r.claimer.Claim(ctx, m.claim)
+			if err != nil || !isNew {
+				dup = err == nil
+				return err
+			}
+		}
+		return r.call(ctx, []*batchMember[T]{m})
+	})
+	return dup, err
+}
+
+// claimAll splits members into those whose keys are new, claimed in ctx,
+// and duplicates; all are new without the inbox.
+func (r batchRun[T]) claimAll(ctx context.Context, members []*batchMember[T]) (fresh, dups []*batchMember[T], err error) {
+	if r.claimer == nil {
+		return members, nil, nil
+	}
+	claims := make([]inbox.Claim, len(members))
+	for i, m := range members {
+		claims[i] = m.claim
+	}
+	isNew, err := r.claimer.ClaimAll(ctx, claims)
+	if err != nil {
+		return nil, nil, err
+	}
+	for i, m := range members {
+		if isNew[i] {
+			fresh = append(fresh, m)
+		} else {
+			dups = append(dups, m)
+		}
+	}
+	return fresh, dups, nil
+}
+
+// batchFailed is fn's error or panic, told apart from the transaction's.
+type batchFailed struct{ err error }
+
+func (e *batchFailed) Error() string { return e.err.Error() }
+
+// call calls fn with the messages of ms, as the first of them: what fn
+// sends is that message's. A failure drops what it queued to send.
+func (r batchRun[T]) call(ctx context.Context, ms []*batchMember[T]) (err error) {
+	if len(ms) == 0 {
+		return nil
+	}
+	in := ms[0].in
+	queued := 0
+	if in != nil {
+		queued = len(in.outgoing)
+		ctx = context.WithValue(ctx, incomingKey{}, in)
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: %v\n%s", ErrPanic, p, debug.Stack())
+		}
+		if err != nil {
+			if in != nil {
+				in.outgoing = in.outgoing[:queued]
+			}
+			err = &batchFailed{err}
+		}
+	}()
+	values := make([]*T, len(ms))
+	for i, m := range ms {
+		values[i] = m.m
+	}
+	return r.fn(ctx, values)
+}
+
+// ran marks the message handled, for the bus's count.
+func (m *batchMember[T]) ran() {
+	if m.in != nil {
+		m.in.ran = true
+	}
+}

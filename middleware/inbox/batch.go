@@ -1,0 +1,138 @@
+package inbox
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/metadata"
+	"github.com/postroom/postroom/middleware/unitofwork"
+)
+
+// Batch claims the keys of many messages at once, in one statement: the
+// inbox of a handler that takes a batch of messages in one call
+// (bus.HandleBatch). Its statements run in the unit of work of the context
+// they are given. Only the Transactional mode, without a checksum.
+type Batch struct {
+	cfg      Config
+	d        dialect.Dialect
+	insert   string // one key
+	countDup string
+}
+
+// Claim is one message's key in a batch.
+type Claim struct {
+	Consumer string
+	Key      Key
+	Type     string
+}
+
+// NewBatch returns the batch claimer of cfg.
+func NewBatch(cfg Config) (*Batch, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Mode != Transactional || cfg.Checksum {
+		return nil, errors.New("inbox: a batch claims keys in the Transactional mode, without checksums")
+	}
+	d, err := dialect.Of(cfg.DB)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: %w", err)
+	}
+	return &Batch{cfg: cfg, d: d, insert: d.Native(d.InboxInsert(cfg.Table)), countDup: d.Native(d.InboxCountDuplicate(cfg.Table))}, nil
+}
+
+// KeyOf returns msg's claim, or the unrecoverable error of a bad key.
+func (b *Batch) KeyOf(msg *message.Message) (Claim, error) {
+	consumer, key, err := b.cfg.keyOf(msg)
+	if err != nil {
+		return Claim{}, err
+	}
+	return Claim{Consumer: consumer, Key: key, Type: msg.Metadata.Get(metadata.MessageType)}, nil
+}
+
+// ClaimAll inserts the claims' keys in the unit of work in ctx and reports
+// which are new: in one statement when every key is (the usual case), one
+// statement per key when some are not. A key that appears twice in claims
+// is new at most once. Keys are inserted in one order, whatever the order
+// of claims, so that two batches with keys in common wait for each other
+// instead of deadlocking.
+func (b *Batch) ClaimAll(ctx context.Context, claims []Claim) (fresh []bool, err error) {
+	fresh = make([]bool, len(claims))
+	order := make([]int, 0, len(claims))
+	seen := make(map[Claim]bool, len(claims))
+	for i, c := range claims {
+		if !seen[c] { // a later copy stays a duplicate
+			seen[c] = true
+			order = append(order, i)
+		}
+	}
+	slices.SortFunc(order, func(i, j int) int {
+		a, c := claims[i], claims[j]
+		return cmp.Or(cmp.Compare(a.Consumer, c.Consumer), cmp.Compare(a.Key.Source, c.Key.Source), cmp.Compare(a.Key.MessageID, c.Key.MessageID))
+	})
+	if len(order) == 0 {
+		return fresh, nil
+	}
+	now := b.d.Time(b.cfg.Now())
+	args := make([]any, 0, 5*len(order))
+	for _, i := range order {
+		c := claims[i]
+		args = append(args, c.Consumer, c.Key.Source, c.Key.MessageID, c.Type, now)
+	}
+	all := errors.New("inbox: not every key is new")
+	err = unitofwork.Savepoint(ctx, func(ctx context.Context) error {
+		rows, err := unitofwork.Exec(ctx, b.d.Native(b.d.InboxInsertMany(b.cfg.Table, len(order))), args...)
+		if err != nil {
+			return fmt.Errorf("inbox: claim keys: %w", err)
+		}
+		if rows != int64(len(order)) {
+			return all // rolled back: each key alone tells which are new
+		}
+		return nil
+	})
+	if err == nil {
+		for _, i := range order {
+			fresh[i] = true
+		}
+		return fresh, nil
+	}
+	if !errors.Is(err, all) {
+		return nil, err
+	}
+	for _, i := range order {
+		c := claims[i]
+		rows, err := unitofwork.Exec(ctx, b.insert, c.Consumer, c.Key.Source, c.Key.MessageID, c.Type, now)
+		if err != nil {
+			return nil, fmt.Errorf("inbox: claim key: %w", err)
+		}
+		fresh[i] = rows == 1
+	}
+	return fresh, nil
+}
+
+// Claim inserts one claim's key in the unit of work in ctx and reports
+// whether it is new.
+func (b *Batch) Claim(ctx context.Context, c Claim) (bool, error) {
+	rows, err := unitofwork.Exec(ctx, b.insert, c.Consumer, c.Key.Source, c.Key.MessageID, c.Type, b.d.Time(b.cfg.Now()))
+	if err != nil {
+		return false, fmt.Errorf("inbox: claim key: %w", err)
+	}
+	return rows == 1, nil
+}
+
+// Duplicate records that c's message was skipped as a duplicate: counted
+// on its row, in the unit of work in ctx, and in the metrics.
+func (b *Batch) Duplicate(ctx context.Context, c Claim) error {
+	b.cfg.duplicate(ctx, c.Consumer, c.Key)
+	if _, err := unitofwork.Exec(ctx, b.countDup, c.Consumer, c.Key.Source, c.Key.MessageID); err != nil {
+		return fmt.Errorf("inbox: count duplicate: %w", err)
+	}
+	return nil
+}

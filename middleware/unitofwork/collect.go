@@ -1,0 +1,116 @@
+package unitofwork
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"runtime/debug"
+	"strconv"
+	"sync/atomic"
+)
+
+// Collector gathers the items handed to it at the same time into batches,
+// as the batched middleware does with messages, and runs each batch once,
+// in one transaction: the shape of a handler that takes many messages in
+// one call. A batch ends when it has Config.BatchSize items, when
+// Config.BatchWait has passed since its first, or at once while items come
+// one at a time (Config.InFlight).
+type Collector struct {
+	b *batcher
+}
+
+// Collected is one item of a batch, as the function of NewCollector sees it.
+type Collected struct {
+	// Ctx is the context Add was called with.
+	Ctx context.Context
+	// Item is what Add was given.
+	Item any
+	// Err is the item's own outcome, which the batch's function sets: Add
+	// returns it once the batch's transaction has committed.
+	Err error
+}
+
+// NewCollector returns a collector whose batches run run. run gets a
+// context carrying the batch's unit of work (Tx, Exec and Savepoint work on
+// it) and the batch's items; it sets an item's Err to fail that item alone.
+// The transaction commits when run returns nil, and rolls back, failing
+// every item with run's error, when it returns one or panics.
+func NewCollector(cfg Config, run func(ctx context.Context, items []*Collected) error) (*Collector, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	b := &batcher{db: cfg.DB, size: max(cfg.BatchSize, 1), wait: cmp.Or(cfg.BatchWait, BatchWaitDefault), inFlight: cfg.InFlight,
+		lastSingle: true, collect: run}
+	return &Collector{b}, nil
+}
+
+// Add hands item to the open batch and returns, once that batch's
+// transaction has ended, the item's error: the batch's when it did not
+// commit, else the one its function set.
+func (c *Collector) Add(ctx context.Context, item any) error {
+	it := &Collected{Ctx: ctx, Item: item}
+	bt, _ := c.b.joinWith(ctx, it)
+	bt.finish()
+	<-bt.done
+	if bt.err != nil {
+		return bt.err
+	}
+	return it.Err
+}
+
+// runCollected runs the batch's function in its transaction and ends the
+// transaction: a panic fails the batch like an error.
+func (bt *batch) runCollected() (err error) {
+	ctx := context.WithValue(bt.tx.ctx, unitKey{}, bt.tx)
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("unitofwork: batch panicked: %v\n%s", r, debug.Stack())
+		}
+		if err != nil {
+			_ = bt.tx.end(false)
+			return
+		}
+		if cErr := bt.tx.end(true); cErr != nil {
+			err = fmt.Errorf("unitofwork: batch commit: %w", cErr)
+		}
+	}()
+	return bt.b.collect(ctx, bt.items)
+}
+
+// Savepoint runs f in a savepoint of the unit of work in ctx: when f
+// returns an error, panics or marks its context RollbackOnly, what it wrote
+// is rolled back, and the rest of the transaction is kept. f's context
+// carries the savepoint's unit (Tx, Exec, RollbackOnly see it). A
+// savepoint that cannot be rolled back leaves the transaction unusable;
+// its error then wraps ErrBatchBroken.
+func Savepoint(ctx context.Context, f func(ctx context.Context) error) (err error) {
+	parent, ok := ctx.Value(unitKey{}).(*unit)
+	if !ok {
+		return ErrNoUnit
+	}
+	sp := &unit{db: parent.db, ctx: ctx, parent: parent, savepoint: "postroom_sp_" + strconv.FormatUint(savepoints.Add(1), 10)}
+	done := false
+	defer func() {
+		if done {
+			return
+		}
+		if rbErr := sp.end(false); rbErr != nil {
+			err = fmt.Errorf("%w: %w (after: %v)", ErrBatchBroken, rbErr, err)
+		}
+	}()
+	err = f(context.WithValue(ctx, unitKey{}, sp))
+	sp.mu.Lock()
+	beginErr := sp.err
+	sp.mu.Unlock()
+	if beginErr != nil {
+		return fmt.Errorf("%w: %w", ErrBatchBroken, beginErr)
+	}
+	if err != nil || sp.rollbackOnly {
+		return err
+	}
+	done = true
+	return sp.end(true)
+}
+
+// savepoints numbers savepoints: names unique in any transaction.
+var savepoints atomic.Uint64
