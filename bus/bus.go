@@ -323,6 +323,19 @@ func MessageID(ctx context.Context) string {
 	return ""
 }
 
+// MessageIDs returns the IDs of the messages a batch handler (HandleBatch)
+// was called with, in the order of its slice; in any other handler, the
+// one message's ID; nil outside a handler.
+func MessageIDs(ctx context.Context) []string {
+	if ids, ok := ctx.Value(batchIDsKey{}).([]string); ok {
+		return ids
+	}
+	if id := MessageID(ctx); id != "" {
+		return []string{id}
+	}
+	return nil
+}
+
 // Metadata returns the metadata of the message being handled, or nil.
 func Metadata(ctx context.Context) map[string]string {
 	if in := incomingFrom(ctx); in != nil {

@@ -3,7 +3,9 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -30,9 +32,16 @@ type batchCalls struct {
 
 func (l *batchCalls) handler(c *confCase, fail func(call []int, n int) error) bus.BatchFunc[ConfCmd] {
 	return func(ctx context.Context, ms []*ConfCmd) error {
+		ids := bus.MessageIDs(ctx)
+		if len(ids) != len(ms) {
+			return fmt.Errorf("MessageIDs: %d IDs for %d messages", len(ids), len(ms))
+		}
 		call := make([]int, len(ms))
 		for i, m := range ms {
 			call[i] = m.N
+			if !strings.HasSuffix(ids[i], "-"+strconv.Itoa(m.N)) { // sendBatch's IDs end with N
+				return fmt.Errorf("MessageIDs: %s is not the ID of message %d", ids[i], m.N)
+			}
 		}
 		l.mu.Lock()
 		l.calls = append(l.calls, call)
@@ -92,7 +101,7 @@ func checkHandleBatchFailing(t *testing.T, c *confCase) {
 		}
 		return nil
 	}), bus.WithInbox(), bus.WithBatch(8, time.Second)))
-	prefix := testenv.Name("hb-fail-")
+	prefix := testenv.Name("hb-fail-") + "-"
 	want := sendBatch(t, b, []int{0, 1, 2, 3, 4, 5, 6, 7}, func(n int) string { return prefix + strconv.Itoa(n) })
 	run(t, b)
 	settled(t, b, "conf.Cmd", 8)
@@ -113,7 +122,7 @@ func checkHandleBatchDuplicates(t *testing.T, c *confCase) {
 	var calls batchCalls
 	require.NoError(t, bus.HandleBatch(b, calls.handler(c, func([]int, int) error { return nil }), bus.WithInbox(), bus.WithBatch(8, 500*time.Millisecond)))
 	run(t, b)
-	prefix := testenv.Name("hb-dup-")
+	prefix := testenv.Name("hb-dup-") + "-"
 	id := func(n int) string { return prefix + strconv.Itoa(n) }
 	want := sendBatch(t, b, []int{1}, id)
 	settled(t, b, "conf.Cmd", 1)
@@ -150,7 +159,7 @@ func checkHandleBatchPoison(t *testing.T, c *confCase) {
 		}
 		return nil
 	}), bus.WithInbox(), bus.WithBatch(8, 500*time.Millisecond)))
-	prefix := testenv.Name("hb-poison-")
+	prefix := testenv.Name("hb-poison-") + "-"
 	want := sendBatch(t, b, []int{0, 1, 2, 3, 4, 5}, func(n int) string { return prefix + strconv.Itoa(n) })
 	delete(want, "batch 2")
 	delete(want, "batch 4")

@@ -43,7 +43,9 @@ const batchSizeDefault = 100
 // Messages fn sends or publishes go through the outbox in the transaction
 // when the bus has one, else out after the commit; their correlation and
 // causation are those of the batch's first message (of the message, when
-// fn runs for one alone). MessageID(ctx) is the first message's ID too.
+// fn runs for one alone). MessageIDs(ctx) returns the IDs of the messages
+// of the call, in the order of ms; MessageID(ctx) and Metadata(ctx) are the
+// first message's.
 //
 // Not with WithStale (the stale check is per message: use Handle with
 // WithBatch) nor WithMessageLog. On a transport that hands out one message
@@ -238,12 +240,15 @@ func (r batchRun[T]) call(ctx context.Context, ms []*batchMember[T]) (err error)
 			err = &batchFailed{err}
 		}
 	}()
-	values := make([]*T, len(ms))
+	values, ids := make([]*T, len(ms)), make([]string, len(ms))
 	for i, m := range ms {
-		values[i] = m.m
+		values[i], ids[i] = m.m, m.msg.UUID
 	}
-	return r.fn(ctx, values)
+	return r.fn(context.WithValue(ctx, batchIDsKey{}, ids), values)
 }
+
+// batchIDsKey holds the IDs of the messages of a batch handler's call.
+type batchIDsKey struct{}
 
 // ran marks the message handled, for the bus's count.
 func (m *batchMember[T]) ran() {

@@ -37,6 +37,9 @@ type BatchResult struct {
 	// PerSecond is the throughput per batch size (batchSizes), in-memory
 	// transport and PostgreSQL at concurrency 8.
 	PerSecond map[int]float64
+	// HandlerPerSecond is the same for a batch handler (bus.HandleBatch):
+	// the keys of a batch in one statement, its business rows in another.
+	HandlerPerSecond map[int]float64
 	// P50, P99 are the latency of one message at a time (from the router's
 	// hand-off to the ack decision) through a handler batched per
 	// batchDefault.
@@ -48,29 +51,41 @@ type BatchResult struct {
 // runBatch measures throughput against batch size, in interleaved rounds
 // (the median counts), and the latency of a batched handler at low load.
 func runBatch(ctx context.Context, db *gorm.DB, pool *pgxpool.Pool, n int64, rounds int, ceiling float64, out io.Writer) (BatchResult, error) {
-	r := BatchResult{PerSecond: map[int]float64{}}
-	times := map[int][]time.Duration{}
+	r := BatchResult{PerSecond: map[int]float64{}, HandlerPerSecond: map[int]float64{}}
+	type key struct {
+		kind Kind
+		size int
+	}
+	times := map[key][]time.Duration{}
 	for range max(rounds, 1) {
-		for _, size := range batchSizes {
-			if err := db.Exec(truncateAll).Error; err != nil {
-				return r, err
+		for _, kind := range []Kind{InboxBatch, BatchHandler} {
+			for _, size := range batchSizes {
+				if err := db.Exec(truncateAll).Error; err != nil {
+					return r, err
+				}
+				d, err := runE2EWith(ctx, gochannel.New(gochannel.Config{}), db, kind, 8, n,
+					e2eOptions{batch: batchSpec{size: size, maxWait: batchDefault.maxWait}})
+				if err != nil {
+					return r, fmt.Errorf("%s size %d: %w", kind, size, err)
+				}
+				times[key{kind, size}] = append(times[key{kind, size}], d)
 			}
-			d, err := runE2EWith(ctx, gochannel.New(gochannel.Config{}), db, InboxBatch, 8, n,
-				e2eOptions{batch: batchSpec{size: size, maxWait: batchDefault.maxWait}})
-			if err != nil {
-				return r, fmt.Errorf("batch size %d: %w", size, err)
-			}
-			times[size] = append(times[size], d)
 		}
 	}
-	fmt.Fprintf(out, "batch: inbox handler, in-memory transport, PostgreSQL, concurrency 8, max wait %s:", batchDefault.maxWait)
-	for _, size := range batchSizes {
-		ds := times[size]
-		slices.Sort(ds)
-		r.PerSecond[size] = float64(n) / ds[len(ds)/2].Seconds()
-		fmt.Fprintf(out, " size %d %.0f msg/s (%.2f of the ceiling);", size, r.PerSecond[size], r.PerSecond[size]/ceiling)
+	for _, kind := range []Kind{InboxBatch, BatchHandler} {
+		rates, what := r.PerSecond, "inbox handler (WithBatch)"
+		if kind == BatchHandler {
+			rates, what = r.HandlerPerSecond, "batch handler (HandleBatch)"
+		}
+		fmt.Fprintf(out, "batch: %s, in-memory transport, PostgreSQL, concurrency 8, max wait %s:", what, batchDefault.maxWait)
+		for _, size := range batchSizes {
+			ds := times[key{kind, size}]
+			slices.Sort(ds)
+			rates[size] = float64(n) / ds[len(ds)/2].Seconds()
+			fmt.Fprintf(out, " size %d %.0f msg/s (%.2f of the ceiling);", size, rates[size], rates[size]/ceiling)
+		}
+		fmt.Fprintln(out)
 	}
-	fmt.Fprintln(out)
 
 	if err := db.Exec(truncateAll).Error; err != nil {
 		return r, err

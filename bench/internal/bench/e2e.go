@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -49,6 +50,23 @@ type e2eOptions struct {
 	meter *cpuMeter
 	// batch is the batched commits of kind InboxBatch (zero: batchDefault).
 	batch batchSpec
+}
+
+// batchHandler is the handler of kind BatchHandler: the business rows of
+// a batch in one INSERT.
+func batchHandler(ctx context.Context, ws []*Work) error {
+	ids := bus.MessageIDs(ctx)
+	var q strings.Builder
+	q.WriteString("INSERT INTO business (message_id, amount) VALUES ")
+	args := make([]any, 0, 2*len(ws))
+	for i, w := range ws {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString("(?, ?)")
+		args = append(args, ids[i], w.I)
+	}
+	return bus.Tx(ctx).Exec(q.String(), args...).Error
 }
 
 // runE2EWith is runE2EOn with o.
@@ -121,7 +139,12 @@ func runE2EWith(ctx context.Context, tr transport.Transport, db *gorm.DB, kind K
 		return 0, err
 	}
 	defer b.Close()
-	if err := bus.Handle(b, handler, opts...); err != nil {
+	if kind == BatchHandler {
+		err = bus.HandleBatch(b, batchHandler, bus.WithInbox(), cmp.Or(o.batch, batchDefault).option())
+	} else {
+		err = bus.Handle(b, handler, opts...)
+	}
+	if err != nil {
 		return 0, err
 	}
 	runCtx, stop := context.WithCancel(ctx)

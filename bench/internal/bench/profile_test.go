@@ -20,29 +20,32 @@ import (
 // profile shows that case alone (postroom-bench -cpuprofile profiles a
 // whole run). From bench/, for example:
 //
-//	go test -run '^$' -bench 'Batch/size=100$' -benchtime 8000x -count 3 -cpuprofile batch.prof ./internal/bench/
+//	go test -run '^$' -bench 'Batch/inbox.batch/size=100$' -benchtime 8000x -count 3 -cpuprofile batch.prof ./internal/bench/
 //	go test -run '^$' -bench 'RabbitMQ/bus$' -benchtime 8000x -count 3 -cpuprofile amqp.prof ./internal/bench/
 //
 // They need PostgreSQL (POSTROOM_POSTGRES_DSN) and, for RabbitMQ,
 // POSTROOM_AMQP_URL, with the defaults of a local machine; a missing
 // server fails them (scripts/services.sh starts both).
 
-// BenchmarkBatch is the batched inbox handler per batch size, in-memory
-// transport and PostgreSQL at concurrency 8 (the batch: line).
+// BenchmarkBatch is the batched inbox handler (WithBatch) and the batch
+// handler (HandleBatch) per batch size, in-memory transport and PostgreSQL
+// at concurrency 8 (the batch: line).
 func BenchmarkBatch(b *testing.B) {
 	db, _ := benchDB(b)
-	for _, size := range batchSizes {
-		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
-			if err := db.Exec(truncateAll).Error; err != nil {
-				b.Fatal(err)
-			}
-			d, err := runE2EWith(context.Background(), gochannel.New(gochannel.Config{}), db, InboxBatch, 8, int64(b.N),
-				e2eOptions{batch: batchSpec{size: size, maxWait: batchDefault.maxWait}})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.ReportMetric(float64(b.N)/d.Seconds(), "msg/s")
-		})
+	for _, kind := range []Kind{InboxBatch, BatchHandler} {
+		for _, size := range batchSizes {
+			b.Run(fmt.Sprintf("%s/size=%d", kind, size), func(b *testing.B) {
+				if err := db.Exec(truncateAll).Error; err != nil {
+					b.Fatal(err)
+				}
+				d, err := runE2EWith(context.Background(), gochannel.New(gochannel.Config{}), db, kind, 8, int64(b.N),
+					e2eOptions{batch: batchSpec{size: size, maxWait: batchDefault.maxWait}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(b.N)/d.Seconds(), "msg/s")
+			})
+		}
 	}
 }
 

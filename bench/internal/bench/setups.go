@@ -38,7 +38,7 @@ func (c cpuPerMessage) String() string {
 }
 
 // runRabbitMQ measures the hand-rolled consumer and the bus's kinds (and
-// InboxBatch) end to end on RabbitMQ at concurrency
+// InboxBatch and BatchHandler) end to end on RabbitMQ at concurrency
 // 8, with the transport's defaults (classic queues, amqp.PrefetchDefault),
 // in interleaved rounds: the median counts. The CPU of the inbox cases is
 // metered by meter's copies (the bench process, its PostgreSQL backends,
@@ -46,10 +46,10 @@ func (c cpuPerMessage) String() string {
 func runRabbitMQ(ctx context.Context, db *gorm.DB, pool *pgxpool.Pool, meter cpuMeter, url string, kinds []Kind, n int64, rounds int, out io.Writer) (RabbitResult, error) {
 	const rawCase Kind = "raw_amqp"
 	cases := append([]Kind{rawCase}, kinds...)
-	cases = append(cases, InboxBatch)
+	cases = append(cases, InboxBatch, BatchHandler)
 	times := map[Kind][]time.Duration{}
 	meters := map[Kind]*cpuMeter{}
-	for _, kind := range []Kind{rawCase, Inbox, InboxBatch} {
+	for _, kind := range []Kind{rawCase, Inbox, InboxBatch, BatchHandler} {
 		meters[kind] = &cpuMeter{admin: meter.admin, app: meter.app, broker: true}
 	}
 	for range max(rounds, 1) {
@@ -98,9 +98,9 @@ func runRabbitMQ(ctx context.Context, db *gorm.DB, pool *pgxpool.Pool, meter cpu
 	printRates(out, "rabbitmq + postgres", r.Bus)
 	fmt.Fprintf(out, "rabbitmq + postgres at concurrency 8, prefetch %d: hand-rolled amqp091 + pgx inbox consumer %.0f msg/s; postroom inbox %.0f msg/s (%.2f of it)",
 		rawAMQPPrefetch, r.Raw, r.Bus[Inbox], r.Bus[Inbox]/r.Raw)
-	fmt.Fprintf(out, "; postroom inbox batched (size %d, max wait %s) %.0f msg/s\n", batchDefault.size, batchDefault.maxWait, r.Bus[InboxBatch])
-	fmt.Fprintf(out, "rabbitmq + postgres CPU per message (this process + its PostgreSQL backends + RabbitMQ's beam.smp): hand-rolled %s; postroom inbox %s; postroom inbox batched %s\n",
-		r.CPU[rawCase], r.CPU[Inbox], r.CPU[InboxBatch])
+	fmt.Fprintf(out, "; postroom inbox batched (size %d, max wait %s) %.0f msg/s; batch handler %.0f msg/s\n", batchDefault.size, batchDefault.maxWait, r.Bus[InboxBatch], r.Bus[BatchHandler])
+	fmt.Fprintf(out, "rabbitmq + postgres CPU per message (this process + its PostgreSQL backends + RabbitMQ's beam.smp): hand-rolled %s; postroom inbox %s; postroom inbox batched %s; batch handler %s\n",
+		r.CPU[rawCase], r.CPU[Inbox], r.CPU[InboxBatch], r.CPU[BatchHandler])
 	return r, nil
 }
 
