@@ -130,6 +130,22 @@ func (r batchRun[T]) run(ctx context.Context, items []*unitofwork.Collected) err
 		members[i] = it.Item.(*batchMember[T])
 		itemOf[members[i]] = it
 	}
+	if len(members) == 1 {
+		// Alone: its failure rolls the whole transaction back, so it needs
+		// no savepoint.
+		dup, err := r.claimAndCall(ctx, members[0])
+		var failed *batchFailed
+		switch {
+		case errors.As(err, &failed):
+			return failed.err
+		case err != nil:
+			return err
+		case dup:
+			return r.claimer.Duplicate(ctx, members[0].claim)
+		}
+		members[0].ran()
+		return nil
+	}
 	var fresh, dups []*batchMember[T]
 	err := unitofwork.Savepoint(ctx, func(ctx context.Context) error {
 		var err error
@@ -176,16 +192,22 @@ func (r batchRun[T]) run(ctx context.Context, items []*unitofwork.Collected) err
 // transaction in ctx; dup is true when another batch claimed the key first.
 func (r batchRun[T]) alone(ctx context.Context, m *batchMember[T]) (dup bool, err error) {
 	err = unitofwork.Savepoint(ctx, func(ctx context.Context) error {
-		if r.claimer != nil {
-			isNew, err := r.claimer.Claim(ctx, m.claim)
-			if err != nil || !isNew {
-				dup = err == nil
-				return err
-			}
-		}
-		return r.call(ctx, []*batchMember[T]{m})
+		dup, err = r.claimAndCall(ctx, m)
+		return err
 	})
 	return dup, err
+}
+
+// claimAndCall claims m's key in ctx and calls fn with m alone when it is
+// new; dup is true when it is not.
+func (r batchRun[T]) claimAndCall(ctx context.Context, m *batchMember[T]) (dup bool, err error) {
+	if r.claimer != nil {
+		isNew, err := r.claimer.Claim(ctx, m.claim)
+		if err != nil || !isNew {
+			return err == nil, err
+		}
+	}
+	return false, r.call(ctx, []*batchMember[T]{m})
 }
 
 // claimAll splits members into those whose keys are new, claimed in ctx,
