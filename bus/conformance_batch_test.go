@@ -126,13 +126,7 @@ func checkBatchDuplicates(t *testing.T, c *confCase) {
 	require.Equal(t, 3, log.calls(), "the handler never saw a duplicate")
 	require.EqualValues(t, 3, b.Counters().Get("conf.Cmd", metrics.Handled))
 	require.EqualValues(t, 4, b.Counters().Get("conf.Cmd", metrics.Duplicate))
-	// The process counts a duplicate when it skips it; its row, when the
-	// batch commits.
-	waitFor(t, "each duplicate counted on its key's row", func() bool {
-		var counted int64
-		require.NoError(t, c.db.Raw("SELECT COALESCE(SUM(duplicates), 0) FROM postroom_inbox WHERE consumer = ?", b.Endpoint()+"/conf.Cmd").Scan(&counted).Error)
-		return counted == 4
-	})
+	duplicatesCounted(t, c, b, 4)
 }
 
 // checkBatchStale: versions of one entity arrive out of order, handled at
@@ -166,4 +160,16 @@ func checkBatchStale(t *testing.T, c *confCase) {
 	require.EqualValues(t, len(applied), b.Counters().Get("conf.Changed", metrics.Handled))
 	require.EqualValues(t, 5-len(applied), b.Counters().Get("conf.Changed", metrics.Stale))
 	require.Len(t, rows, len(applied), "a stale update left no write")
+}
+
+// duplicatesCounted waits until the inbox rows of b's conf.Cmd handler
+// count n duplicates. The process counts a duplicate when it skips it; its
+// row, when the batch commits.
+func duplicatesCounted(t *testing.T, c *confCase, b *bus.Bus, n int64) {
+	t.Helper()
+	waitFor(t, "each duplicate counted on its key's row", func() bool {
+		var counted int64
+		require.NoError(t, c.db.Raw("SELECT COALESCE(SUM(duplicates), 0) FROM postroom_inbox WHERE consumer = ?", b.Endpoint()+"/conf.Cmd").Scan(&counted).Error)
+		return counted == n
+	})
 }

@@ -137,11 +137,7 @@ func checkHandleBatchDuplicates(t *testing.T, c *confCase) {
 	}
 	require.EqualValues(t, 3, b.Counters().Get("conf.Cmd", metrics.Handled))
 	require.EqualValues(t, 4, b.Counters().Get("conf.Cmd", metrics.Duplicate))
-	waitFor(t, "each duplicate counted on its key's row", func() bool {
-		var counted int64
-		require.NoError(t, c.db.Raw("SELECT COALESCE(SUM(duplicates), 0) FROM postroom_inbox WHERE consumer = ?", b.Endpoint()+"/conf.Cmd").Scan(&counted).Error)
-		return counted == 4
-	})
+	duplicatesCounted(t, c, b, 4)
 }
 
 // checkHandleBatchPoison: of six commands handled at the same time, one
