@@ -102,6 +102,7 @@ type Transport struct {
 	cfg       Config
 	log       *logsink.Sink
 	publisher *confirmPublisher
+	declared  *declaredNames
 
 	opened closers.Closers
 }
@@ -121,7 +122,9 @@ func New(cfg Config) (*Transport, error) {
 		return nil, err
 	}
 	log := logsink.New(cfg.Logger)
-	return &Transport{cfg: cfg, log: log, publisher: &confirmPublisher{url: cfg.URL, log: log}}, nil
+	declared := &declaredNames{}
+	return &Transport{cfg: cfg, log: log, declared: declared,
+		publisher: &confirmPublisher{url: cfg.URL, log: log, record: declared}}, nil
 }
 
 // config is watermill-amqp's durable pub/sub config with postroom's
@@ -179,7 +182,7 @@ func (t *Transport) Subscriber(group string) (message.Subscriber, error) {
 	if err != nil {
 		return nil, fmt.Errorf("amqp: connect subscriber: %w", err)
 	}
-	s := &subscriber{sub: sub, group: group, cfg: t.cfg, log: t.log}
+	s := &subscriber{sub: sub, group: group, cfg: t.cfg, log: t.log, record: t.declared}
 	t.opened.Add(s)
 	return s, nil
 }

@@ -13,32 +13,25 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/postroom/postroom/internal/amqptest"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/transport/amqp"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// newTransport returns a transport on the test broker, closed at the end.
+// newTransport returns a transport on the test broker, closed at the end;
+// then what it declared is deleted.
 func newTransport(t *testing.T, cfg amqp.Config) *amqp.Transport {
 	t.Helper()
-	cfg.URL = testenv.RequireAMQP(t)
-	tr, err := amqp.New(cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, tr.Close()) })
-	return tr
+	return amqptest.New(t, cfg)
 }
 
-// admin opens a plain amqp091 connection (a foreign client) and deletes
-// the exchanges and queues named in cleanup at the end.
+// admin opens a plain amqp091 connection (a foreign client).
 type admin struct {
 	t    *testing.T
 	conn *amqp091.Connection
 	ch   *amqp091.Channel
-
-	mu        sync.Mutex
-	exchanges []string
-	queues    []string
 }
 
 func newAdmin(t *testing.T) *admin {
@@ -47,31 +40,15 @@ func newAdmin(t *testing.T) *admin {
 	require.NoError(t, err)
 	ch, err := conn.Channel()
 	require.NoError(t, err)
-	a := &admin{t: t, conn: conn, ch: ch}
-	t.Cleanup(func() {
-		// A fresh channel: the test may have closed ch with an error.
-		if c, err := conn.Channel(); err == nil {
-			for _, q := range a.queues {
-				_, _ = c.QueueDelete(q, false, false, false)
-			}
-			for _, e := range a.exchanges {
-				_ = c.ExchangeDelete(e, false, false)
-			}
-			_ = c.Close()
-		}
-		_ = conn.Close()
-	})
-	return a
+	t.Cleanup(func() { _ = conn.Close() })
+	return &admin{t: t, conn: conn, ch: ch}
 }
 
-// cleanup records a topic's exchange and its queues for the groups.
+// cleanup deletes a topic's exchange and its queues for the groups when
+// the test ends: what the admin declares, or a transport declares before
+// the test fails.
 func (a *admin) cleanup(topic string, groups ...string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.exchanges = append(a.exchanges, amqp.ExchangeName(topic))
-	for _, g := range groups {
-		a.queues = append(a.queues, amqp.QueueName(topic, g))
-	}
+	amqptest.DeleteTopic(a.t, topic, groups...)
 }
 
 // publish publishes p to the topic's exchange as a foreign producer,

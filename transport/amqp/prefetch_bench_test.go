@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/amqptest"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/transport/amqp"
@@ -30,6 +31,7 @@ func BenchmarkPrefetch(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
+				amqptest.Cleanup(b, tr)
 				bb, err := bus.New(bus.Config{Endpoint: testenv.Name("bench"), Transport: tr, Concurrency: concurrency,
 					Logger: slog.New(slog.DiscardHandler)})
 				if err != nil {

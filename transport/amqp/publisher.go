@@ -30,8 +30,9 @@ var errTransportClosed = errors.New("amqp: the transport is closed")
 // goroutine, so once the confirms of a batch are in, its returns are in
 // the returns channel. Publishes are serialised by mu.
 type confirmPublisher struct {
-	url string
-	log *logsink.Sink
+	url    string
+	log    *logsink.Sink
+	record *declaredNames
 
 	mu       sync.Mutex
 	conn     *amqp091.Connection
@@ -102,6 +103,7 @@ func (p *confirmPublisher) publishBatch(topic string, msgs []*message.Message, m
 	exchange := ExchangeName(topic)
 	if !p.declared[exchange] {
 		// As watermill-amqp's durable pub/sub config declares it.
+		p.record.exchange(exchange)
 		if err := p.ch.ExchangeDeclare(exchange, "fanout", true, false, false, false, nil); err != nil {
 			return fmt.Errorf("amqp: declare exchange %s (fanout, durable) for topic %s: %w", exchange, topic, err)
 		}

@@ -7,6 +7,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
 	"github.com/stretchr/testify/require"
 
+	"github.com/postroom/postroom/internal/amqptest"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/transport/amqp"
 )
@@ -45,6 +46,7 @@ func newPubSub(t *testing.T) (message.Publisher, message.Subscriber) {
 func newGroupPubSub(t *testing.T, group string) (message.Publisher, message.Subscriber) {
 	tr, err := amqp.New(amqp.Config{URL: testenv.RequireAMQP(t)})
 	require.NoError(t, err)
+	amqptest.Cleanup(t, tr)
 	t.Cleanup(func() { _ = tr.Close() })
 	sub, err := tr.Subscriber(group)
 	require.NoError(t, err)

@@ -18,10 +18,11 @@ import (
 // requeues a nacked message at once), and explains a queue declared with
 // other arguments.
 type subscriber struct {
-	sub   *wamqp.Subscriber
-	group string
-	cfg   Config
-	log   *logsink.Sink
+	sub    *wamqp.Subscriber
+	group  string
+	cfg    Config
+	log    *logsink.Sink
+	record *declaredNames
 }
 
 var (
@@ -31,6 +32,7 @@ var (
 
 // Subscribe consumes topic from the group's queue, declaring and binding it.
 func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	s.recordDeclared(topic)
 	in, err := s.sub.Subscribe(ctx, topic)
 	if err != nil {
 		return nil, s.explain(topic, err)
@@ -42,10 +44,18 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 
 // SubscribeInitialize declares the group's queue for topic and binds it.
 func (s *subscriber) SubscribeInitialize(topic string) error {
+	s.recordDeclared(topic)
 	if err := s.sub.SubscribeInitialize(topic); err != nil {
 		return s.explain(topic, err)
 	}
 	return nil
+}
+
+// recordDeclared records the exchange and the queue a subscription to
+// topic declares, for Transport.Declared.
+func (s *subscriber) recordDeclared(topic string) {
+	s.record.exchange(ExchangeName(topic))
+	s.record.queue(QueueName(topic, s.group))
 }
 
 // Close stops every subscription and closes the connection.
