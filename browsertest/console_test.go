@@ -19,6 +19,7 @@ import (
 
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/console"
+	"github.com/postroom/postroom/internal/amqptest"
 	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/internal/testbus"
 	"github.com/postroom/postroom/internal/testenv"
@@ -158,6 +159,7 @@ func TestConsoleInChromium(t *testing.T) {
 	db := testenv.Postgres(t)
 	tr, err := amqp.New(amqp.Config{URL: url})
 	require.NoError(t, err)
+	amqptest.Cleanup(t, tr)
 	errorTopic := testenv.Name("error_")
 	b, busCtx, broken := runInvoices(t, tr, db, errorTopic, "127.0.0.1:0")
 	c := b.Counters()

@@ -15,6 +15,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/amqptest"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
@@ -60,6 +61,7 @@ var setups = []setup{
 		return testenv.Postgres(t), func() transport.Transport {
 			tr, err := amqp.New(amqp.Config{URL: url})
 			require.NoError(t, err)
+			amqptest.Cleanup(t, tr)
 			return tr
 		}
 	}},

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/amqptest"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/transport/amqp"
 )
@@ -47,6 +48,7 @@ func chaos(t *testing.T, batch int) {
 
 	tr, err := amqp.New(amqp.Config{URL: p.url})
 	require.NoError(t, err)
+	amqptest.Cleanup(t, tr)
 	downstream, err := bus.New(bus.Config{Endpoint: testenv.Name("audit"), Transport: tr, DB: p.db, Logger: testenv.Logger(t),
 		Concurrency: 4, Cleanup: bus.CleanupSchedule{Disabled: true}})
 	require.NoError(t, err)

@@ -17,6 +17,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/amqptest"
 	"github.com/postroom/postroom/internal/testbus"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metadata"
@@ -62,6 +63,7 @@ var confTransports = []confTransport{
 	{name: "amqp", open: func(t *testing.T, _ *gorm.DB) transport.Transport {
 		tr, err := amqp.New(amqp.Config{URL: testenv.RequireAMQP(t)})
 		require.NoError(t, err)
+		amqptest.Cleanup(t, tr)
 		return tr
 	}},
 }

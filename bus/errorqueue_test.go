@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/amqptest"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
@@ -21,6 +22,7 @@ func TestErrorQueueKeepsMessagesWithoutASubscriber(t *testing.T) {
 	url := testenv.RequireAMQP(t)
 	tr, err := amqp.New(amqp.Config{URL: url})
 	require.NoError(t, err)
+	amqptest.Cleanup(t, tr)
 	errorTopic := testenv.Name("error_")
 	b, err := bus.New(bus.Config{Endpoint: testenv.Name("ep"), Transport: tr, ErrorTopic: errorTopic, Logger: testenv.Logger(t),
 		Retry: bus.RetryPolicy{NoRetries: true}})

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/amqptest"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/transport/amqp"
@@ -69,6 +70,7 @@ func TestExternalEffectsWhenTheProcessDiesMidCall(t *testing.T) {
 		t.Run(policy, func(t *testing.T) {
 			p := newProcessSetup(t).withSender(t)
 			errorTopic := testenv.Name("error_")
+			deleteErrorQueue(t, errorTopic)
 			var victim atomic.Pointer[consumer]
 			api := &paymentAPI{applied: map[string]int{}, during: func(n int, r *http.Request) bool {
 				if n > 1 {
@@ -134,7 +136,9 @@ func TestExternalEffectsTwoCopiesOneCall(t *testing.T) {
 	}}
 	srv := httptest.NewServer(api)
 	defer srv.Close()
-	c := startChild(t, "external", p.dsn, p.url, p.endpoint, 0, externalChildEnv(srv.URL, "park", testenv.Name("error_"))...)
+	errorTopic := testenv.Name("error_")
+	deleteErrorQueue(t, errorTopic)
+	c := startChild(t, "external", p.dsn, p.url, p.endpoint, 0, externalChildEnv(srv.URL, "park", errorTopic)...)
 	for range 2 {
 		require.NoError(t, bus.Send(context.Background(), p.sender, &Charge{N: 2}, bus.To(p.endpoint), bus.WithMessageID("charge-2")))
 	}
@@ -152,6 +156,7 @@ func readErrorQueue(t *testing.T, url, errorTopic string) *message.Message {
 	t.Helper()
 	tr, err := amqp.New(amqp.Config{URL: url})
 	require.NoError(t, err)
+	amqptest.Cleanup(t, tr)
 	defer tr.Close()
 	sub, err := tr.Subscriber(bus.ErrorQueueGroup)
 	require.NoError(t, err)

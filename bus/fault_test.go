@@ -129,6 +129,7 @@ func TestDatabaseOutageOfAMinute(t *testing.T) {
 	version := pgCluster(t)
 	p := newProcessSetup(t).withSender(t)
 	errorTopic := testenv.Name("error_")
+	deleteErrorQueue(t, errorTopic)
 	env := []string{childDefault + "=1", childErrors + "=" + errorTopic}
 	var consumers []*consumer
 	for range 3 {

@@ -17,6 +17,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/amqptest"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/transport/amqp"
@@ -87,13 +88,35 @@ func newProcessSetup(t *testing.T) processSetup {
 	url := testenv.RequireAMQP(t)
 	db := testenv.Migrated(t, dsn, "PostgreSQL")
 	require.NoError(t, db.Exec("CREATE TABLE effects (message_id VARCHAR(100) NOT NULL, n INTEGER NOT NULL)").Error)
-	return processSetup{dsn: dsn, url: url, endpoint: testenv.Name("proc"), db: db}
+	p := processSetup{dsn: dsn, url: url, endpoint: testenv.Name("proc"), db: db}
+	deleteChildQueues(t, p.endpoint)
+	return p
+}
+
+// deleteChildQueues deletes, when the test ends, what the child processes
+// of endpoint declare on the broker: its handler's queues and command
+// topic, whichever of Work, Order and Charge the children's mode handles.
+// Registered before the first child starts, it runs after they are killed.
+// A child's own error topic is the caller's to delete (deleteErrorQueue).
+func deleteChildQueues(t *testing.T, endpoint string) {
+	for _, name := range []string{bus.MessageName[Work](), bus.MessageName[Order](), bus.MessageName[Charge]()} {
+		group := bus.GroupOf(endpoint, name)
+		amqptest.DeleteTopic(t, bus.CommandTopicOf(endpoint, name), group)
+		amqptest.DeleteTopic(t, bus.EventTopicOf(name), group) // the queue: the event's exchange is shared
+	}
+}
+
+// deleteErrorQueue deletes, when the test ends, the error queue that child
+// processes declare for errorTopic, and the topic's exchange.
+func deleteErrorQueue(t *testing.T, errorTopic string) {
+	amqptest.DeleteTopic(t, errorTopic, bus.ErrorQueueGroup)
 }
 
 // withSender adds an in-process sender bus on RabbitMQ.
 func (p processSetup) withSender(t *testing.T) processSetup {
 	tr, err := amqp.New(amqp.Config{URL: p.url})
 	require.NoError(t, err)
+	amqptest.Cleanup(t, tr)
 	p.sender, err = bus.New(bus.Config{Endpoint: "sender", Transport: tr, Logger: testenv.Logger(t)})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.sender.Close() })
@@ -191,6 +214,7 @@ func TestOutboxSurvivesAKillBetweenCommitAndRelay(t *testing.T) {
 	require.NoError(t, p.db.Exec("CREATE TABLE shipped (order_id VARCHAR(50) NOT NULL, parcel INTEGER NOT NULL)").Error)
 	tr, err := amqp.New(amqp.Config{URL: p.url})
 	require.NoError(t, err)
+	amqptest.Cleanup(t, tr)
 	downstream, err := bus.New(bus.Config{Endpoint: testenv.Name("shipping"), Transport: tr, DB: p.db, Logger: testenv.Logger(t),
 		Cleanup: bus.CleanupSchedule{Disabled: true}})
 	require.NoError(t, err)
@@ -249,6 +273,7 @@ func TestPoisonMessageThatKillsItsConsumer(t *testing.T) {
 	p := newProcessSetup(t).withSender(t)
 	tr, err := amqp.New(amqp.Config{URL: p.url})
 	require.NoError(t, err)
+	amqptest.Cleanup(t, tr)
 	t.Cleanup(func() { _ = tr.Close() })
 	errSub, err := tr.Subscriber(testenv.Name("errors_"))
 	require.NoError(t, err)
@@ -256,6 +281,7 @@ func TestPoisonMessageThatKillsItsConsumer(t *testing.T) {
 	// a quorum queue, which a classic declaration of the same queue (by
 	// any other test) would refuse.
 	errorTopic := testenv.Name("error_")
+	deleteErrorQueue(t, errorTopic)
 	require.NoError(t, errSub.(message.SubscribeInitializer).SubscribeInitialize(errorTopic))
 	env := []string{childPoison + "=0", childMaxDel + "=2", childQuorum + "=1", childErrors + "=" + errorTopic}
 
@@ -296,6 +322,7 @@ func TestDelayedMessagesSurviveKillingEveryProcess(t *testing.T) {
 	p := newProcessSetup(t)
 	tr, err := amqp.New(amqp.Config{URL: p.url})
 	require.NoError(t, err)
+	amqptest.Cleanup(t, tr)
 	sender, err := bus.New(bus.Config{Endpoint: "sender", Transport: tr, DB: p.db, Logger: testenv.Logger(t)})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sender.Close() })

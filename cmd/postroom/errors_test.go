@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/amqptest"
 	"github.com/postroom/postroom/internal/testbus"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metrics"
@@ -32,6 +33,7 @@ func TestErrorsListShowReplay(t *testing.T) {
 	require.NoError(t, db.Exec("CREATE TABLE invoices (n INTEGER NOT NULL)").Error)
 	tr, err := amqp.New(amqp.Config{URL: url})
 	require.NoError(t, err)
+	amqptest.Cleanup(t, tr)
 	errorTopic := testenv.Name("error_")
 	b, err := bus.New(bus.Config{Endpoint: testenv.Name("billing"), Transport: tr, DB: db, ErrorTopic: errorTopic,
 		Retry: bus.RetryPolicy{NoRetries: true}, Logger: testenv.Logger(t), Cleanup: bus.CleanupSchedule{Disabled: true}})

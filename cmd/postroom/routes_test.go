@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/amqptest"
 	"github.com/postroom/postroom/internal/testbus"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/transport/amqp"
@@ -27,6 +28,7 @@ func TestRoutesAreWhereTheBusListens(t *testing.T) {
 	url := testenv.RequireAMQP(t)
 	tr, err := amqp.New(amqp.Config{URL: url})
 	require.NoError(t, err)
+	amqptest.Cleanup(t, tr)
 	endpoint := testenv.Name("shipping")
 	b, err := bus.New(bus.Config{Endpoint: endpoint, Transport: tr, Logger: testenv.Logger(t)})
 	require.NoError(t, err)

@@ -20,12 +20,12 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
-	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/amqptest"
 	"github.com/postroom/postroom/internal/testbus"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metadata"
@@ -176,10 +176,10 @@ func TestNodeOnRabbitMQ(t *testing.T) {
 	name := testenv.Name("billing-")
 	topic := bus.CommandTopicOf(name, messageName)
 	require.Equal(t, bus.CommandTopic[CreateInvoice](name), topic)
-	deleteAfter(t, url, name)
 
 	tr, err := amqp.New(amqp.Config{URL: url})
 	require.NoError(t, err)
+	amqptest.Cleanup(t, tr)
 	e := start(t, name, tr, testenv.Postgres(t), name+".error")
 
 	id := uuid.NewString()
@@ -203,35 +203,6 @@ func TestNodeOnRabbitMQ(t *testing.T) {
 	_, stderr, err := runNode(t, node, "POSTROOM_AMQP_URL="+url, "TOPIC="+bus.CommandTopicOf(testenv.Name("nobody-"), messageName))
 	require.Error(t, err, "a command to an endpoint that never ran must fail")
 	require.Contains(t, stderr, "NOT_FOUND - no exchange")
-}
-
-// deleteAfter deletes, when the test ends, what endpoint name left on the
-// shared broker: its command exchange, its queues and its error topic.
-func deleteAfter(t *testing.T, url, name string) {
-	t.Helper()
-	t.Cleanup(func() {
-		conn, err := amqp091.Dial(url)
-		if err != nil {
-			t.Logf("cleaning up the broker: %v", err)
-			return
-		}
-		defer conn.Close()
-		group := bus.GroupOf(name, messageName)
-		command, errorTopic := bus.CommandTopicOf(name, messageName), name+".error"
-		for _, q := range []string{amqp.QueueName(command, group), amqp.QueueName(bus.EventTopicOf(messageName), group),
-			amqp.QueueName(errorTopic, bus.ErrorQueueGroup)} {
-			if ch, err := conn.Channel(); err == nil {
-				_, _ = ch.QueueDelete(q, false, false, false)
-				_ = ch.Close()
-			}
-		}
-		for _, x := range []string{amqp.ExchangeName(command), amqp.ExchangeName(errorTopic)} {
-			if ch, err := conn.Channel(); err == nil {
-				_ = ch.ExchangeDelete(x, false, false)
-				_ = ch.Close()
-			}
-		}
-	})
 }
 
 // TestSQLInsertOnPostgreSQL and TestSQLInsertOnMariaDB run the page's
