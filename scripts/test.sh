@@ -7,12 +7,12 @@ export PATH="$PATH:/usr/local/go/bin:$(go env GOPATH)/bin"
 
 bash scripts/services.sh
 
-# Tests declare queues they do not delete. On a broker they have used for
-# long (thousands of queues, each quorum queue a Raft group ticking) RabbitMQ
-# alone takes most of two cores and the bus tests time out. With
-# POSTROOM_TEST_RESET_BROKER=1 (.ci/run sets it) a local broker's default
-# vhost is deleted and recreated first when it holds more than 1,000 queues;
-# otherwise that is only reported.
+# Tests delete the queues and exchanges they declare (internal/amqptest);
+# runs before that left thousands, and on such a broker (each quorum queue a
+# Raft group ticking) RabbitMQ alone takes most of two cores and the bus
+# tests time out. With POSTROOM_TEST_RESET_BROKER=1 (.ci/run sets it) a
+# local broker's default vhost is deleted and recreated first when it holds
+# more than 1,000 queues; otherwise that is only reported.
 if command -v rabbitmqctl >/dev/null 2>&1; then
   queues=$( (rabbitmqctl -q list_queues name 2>/dev/null || true) | wc -l)
   if [ "$queues" -gt 1000 ]; then
@@ -24,6 +24,36 @@ if command -v rabbitmqctl >/dev/null 2>&1; then
     fi
   fi
 fi
+
+# broker_names lists the default vhost's queues and exchanges, one a line
+# ("queue NAME", "exchange NAME"), sorted; nothing without rabbitmqctl.
+broker_names() {
+  command -v rabbitmqctl >/dev/null 2>&1 || return 0
+  { (rabbitmqctl -q list_queues name --no-table-headers 2>/dev/null || true) | sed 's/^/queue /'
+    (rabbitmqctl -q list_exchanges name --no-table-headers 2>/dev/null || true) | sed 's/^/exchange /'
+  } | LC_ALL=C sort
+}
+broker_before=$(mktemp)
+broker_after=$(mktemp)
+trap 'rm -f "$broker_before" "$broker_after"' EXIT
+broker_names >"$broker_before"
+
+# broker_check compares the broker with before the tests: a name with a
+# random part (12 hex digits: testenv.Name, UUIDs) or a command topic
+# (".cmd.") that was not there belongs to a test that did not delete it
+# (see internal/amqptest). The names tests share, event topics and the
+# default error topic, may appear on a broker's first run, then stay.
+broker_check() {
+  command -v rabbitmqctl >/dev/null 2>&1 || return 0
+  broker_names >"$broker_after"
+  count() { grep -c "^$1 " "$2" || true; }
+  echo "test: RabbitMQ's vhost / held $(count queue "$broker_before") queues and $(count exchange "$broker_before") exchanges before the tests, $(count queue "$broker_after") and $(count exchange "$broker_after") after"
+  left=$(LC_ALL=C comm -13 "$broker_before" "$broker_after" | grep -E '[0-9a-fA-F]{12}|[.]cmd[.]' || true)
+  if [ -n "$left" ]; then
+    echo "test: warning: the tests left $(echo "$left" | grep -c '^queue ' || true) queues and $(echo "$left" | grep -c '^exchange ' || true) exchanges of their own on RabbitMQ (declared without internal/amqptest, or by a child process nobody cleaned up after; another run at the same time also shows here), e.g.:"
+    echo "$left" | head -10 | sed 's/^/  /'
+  fi
+}
 
 echo "test: chromium for the browser tests (browsertest/)"
 bash scripts/chromium.sh
@@ -70,6 +100,8 @@ go test -race -count=1 -run '^TestBrokerConnectionsClosedMidRun$' ./bus/ -fault.
 
 echo "test: PostgreSQL restarted mid-run, then stopped for a minute (alone: they stop the server every test shares)"
 go test -race -count=1 -run '^(TestDatabaseRestartedMidRun|TestDatabaseOutageOfAMinute)$' ./bus/ -fault.db
+
+broker_check
 
 echo "test: a short fuzz run of every parser (seed corpus: the f.Add calls in the tests)"
 go test -run '^$' -fuzz '^FuzzParseInterchange$' -fuzztime 10s ./middleware/inbox/edi/
