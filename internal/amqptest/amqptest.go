@@ -9,7 +9,8 @@
 // Every queue and exchange that belongs to the test. Names that tests
 // running at the same time share, in this package or another, are left:
 // deleting one under a test that publishes to it would fail that publish.
-// They are few and the same on every run, so they do not pile up. Shared are the topics named after a message type (bus.EventTopicOf:
+// They are few and the same on every run, so they do not pile up. Shared
+// are the topics named after a message type (bus.EventTopicOf:
 // "sales.OrderPlaced", "postroom.CleanupStore"), the default error topic
 // "error", and the error queues of such topics. A name belongs to the
 // test when it holds a random part (12 hex digits or more, as
