@@ -25,20 +25,22 @@ var chaosLong = flag.Bool("chaos.long", false, "run the long chaos test: 20,000 
 // a random consumer every so often and starts a new one. At the end every
 // message has exactly one business row, none missing, none doubled, and the
 // event each handler sent through the outbox reached a downstream endpoint
-// exactly once. It runs with a transaction per message, and with the
-// consumers' handler committing batches of up to 16 messages (WithBatch).
+// exactly once. It runs with a transaction per message, with the
+// consumers' handler committing batches of up to 16 messages (WithBatch),
+// and with a batch handler (HandleBatch) taking batches of up to 16.
 // Short by default (about half a minute each); -chaos.long runs the
 // 20,000-message version.
 func TestChaos(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		batch int
-	}{{"a transaction per message", 0}, {"batches of up to 16", 16}} {
-		t.Run(tc.name, func(t *testing.T) { chaos(t, tc.batch) })
+		name    string
+		batch   int
+		batchFn bool
+	}{{"a transaction per message", 0, false}, {"batches of up to 16", 16, false}, {"a batch handler, batches of up to 16", 16, true}} {
+		t.Run(tc.name, func(t *testing.T) { chaos(t, tc.batch, tc.batchFn) })
 	}
 }
 
-func chaos(t *testing.T, batch int) {
+func chaos(t *testing.T, batch int, batchFn bool) {
 	messages, minKill, maxKill := 4000, 300*time.Millisecond, 900*time.Millisecond
 	if *chaosLong {
 		messages, minKill, maxKill = 20000, time.Second, 3*time.Second
@@ -59,7 +61,8 @@ func chaos(t *testing.T, batch int) {
 
 	require.NoError(t, os.Setenv(childOutbox, "1"))
 	require.NoError(t, os.Setenv(childBatch, strconv.Itoa(batch)))
-	t.Cleanup(func() { os.Unsetenv(childOutbox); os.Unsetenv(childBatch) })
+	require.NoError(t, os.Setenv(childBatchFn, map[bool]string{true: "1", false: ""}[batchFn]))
+	t.Cleanup(func() { os.Unsetenv(childOutbox); os.Unsetenv(childBatch); os.Unsetenv(childBatchFn) })
 	consumers := make([]*consumer, 4)
 	for i := range consumers {
 		consumers[i] = startConsumer(t, p.dsn, p.url, p.endpoint, 0)
@@ -115,7 +118,7 @@ func chaos(t *testing.T, batch int) {
 	rows, distinct := p.effects(t)
 	var doneRows int64
 	require.NoError(t, p.db.Raw("SELECT COUNT(*) FROM done").Scan(&doneRows).Error)
-	t.Logf("chaos: %d messages (+30%% duplicates), %d kills, batches of up to %d", messages, kills, max(batch, 1))
+	t.Logf("chaos: %d messages (+30%% duplicates), %d kills, batches of up to %d, batch handler %t", messages, kills, max(batch, 1), batchFn)
 	require.Greater(t, kills, 0, "the controller killed consumers")
 	require.EqualValues(t, messages, distinct, "none missing")
 	require.EqualValues(t, messages, rows, "none doubled")

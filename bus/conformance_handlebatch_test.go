@@ -11,11 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/middleware/inbox"
 )
 
 // Conformance checks of batch handlers (bus.HandleBatch), on every store
@@ -24,7 +26,7 @@ import (
 
 // batchCalls records the messages (their N) of each call of a batch
 // handler, and writes one effect per message through the batch's
-// transaction.
+// transaction. Its first call takes 100 ms.
 type batchCalls struct {
 	mu    sync.Mutex
 	calls [][]int
@@ -45,7 +47,14 @@ func (l *batchCalls) handler(c *confCase, fail func(call []int, n int) error) bu
 		}
 		l.mu.Lock()
 		l.calls = append(l.calls, call)
+		first := len(l.calls) == 1
 		l.mu.Unlock()
+		if first {
+			// The messages after the first batch's arrive while it runs,
+			// and join the next: batches of more than one form whatever
+			// the speed of the store against the transport's.
+			time.Sleep(100 * time.Millisecond)
+		}
 		for _, m := range ms {
 			if err := bus.Tx(ctx).Exec("INSERT INTO "+c.effects+" (consumer, id) VALUES (?, ?)", "batch", strconv.Itoa(m.N)).Error; err != nil {
 				return err
@@ -166,4 +175,72 @@ func checkHandleBatchPoison(t *testing.T, c *confCase) {
 	require.EqualValues(t, 2, b.Counters().Get("conf.Cmd", metrics.Failed), "both in the error topic")
 	_, largest := calls.seen(0)
 	require.Greater(t, largest, 1, "messages handled at the same time share a call")
+}
+
+// checkHandleBatchCopyOfFailed: two messages with one inbox key (10 and
+// 11: a sender's corrected resend under the same interchange number) are
+// handled at the same time with four others; 10 always fails. The later
+// copy of a key is a duplicate only if the first commits: whichever comes
+// first, 11 is applied once, and 10 is skipped as its duplicate or goes to
+// the error topic, never both lost.
+func checkHandleBatchCopyOfFailed(t *testing.T, c *confCase) {
+	b := newConfBus(t, c, nil)
+	var calls batchCalls
+	prefix := testenv.Name("hb-copy-") + "-"
+	sameKey := func(msg *message.Message) (inbox.Key, error) {
+		if strings.HasSuffix(msg.UUID, "-10") || strings.HasSuffix(msg.UUID, "-11") {
+			return inbox.Key{MessageID: prefix + "resent"}, nil
+		}
+		return inbox.Key{MessageID: msg.UUID}, nil
+	}
+	require.NoError(t, bus.HandleBatch(b, calls.handler(c, func(_ []int, n int) error {
+		if n == 10 {
+			return bus.Unrecoverable(errors.New("interchange 10 is malformed"))
+		}
+		return nil
+	}), bus.WithInboxKey(sameKey), bus.WithBatch(8, 500*time.Millisecond)))
+	want := sendBatch(t, b, []int{0, 10, 1, 11, 2, 3}, func(n int) string { return prefix + strconv.Itoa(n) })
+	delete(want, "batch 10")
+	run(t, b)
+	settled(t, b, "conf.Cmd", 6)
+	require.Equal(t, want, effects(t, c), "11 applied once, whether it came before 10 or after")
+	require.EqualValues(t, 5, b.Counters().Get("conf.Cmd", metrics.Handled))
+	require.EqualValues(t, 1, b.Counters().Get("conf.Cmd", metrics.Failed)+b.Counters().Get("conf.Cmd", metrics.Duplicate),
+		"10 in the error topic, or skipped as a duplicate of 11 once 11 committed")
+}
+
+// checkHandleBatchSwallowedError: of eight commands handled at the same
+// time, the handler runs a statement for the fourth that fails, and does
+// not return its error, twice. On PostgreSQL that aborts the transaction:
+// the call fails at its savepoint, each message runs alone, and the fourth
+// fails alone again; the others are in two calls, not retried with it.
+// Elsewhere the transaction goes on. Each is applied once.
+func checkHandleBatchSwallowedError(t *testing.T, c *confCase) {
+	b := newConfBus(t, c, nil)
+	var calls batchCalls
+	var swallowed atomic.Int32
+	record := calls.handler(c, func([]int, int) error { return nil })
+	require.NoError(t, bus.HandleBatch(b, func(ctx context.Context, ms []*ConfCmd) error {
+		if err := record(ctx, ms); err != nil {
+			return err
+		}
+		for _, m := range ms {
+			if m.N == 3 && swallowed.Add(1) <= 2 {
+				_ = bus.Tx(ctx).Exec("INSERT INTO no_such_table (id) VALUES ('x')").Error // the error ignored
+			}
+		}
+		return nil
+	}, bus.WithInbox(), bus.WithBatch(8, time.Second)))
+	prefix := testenv.Name("hb-swallow-") + "-"
+	want := sendBatch(t, b, []int{0, 1, 2, 3, 4, 5, 6, 7}, func(n int) string { return prefix + strconv.Itoa(n) })
+	run(t, b)
+	settled(t, b, "conf.Cmd", 8)
+	require.Equal(t, want, effects(t, c), "each applied once; what the aborted calls wrote rolled back")
+	require.EqualValues(t, 0, b.Counters().Get("conf.Cmd", metrics.Failed))
+	_, largest := calls.seen(0)
+	require.Greater(t, largest, 1, "messages handled at the same time share a call")
+	for _, n := range []int{0, 1, 2, 4, 5, 6, 7} {
+		times, _ := calls.seen(n)
+		require.LessOrEqual(t, times, 2, "message %d was retried with the one whose call swallowed an error", n)
+	}
 }

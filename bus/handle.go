@@ -38,7 +38,8 @@ type handlerConfig struct {
 	delays      *[]time.Duration // nil: Config.DelayedRetries
 	batchSize   int              // 0: a transaction per message
 	batchWait   time.Duration
-	inFlight    func() int // the handler's deliveries being handled
+	inFlight    func() int   // the handler's deliveries being handled
+	onSettle    func(func()) // sets what runs each time one of them is done
 }
 
 // Named names the handler. It defaults to the message name; two handlers of
@@ -177,7 +178,9 @@ func (b *Bus) register(name string, byRun bool, opts []HandlerOption, build func
 		}
 	}()
 	var inFlight atomic.Int64 // the handler's deliveries being handled
+	var settle func()         // a batch handler's: a batch may wait for them
 	hc.inFlight = func() int { return int(inFlight.Load()) }
+	hc.onSettle = func(f func()) { settle = f }
 	h, err := build(hc)
 	if err != nil {
 		return err
@@ -234,7 +237,12 @@ func (b *Bus) register(name string, byRun bool, opts []HandlerOption, build func
 				growStack()
 				if hc.batchSize > 1 { // only a batch asks
 					inFlight.Add(1)
-					defer inFlight.Add(-1)
+					defer func() {
+						inFlight.Add(-1)
+						if settle != nil {
+							settle()
+						}
+					}()
 				}
 				return guarded(msg)
 			})

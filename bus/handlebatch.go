@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
+	"slices"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -63,6 +65,10 @@ type batchMember[T any] struct {
 	msg   *message.Message
 	in    *incoming
 	claim inbox.Claim
+	item  *unitofwork.Collected // its place in the batch: Err fails it alone
+	dup   bool                  // skipped: its key was claimed before
+
+	copies []*batchMember[T] // the later messages of its batch with its key
 }
 
 // batched returns the handler that hands each message to a batch of fn.
@@ -78,9 +84,6 @@ func batched[T any](b *Bus, hc handlerConfig, fn BatchFunc[T]) (message.HandlerF
 	if err := hc.validateBatch(); err != nil {
 		return nil, err
 	}
-	if err := b.keepsKeys(hc); err != nil {
-		return nil, err
-	}
 	var claimer *inbox.Batch
 	if hc.inbox {
 		if err := inbox.CheckRetention(b.cfg.InboxRetention, b.cfg.RedeliveryHorizon()); err != nil {
@@ -93,11 +96,15 @@ func batched[T any](b *Bus, hc handlerConfig, fn BatchFunc[T]) (message.HandlerF
 			return nil, fmt.Errorf("bus: handler %s: %w", hc.name, err)
 		}
 	}
-	run := batchRun[T]{fn: fn, claimer: claimer}
+	run := batchRun[T]{fn: fn, claimer: claimer, log: b.cfg.Logger}
 	col, err := unitofwork.NewCollector(unitofwork.Config{DB: b.cfg.DB, BatchSize: hc.batchSize, BatchWait: hc.batchWait, InFlight: hc.inFlight}, run.run)
 	if err != nil {
 		return nil, fmt.Errorf("bus: handler %s: %w", hc.name, err)
 	}
+	if err := b.keepsKeys(hc); err != nil {
+		return nil, err
+	}
+	hc.onSettle(col.Settle)
 	name := MessageName[T]()
 	return func(msg *message.Message) ([]*message.Message, error) {
 		m, err := decode[T](b, name, msg)
@@ -110,7 +117,13 @@ func batched[T any](b *Bus, hc handlerConfig, fn BatchFunc[T]) (message.HandlerF
 				return nil, err
 			}
 		}
-		return nil, col.Add(msg.Context(), member)
+		if err := col.Add(msg.Context(), member); err != nil {
+			return nil, err
+		}
+		if member.dup {
+			claimer.Skipped(msg.Context(), member.claim) // once its count committed
+		}
+		return nil, nil
 	}, nil
 }
 
@@ -118,6 +131,7 @@ func batched[T any](b *Bus, hc handlerConfig, fn BatchFunc[T]) (message.HandlerF
 type batchRun[T any] struct {
 	fn      BatchFunc[T]
 	claimer *inbox.Batch // nil without the inbox
+	log     *slog.Logger
 }
 
 // run claims the batch's keys and calls fn with the new messages, all at
@@ -125,15 +139,15 @@ type batchRun[T any] struct {
 // it returns fails every message of the batch: a broken transaction.
 func (r batchRun[T]) run(ctx context.Context, items []*unitofwork.Collected) error {
 	members := make([]*batchMember[T], len(items))
-	itemOf := make(map[*batchMember[T]]*unitofwork.Collected, len(items))
 	for i, it := range items {
 		members[i] = it.Item.(*batchMember[T])
-		itemOf[members[i]] = it
+		members[i].item = it
 	}
 	if len(members) == 1 {
 		// Alone: its failure rolls the whole transaction back, so it needs
 		// no savepoint.
-		dup, err := r.claimAndCall(ctx, members[0])
+		m := members[0]
+		dup, err := r.claimAndCall(ctx, m)
 		var failed *batchFailed
 		switch {
 		case errors.As(err, &failed):
@@ -141,46 +155,53 @@ func (r batchRun[T]) run(ctx context.Context, items []*unitofwork.Collected) err
 		case err != nil:
 			return err
 		case dup:
-			return r.claimer.Duplicate(ctx, members[0].claim)
+			m.dup = true
+			return r.claimer.Duplicate(ctx, m.claim)
 		}
-		members[0].ran()
+		m.ran()
 		return nil
 	}
+	members = r.originals(members)
 	var fresh, dups []*batchMember[T]
+	claimed := false
 	err := unitofwork.Savepoint(ctx, func(ctx context.Context) error {
 		var err error
 		if fresh, dups, err = r.claimAll(ctx, members); err != nil {
 			return err
 		}
+		claimed = true
 		return r.call(ctx, fresh)
 	})
-	var failed *batchFailed
+	for _, m := range dups { // (ranges over those found so far)
+		dups = append(dups, m.copies...) // the copies of a duplicate are too
+	}
 	switch {
 	case err == nil:
 		for _, m := range fresh {
 			m.ran()
+			dups = append(dups, m.copies...)
 		}
-	case !errors.As(err, &failed):
+	case !claimed || !callFailed(err):
 		return err // the transaction broke, or the claim failed
-	case len(fresh) == 1:
-		itemOf[fresh[0]].Err = failed.err
 	default:
-		// Each alone, to retry only the one that fails.
+		// Each alone, to retry only the one that fails; a copy of its key
+		// in the batch after it, a duplicate once it has committed.
 		for _, m := range fresh {
-			dup, err := r.alone(ctx, m)
-			switch {
-			case errors.As(err, &failed):
-				itemOf[m].Err = failed.err
-			case err != nil:
+			if len(fresh) == 1 {
+				m.item.Err = callError(err) // it failed alone
+			} else if err := r.alone(ctx, m, &dups); err != nil {
 				return err
-			case dup:
-				dups = append(dups, m) // handled meanwhile, by another batch
-			default:
-				m.ran()
+			}
+			for _, c := range m.copies {
+				if err := r.alone(ctx, c, &dups); err != nil {
+					return err
+				}
 			}
 		}
 	}
+	slices.SortFunc(dups, byClaim) // counted in the order keys are claimed: no deadlock
 	for _, m := range dups {
+		m.dup = true
 		if err := r.claimer.Duplicate(ctx, m.claim); err != nil {
 			return err
 		}
@@ -188,14 +209,52 @@ func (r batchRun[T]) run(ctx context.Context, items []*unitofwork.Collected) err
 	return nil
 }
 
+// originals sorts members by key, the order their keys are claimed in, so
+// that two batches with keys in common wait for each other instead of
+// deadlocking, and sets the later copies of a key apart, on the first
+// message with that key: a copy is a duplicate once that one commits, and
+// is handled alone if it does not. Without the inbox every member is its
+// own.
+func (r batchRun[T]) originals(members []*batchMember[T]) []*batchMember[T] {
+	if r.claimer == nil {
+		return members
+	}
+	slices.SortStableFunc(members, byClaim)
+	kept := members[:1]
+	for _, m := range members[1:] {
+		if first := kept[len(kept)-1]; first.claim == m.claim {
+			first.copies = append(first.copies, m)
+			continue
+		}
+		kept = append(kept, m)
+	}
+	return kept
+}
+
+// byClaim orders members by key.
+func byClaim[T any](a, b *batchMember[T]) int { return inbox.CompareClaims(a.claim, b.claim) }
+
 // alone claims m's key and calls fn with m alone, in a savepoint of the
-// transaction in ctx; dup is true when another batch claimed the key first.
-func (r batchRun[T]) alone(ctx context.Context, m *batchMember[T]) (dup bool, err error) {
-	err = unitofwork.Savepoint(ctx, func(ctx context.Context) error {
+// transaction in ctx: m fails alone when fn fails, and joins dups when
+// another message claimed its key first. An error it returns is the
+// transaction's.
+func (r batchRun[T]) alone(ctx context.Context, m *batchMember[T], dups *[]*batchMember[T]) error {
+	var dup bool
+	err := unitofwork.Savepoint(ctx, func(ctx context.Context) (err error) {
 		dup, err = r.claimAndCall(ctx, m)
 		return err
 	})
-	return dup, err
+	switch {
+	case callFailed(err):
+		m.item.Err = callError(err)
+	case err != nil:
+		return err
+	case dup:
+		*dups = append(*dups, m)
+	default:
+		m.ran()
+	}
+	return nil
 }
 
 // claimAndCall claims m's key in ctx and calls fn with m alone when it is
@@ -239,6 +298,22 @@ type batchFailed struct{ err error }
 
 func (e *batchFailed) Error() string { return e.err.Error() }
 
+// callFailed reports whether err, from a savepoint around fn, is fn's
+// failure: its error or panic, or a statement it ran that failed without
+// fn returning the error (unitofwork.ErrSavepointAborted).
+func callFailed(err error) bool {
+	var failed *batchFailed
+	return errors.As(err, &failed) || errors.Is(err, unitofwork.ErrSavepointAborted)
+}
+
+// callError is the error a message fails with when callFailed(err).
+func callError(err error) error {
+	if failed, ok := errors.AsType[*batchFailed](err); ok {
+		return failed.err
+	}
+	return err
+}
+
 // call calls fn with the messages of ms, as the first of them: what fn
 // sends is that message's. A failure drops what it queued to send.
 func (r batchRun[T]) call(ctx context.Context, ms []*batchMember[T]) (err error) {
@@ -253,7 +328,8 @@ func (r batchRun[T]) call(ctx context.Context, ms []*batchMember[T]) (err error)
 	}
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("%w: %v\n%s", ErrPanic, p, debug.Stack())
+			err = fmt.Errorf("%w: %v", ErrPanic, p)
+			r.log.Error("bus: batch handler panicked", "message_id", ms[0].msg.UUID, "messages", len(ms), "panic", p, "stack", string(debug.Stack()))
 		}
 		if err != nil {
 			if in != nil {

@@ -47,6 +47,7 @@ const (
 	childDelayed = "POSTROOM_TEST_CHILD_DELAYED"       // "1": delayed retries after 2 s, due messages looked for every 100 ms
 	childFailTil = "POSTROOM_TEST_CHILD_FAIL_UNTIL"    // Unix ms: every Work fails before then
 	childBatch   = "POSTROOM_TEST_CHILD_BATCH"         // N: Work's handler commits in batches of up to N (WithBatch)
+	childBatchFn = "POSTROOM_TEST_CHILD_BATCH_HANDLER" // "1": Work's handler is a batch handler (HandleBatch), batches per childBatch
 )
 
 // WorkDone is published by a consumer process for each Work it handles,
@@ -120,7 +121,7 @@ func runConsumer() int {
 	if err != nil {
 		return fail(err)
 	}
-	err = bus.Handle(b, func(ctx context.Context, w *Work) error {
+	handle := func(ctx context.Context, w *Work) error {
 		if time.Now().UnixMilli() < failUntil {
 			return errors.New("failpoint: fails until " + os.Getenv(childFailTil))
 		}
@@ -135,7 +136,19 @@ func runConsumer() int {
 			return bus.Publish(ctx, b, &WorkDone{N: w.N})
 		}
 		return nil
-	}, workOptions()...)
+	}
+	if os.Getenv(childBatchFn) == "1" {
+		err = bus.HandleBatch(b, func(ctx context.Context, ws []*Work) error {
+			for _, w := range ws {
+				if err := handle(ctx, w); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, workOptions()...)
+	} else {
+		err = bus.Handle(b, handle, workOptions()...)
+	}
 	if err != nil {
 		return fail(err)
 	}

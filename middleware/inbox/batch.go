@@ -32,6 +32,14 @@ type Claim struct {
 	Type     string
 }
 
+// CompareClaims orders claims by key: the order ClaimAll inserts them in.
+// Statements on many keys of one transaction take them in this order, so
+// that two transactions with keys in common wait for each other instead of
+// deadlocking.
+func CompareClaims(a, b Claim) int {
+	return cmp.Or(cmp.Compare(a.Consumer, b.Consumer), cmp.Compare(a.Key.Source, b.Key.Source), cmp.Compare(a.Key.MessageID, b.Key.MessageID))
+}
+
 // NewBatch returns the batch claimer of cfg.
 func NewBatch(cfg Config) (*Batch, error) {
 	cfg = cfg.withDefaults()
@@ -73,10 +81,7 @@ func (b *Batch) ClaimAll(ctx context.Context, claims []Claim) (fresh []bool, err
 			order = append(order, i)
 		}
 	}
-	slices.SortFunc(order, func(i, j int) int {
-		a, c := claims[i], claims[j]
-		return cmp.Or(cmp.Compare(a.Consumer, c.Consumer), cmp.Compare(a.Key.Source, c.Key.Source), cmp.Compare(a.Key.MessageID, c.Key.MessageID))
-	})
+	slices.SortFunc(order, func(i, j int) int { return CompareClaims(claims[i], claims[j]) })
 	if len(order) == 0 {
 		return fresh, nil
 	}
@@ -127,12 +132,15 @@ func (b *Batch) Claim(ctx context.Context, c Claim) (bool, error) {
 	return rows == 1, nil
 }
 
-// Duplicate records that c's message was skipped as a duplicate: counted
-// on its row, in the unit of work in ctx, and in the metrics.
+// Duplicate counts c's message, skipped as a duplicate, on its row, in the
+// unit of work in ctx. Skipped records it in the metrics once that commits.
 func (b *Batch) Duplicate(ctx context.Context, c Claim) error {
-	b.cfg.duplicate(ctx, c.Consumer, c.Key)
 	if _, err := unitofwork.Exec(ctx, b.countDup, c.Consumer, c.Key.Source, c.Key.MessageID); err != nil {
 		return fmt.Errorf("inbox: count duplicate: %w", err)
 	}
 	return nil
 }
+
+// Skipped records in the metrics and the log that c's message was skipped
+// as a duplicate, once Duplicate's count has committed.
+func (b *Batch) Skipped(ctx context.Context, c Claim) { b.cfg.duplicate(ctx, c.Consumer, c.Key) }

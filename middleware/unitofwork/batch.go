@@ -61,6 +61,12 @@ type batch struct {
 
 	items []*Collected // a Collector's batch: what its members handed in
 
+	// live counts the members whose context is not done: when every
+	// member's is (the bus is stopping), cancel ends the transaction's.
+	live   int
+	cancel context.CancelFunc
+	stops  []func() bool // stop watching the members' contexts
+
 	done chan struct{} // closed when the transaction ended
 	err  error         // how it ended: nil when committed; set before done closes
 }
@@ -99,8 +105,10 @@ func (b *batcher) joinWith(ctx context.Context, it *Collected) (*batch, int) {
 	bt := b.open
 	if bt == nil {
 		// The transaction outlives the member that begins it, so it keeps
-		// the context's values but not its end.
-		bt = &batch{b: b, tx: &unit{db: b.db, ctx: context.WithoutCancel(ctx)}, done: make(chan struct{})}
+		// the context's values but not its end: it ends when every
+		// member's context has.
+		txCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		bt = &batch{b: b, tx: &unit{db: b.db, ctx: txCtx}, cancel: cancel, done: make(chan struct{})}
 		// Messages come one at a time when the last batch had one and no
 		// batch is still ending: this one then commits as soon as every
 		// message in flight has joined it and run, instead of waiting for
@@ -114,6 +122,8 @@ func (b *batcher) joinWith(ctx context.Context, it *Collected) (*batch, int) {
 	bt.mu.Lock()
 	defer bt.mu.Unlock()
 	bt.joined++
+	bt.live++
+	bt.stops = append(bt.stops, context.AfterFunc(ctx, bt.memberGone))
 	if it != nil {
 		bt.items = append(bt.items, it)
 	}
@@ -123,6 +133,18 @@ func (b *batcher) joinWith(ctx context.Context, it *Collected) (*batch, int) {
 		bt.timer.Stop()
 	}
 	return bt, bt.joined
+}
+
+// memberGone records that a member's context is done, and cancels the
+// transaction's when every member's is.
+func (bt *batch) memberGone() {
+	bt.mu.Lock()
+	bt.live--
+	gone := bt.live == 0
+	bt.mu.Unlock()
+	if gone {
+		bt.cancel()
+	}
 }
 
 // closeEagerLocked closes the open batch and returns it, to be ended, when
@@ -192,6 +214,8 @@ func (bt *batch) readyLocked() bool {
 
 // end commits the transaction, or rolls it back when it broke.
 func (bt *batch) end() {
+	defer close(bt.done) // also when a Collector's function calls runtime.Goexit
+	defer bt.unwatch()
 	bt.mu.Lock()
 	broken, members := bt.broken, bt.joined
 	bt.mu.Unlock()
@@ -200,14 +224,25 @@ func (bt *batch) end() {
 	bt.b.lastSingle = members == 1
 	bt.b.mu.Unlock()
 	if bt.b.collect != nil {
-		bt.err = bt.runCollected()
+		bt.runCollected()
 	} else if broken != nil {
 		_ = bt.tx.end(false)
 		bt.err = broken
 	} else if err := bt.tx.end(true); err != nil {
 		bt.err = fmt.Errorf("unitofwork: batch commit: %w", err)
 	}
-	close(bt.done)
+}
+
+// unwatch stops watching the members' contexts once the transaction ended.
+func (bt *batch) unwatch() {
+	bt.mu.Lock()
+	stops := bt.stops
+	bt.stops = nil
+	bt.mu.Unlock()
+	for _, stop := range stops {
+		stop()
+	}
+	bt.cancel()
 }
 
 // breakWith marks the transaction unusable.
@@ -259,7 +294,9 @@ func (bt *batch) member(msg *message.Message, h message.HandlerFunc, n int) (out
 	}
 	done = true
 	if err := m.end(true); err != nil {
-		bt.breakWith(err)
+		if !errors.Is(err, ErrSavepointAborted) { // else rolled back to its savepoint alone
+			bt.breakWith(err)
+		}
 		return nil, false, err
 	}
 	return out, true, nil
@@ -284,12 +321,29 @@ func (u *unit) beginSavepoint() (gorm.ConnPool, error) {
 	return conn, nil
 }
 
+// ErrSavepointAborted wraps the error of a savepoint that could not be
+// released on PostgreSQL: a statement in it failed and the handler did not
+// return the error, which left the transaction aborted. Its writes are
+// rolled back, as if the handler had failed; the rest of the batch goes on.
+var ErrSavepointAborted = errors.New("unitofwork: a statement failed in the handler and its error was not returned")
+
 // endSavepoint ends a batch member's unit: on commit it keeps the
 // savepoint's writes for the batch's commit; otherwise it rolls back to the
-// savepoint and runs the statements AfterRollback queued.
+// savepoint and runs the statements AfterRollback queued. On PostgreSQL,
+// where a failed statement aborts the whole transaction until a rollback
+// to a savepoint, a commit releases the savepoint: one that cannot be is
+// rolled back, and its error wraps ErrSavepointAborted.
 func (u *unit) endSavepoint(conn gorm.ConnPool, commit bool) error {
+	var aborted error
 	if commit {
-		return nil
+		if u.db.Dialector.Name() != "postgres" {
+			return nil // a failed statement leaves the transaction usable
+		}
+		_, err := conn.ExecContext(u.ctx, "RELEASE SAVEPOINT "+u.savepoint)
+		if err == nil {
+			return nil
+		}
+		aborted = err
 	}
 	if _, err := conn.ExecContext(u.ctx, "ROLLBACK TO SAVEPOINT "+u.savepoint); err != nil {
 		return fmt.Errorf("unitofwork: rollback to savepoint: %w", err)
@@ -298,6 +352,9 @@ func (u *unit) endSavepoint(conn gorm.ConnPool, commit bool) error {
 		if _, err := conn.ExecContext(u.ctx, s.query, s.args...); err != nil {
 			return fmt.Errorf("unitofwork: after rollback: %w", err)
 		}
+	}
+	if aborted != nil {
+		return fmt.Errorf("%w: %w", ErrSavepointAborted, aborted)
 	}
 	return nil
 }

@@ -3,8 +3,8 @@ package unitofwork
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
-	"runtime/debug"
 	"strconv"
 	"sync/atomic"
 )
@@ -58,23 +58,45 @@ func (c *Collector) Add(ctx context.Context, item any) error {
 	return it.Err
 }
 
-// runCollected runs the batch's function in its transaction and ends the
-// transaction: a panic fails the batch like an error.
-func (bt *batch) runCollected() (err error) {
+// Settle tells the collector that one of the messages it was given has
+// left the handler (Config.InFlight dropped): while messages come one at a
+// time, a batch that waited for it ends at once if every message still in
+// flight has joined it, instead of waiting Config.BatchWait.
+func (c *Collector) Settle() {
+	c.b.mu.Lock()
+	bt := c.b.closeEagerLocked()
+	c.b.mu.Unlock()
+	if bt != nil {
+		go bt.end()
+	}
+}
+
+// runCollected runs the batch's function in its transaction, ends the
+// transaction and sets bt.err: the transaction commits only when the
+// function returned nil and did not mark it RollbackOnly; a panic, or a
+// runtime.Goexit, fails the batch like an error.
+func (bt *batch) runCollected() {
 	ctx := context.WithValue(bt.tx.ctx, unitKey{}, bt.tx)
+	returned := false
+	var err error
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("unitofwork: batch panicked: %v\n%s", r, debug.Stack())
+			err = fmt.Errorf("unitofwork: batch panicked: %v", r)
+		} else if !returned {
+			err = errors.New("unitofwork: the batch's function did not return (runtime.Goexit)")
 		}
-		if err != nil {
+		switch {
+		case err != nil || bt.tx.rollbackOnly:
 			_ = bt.tx.end(false)
-			return
+		default:
+			if cErr := bt.tx.end(true); cErr != nil {
+				err = fmt.Errorf("unitofwork: batch commit: %w", cErr)
+			}
 		}
-		if cErr := bt.tx.end(true); cErr != nil {
-			err = fmt.Errorf("unitofwork: batch commit: %w", cErr)
-		}
+		bt.err = err
 	}()
-	return bt.b.collect(ctx, bt.items)
+	err = bt.b.collect(ctx, bt.items)
+	returned = true
 }
 
 // Savepoint runs f in a savepoint of the unit of work in ctx: when f
@@ -82,7 +104,9 @@ func (bt *batch) runCollected() (err error) {
 // is rolled back, and the rest of the transaction is kept. f's context
 // carries the savepoint's unit (Tx, Exec, RollbackOnly see it). A
 // savepoint that cannot be rolled back leaves the transaction unusable;
-// its error then wraps ErrBatchBroken.
+// its error then wraps ErrBatchBroken. On PostgreSQL, a statement in f that
+// failed without f returning its error rolls the savepoint back too, and
+// the error wraps ErrSavepointAborted.
 func Savepoint(ctx context.Context, f func(ctx context.Context) error) (err error) {
 	parent, ok := ctx.Value(unitKey{}).(*unit)
 	if !ok {
@@ -109,7 +133,11 @@ func Savepoint(ctx context.Context, f func(ctx context.Context) error) (err erro
 		return err
 	}
 	done = true
-	return sp.end(true)
+	err = sp.end(true)
+	if err != nil && !errors.Is(err, ErrSavepointAborted) {
+		return fmt.Errorf("%w: %w", ErrBatchBroken, err)
+	}
+	return err // ErrSavepointAborted: rolled back, f's writes are not kept
 }
 
 // savepoints numbers savepoints: names unique in any transaction.

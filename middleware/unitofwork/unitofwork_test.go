@@ -3,6 +3,7 @@ package unitofwork_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -86,37 +87,49 @@ func TestUnitOfWorkKeepsGormsTransactionSettings(t *testing.T) {
 	require.EqualValues(t, 4, count())
 }
 
-// TestBrokenBatchCommitsNothing: on PostgreSQL a statement error a handler
-// swallows leaves the transaction aborted. Whatever the order the three
-// members of the batch run in, none of them commits and each gets an
-// error (to be retried), though two of them did nothing wrong.
-func TestBrokenBatchCommitsNothing(t *testing.T) {
+// TestSwallowedErrorFailsItsMemberAlone: on PostgreSQL a statement error
+// a handler swallows leaves the transaction aborted until a rollback to a
+// savepoint. Whatever the order the three members of the batch run in, the
+// one that swallowed it fails alone (its savepoint is not released, and is
+// rolled back) and the two others commit.
+func TestSwallowedErrorFailsItsMemberAlone(t *testing.T) {
 	db := testenv.Postgres(t)
 	require.NoError(t, db.Exec("CREATE TABLE effects (id VARCHAR(20) NOT NULL)").Error)
 	mw, err := unitofwork.New(unitofwork.Config{DB: db, BatchSize: 3, BatchWait: 5 * time.Second})
 	require.NoError(t, err)
 	h := mw(func(msg *message.Message) ([]*message.Message, error) {
 		tx := unitofwork.Tx(msg.Context())
+		if err := tx.Exec("INSERT INTO effects (id) VALUES (?)", msg.UUID).Error; err != nil {
+			return nil, err
+		}
 		if msg.UUID == "bad" {
 			_ = tx.Exec("INSERT INTO no_such_table VALUES (1)").Error // swallowed
-			return nil, nil
 		}
-		return nil, tx.Exec("INSERT INTO effects (id) VALUES (?)", msg.UUID).Error
+		return nil, nil
 	})
 	errs := make(chan error, 3)
 	for _, id := range []string{"a", "bad", "b"} {
 		go func() {
 			msg := message.NewMessage(id, nil)
 			_, err := h(msg)
+			if err != nil {
+				err = fmt.Errorf("%s: %w", id, err)
+			}
 			errs <- err
 		}()
 	}
+	var failed []error
 	for range 3 {
-		require.Error(t, <-errs)
+		if err := <-errs; err != nil {
+			failed = append(failed, err)
+		}
 	}
-	var n int64
-	require.NoError(t, db.Raw("SELECT COUNT(*) FROM effects").Scan(&n).Error)
-	require.Zero(t, n)
+	require.Len(t, failed, 1)
+	require.ErrorIs(t, failed[0], unitofwork.ErrSavepointAborted)
+	require.ErrorContains(t, failed[0], "bad: ")
+	var ids []string
+	require.NoError(t, db.Raw("SELECT id FROM effects ORDER BY id").Scan(&ids).Error)
+	require.Equal(t, []string{"a", "b"}, ids)
 }
 
 // TestBatchMembersWaitForTheCommit: a member's Run returns only once its
