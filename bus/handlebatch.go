@@ -66,6 +66,7 @@ type batchMember[T any] struct {
 	in    *incoming
 	claim inbox.Claim
 	item  *unitofwork.Collected // its place in the batch: Err fails it alone
+	pos   int                   // the order it joined the batch in
 	dup   bool                  // skipped: its key was claimed before
 
 	copies []*batchMember[T] // the later messages of its batch with its key
@@ -141,7 +142,7 @@ func (r batchRun[T]) run(ctx context.Context, items []*unitofwork.Collected) err
 	members := make([]*batchMember[T], len(items))
 	for i, it := range items {
 		members[i] = it.Item.(*batchMember[T])
-		members[i].item = it
+		members[i].item, members[i].pos = it, i
 	}
 	if len(members) == 1 {
 		// Alone: its failure rolls the whole transaction back, so it needs
@@ -170,7 +171,7 @@ func (r batchRun[T]) run(ctx context.Context, items []*unitofwork.Collected) err
 			return err
 		}
 		claimed = true
-		return r.call(ctx, fresh)
+		return r.call(ctx, inArrival(fresh)) // claimed in key order, handled in arrival order
 	})
 	for _, m := range dups { // (ranges over those found so far)
 		dups = append(dups, m.copies...) // the copies of a duplicate are too
@@ -222,13 +223,20 @@ func (r batchRun[T]) originals(members []*batchMember[T]) []*batchMember[T] {
 	slices.SortStableFunc(members, byClaim)
 	kept := members[:1]
 	for _, m := range members[1:] {
-		if first := kept[len(kept)-1]; first.claim == m.claim {
+		if first := kept[len(kept)-1]; byClaim(first, m) == 0 { // one key, whatever their types
 			first.copies = append(first.copies, m)
 			continue
 		}
 		kept = append(kept, m)
 	}
 	return kept
+}
+
+// inArrival returns ms in the order they joined the batch.
+func inArrival[T any](ms []*batchMember[T]) []*batchMember[T] {
+	ms = slices.Clone(ms)
+	slices.SortFunc(ms, func(a, b *batchMember[T]) int { return a.pos - b.pos })
+	return ms
 }
 
 // byClaim orders members by key.

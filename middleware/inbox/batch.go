@@ -74,10 +74,14 @@ func (b *Batch) KeyOf(msg *message.Message) (Claim, error) {
 func (b *Batch) ClaimAll(ctx context.Context, claims []Claim) (fresh []bool, err error) {
 	fresh = make([]bool, len(claims))
 	order := make([]int, 0, len(claims))
-	seen := make(map[Claim]bool, len(claims))
+	type key struct {
+		consumer string
+		Key
+	}
+	seen := make(map[key]bool, len(claims))
 	for i, c := range claims {
-		if !seen[c] { // a later copy stays a duplicate
-			seen[c] = true
+		if k := (key{c.Consumer, c.Key}); !seen[k] { // a later copy stays a duplicate, whatever its type
+			seen[k] = true
 			order = append(order, i)
 		}
 	}

@@ -78,7 +78,8 @@ func (b *batcher) run(msg *message.Message, h message.HandlerFunc) ([]*message.M
 		return h(msg) // joins the unit of work around it
 	}
 	bt, n := b.join(msg.Context())
-	out, kept, err := bt.member(msg, h, n)
+	m := &unit{db: b.db, parent: bt.tx, savepoint: "postroom_" + strconv.Itoa(n), releaseLater: true}
+	out, kept, err := bt.member(msg, h, m)
 	<-bt.done
 	if err != nil {
 		return nil, err
@@ -87,6 +88,9 @@ func (b *batcher) run(msg *message.Message, h message.HandlerFunc) ([]*message.M
 		// Rolled back with the others: a message skipped as a duplicate of
 		// another member is retried too, since that member is.
 		return nil, bt.err
+	}
+	if m.late != nil {
+		return nil, m.late // its savepoint could not be released, and was rolled back
 	}
 	if !kept {
 		return nil, nil
@@ -228,6 +232,9 @@ func (bt *batch) end() {
 	} else if broken != nil {
 		_ = bt.tx.end(false)
 		bt.err = broken
+	} else if err := bt.tx.releasePending(); err != nil {
+		_ = bt.tx.end(false)
+		bt.err = fmt.Errorf("%w: %w", ErrBatchBroken, err)
 	} else if err := bt.tx.end(true); err != nil {
 		bt.err = fmt.Errorf("unitofwork: batch commit: %w", err)
 	}
@@ -263,7 +270,7 @@ func (bt *batch) brokenErr() error {
 // member runs h for msg in its turn, in a savepoint of the batch's
 // transaction. kept is false when the message's writes were rolled back
 // (its handler failed, or a middleware marked it RollbackOnly).
-func (bt *batch) member(msg *message.Message, h message.HandlerFunc, n int) (out []*message.Message, kept bool, err error) {
+func (bt *batch) member(msg *message.Message, h message.HandlerFunc, m *unit) (out []*message.Message, kept bool, err error) {
 	defer bt.finish()
 	bt.turn.Lock()
 	defer bt.turn.Unlock()
@@ -271,7 +278,7 @@ func (bt *batch) member(msg *message.Message, h message.HandlerFunc, n int) (out
 		return nil, false, err
 	}
 	parent := msg.Context()
-	m := &unit{db: bt.b.db, ctx: parent, parent: bt.tx, savepoint: "postroom_" + strconv.Itoa(n)}
+	m.ctx = parent
 	msg.SetContext(context.WithValue(parent, unitKey{}, m))
 	done := false
 	defer func() {
@@ -309,9 +316,11 @@ func (bt *batch) member(msg *message.Message, h message.HandlerFunc, n int) (out
 func (u *unit) beginSavepoint() (gorm.ConnPool, error) {
 	u.parent.mu.Lock()
 	conn, err := u.parent.begin()
+	prev := u.parent.pending
+	u.parent.pending = nil
 	u.parent.mu.Unlock()
 	if err == nil {
-		_, err = conn.ExecContext(u.ctx, "SAVEPOINT "+u.savepoint)
+		err = prev.releaseThen(u.ctx, conn, "SAVEPOINT "+u.savepoint)
 	}
 	if err != nil {
 		u.err = err
@@ -325,38 +334,108 @@ func (u *unit) beginSavepoint() (gorm.ConnPool, error) {
 // released on PostgreSQL: a statement in it failed and the handler did not
 // return the error, which left the transaction aborted. Its writes are
 // rolled back, as if the handler had failed; the rest of the batch goes on.
+// (On MySQL a swallowed deadlock ends the whole transaction and its
+// savepoints: the release fails, the rollback to the savepoint too, and the
+// batch breaks, ErrBatchBroken.)
 var ErrSavepointAborted = errors.New("unitofwork: a statement failed in the handler and its error was not returned")
 
 // endSavepoint ends a batch member's unit: on commit it keeps the
 // savepoint's writes for the batch's commit; otherwise it rolls back to the
-// savepoint and runs the statements AfterRollback queued. On PostgreSQL,
-// where a failed statement aborts the whole transaction until a rollback
-// to a savepoint, a commit releases the savepoint: one that cannot be is
-// rolled back, and its error wraps ErrSavepointAborted.
+// savepoint and runs the statements AfterRollback queued. A commit releases
+// the savepoint, which tells whether the transaction is still whole: on
+// PostgreSQL a statement that failed, even one whose error the handler
+// ignored, aborts the transaction until a rollback to a savepoint (the
+// savepoint is then rolled back and its error wraps ErrSavepointAborted);
+// on MySQL a deadlock ends the whole transaction and forgets its
+// savepoints (the release and the rollback fail: the batch breaks).
 func (u *unit) endSavepoint(conn gorm.ConnPool, commit bool) error {
-	var aborted error
-	if commit {
-		if u.db.Dialector.Name() != "postgres" {
-			return nil // a failed statement leaves the transaction usable
-		}
-		_, err := conn.ExecContext(u.ctx, "RELEASE SAVEPOINT "+u.savepoint)
-		if err == nil {
-			return nil
-		}
-		aborted = err
+	if !commit {
+		return u.rollbackTo(u.ctx, conn)
 	}
-	if _, err := conn.ExecContext(u.ctx, "ROLLBACK TO SAVEPOINT "+u.savepoint); err != nil {
+	if u.releaseLater && u.db.Dialector.Name() == "postgres" {
+		// Released with the next member's SAVEPOINT, or before the COMMIT,
+		// in one round trip (one simple query: pgx without arguments).
+		u.parent.mu.Lock()
+		u.parent.pending = u
+		u.parent.mu.Unlock()
+		return nil
+	}
+	_, err := conn.ExecContext(u.ctx, "RELEASE SAVEPOINT "+u.savepoint)
+	if err == nil {
+		return nil
+	}
+	if rbErr := u.rollbackTo(u.ctx, conn); rbErr != nil {
+		return rbErr
+	}
+	return fmt.Errorf("%w: %w", ErrSavepointAborted, err)
+}
+
+// rollbackTo rolls back to the unit's savepoint and runs the statements
+// AfterRollback queued.
+func (u *unit) rollbackTo(ctx context.Context, conn gorm.ConnPool) error {
+	if _, err := conn.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+u.savepoint); err != nil {
 		return fmt.Errorf("unitofwork: rollback to savepoint: %w", err)
 	}
 	for _, s := range u.after {
-		if _, err := conn.ExecContext(u.ctx, s.query, s.args...); err != nil {
+		if _, err := conn.ExecContext(ctx, s.query, s.args...); err != nil {
 			return fmt.Errorf("unitofwork: after rollback: %w", err)
 		}
 	}
-	if aborted != nil {
-		return fmt.Errorf("%w: %w", ErrSavepointAborted, aborted)
-	}
 	return nil
+}
+
+// releaseThen releases the savepoint of u, a batch member whose handler
+// returned nil, and runs next (when not empty) in the same round trip. A
+// savepoint that cannot be released is rolled back, and u.late says why:
+// its message fails once the batch has committed. An error it returns
+// leaves the transaction unusable. u may be nil: next runs alone.
+func (u *unit) releaseThen(ctx context.Context, conn gorm.ConnPool, next string) error {
+	if u == nil {
+		_, err := conn.ExecContext(ctx, next)
+		return err
+	}
+	stmts := "RELEASE SAVEPOINT " + u.savepoint
+	if next != "" {
+		stmts += "; " + next
+	}
+	// Without arguments pgx sends the statements in one simple query; a
+	// prepared-statement pool would try to prepare them as one.
+	_, relErr := unprepared(conn).ExecContext(ctx, stmts)
+	if relErr == nil {
+		return nil
+	}
+	// The RELEASE failed, and next did not run; or the RELEASE ran and
+	// next failed, and the rollback to the released savepoint fails too.
+	if err := u.rollbackTo(ctx, conn); err != nil {
+		return err
+	}
+	u.late = fmt.Errorf("%w: %w", ErrSavepointAborted, relErr)
+	if next == "" {
+		return nil
+	}
+	_, err := conn.ExecContext(ctx, next)
+	return err
+}
+
+// releasePending releases the savepoint of the last member whose handler
+// returned nil, before the batch commits.
+func (u *unit) releasePending() error {
+	u.mu.Lock()
+	p, conn := u.pending, u.conn
+	u.pending = nil
+	u.mu.Unlock()
+	if p == nil || conn == nil {
+		return nil
+	}
+	return p.releaseThen(u.ctx, conn, "")
+}
+
+// unprepared returns the transaction under gorm's prepared-statement pool.
+func unprepared(conn gorm.ConnPool) gorm.ConnPool {
+	if p, ok := conn.(*gorm.PreparedStmtTX); ok {
+		return p.Tx
+	}
+	return conn
 }
 
 // AfterRollback queues query to run once the writes of the message in ctx

@@ -85,6 +85,9 @@ func (bt *batch) runCollected() {
 		} else if !returned {
 			err = errors.New("unitofwork: the batch's function did not return (runtime.Goexit)")
 		}
+		if err == nil {
+			err = bt.tx.brokenErr()
+		}
 		switch {
 		case err != nil || bt.tx.rollbackOnly:
 			_ = bt.tx.end(false)
@@ -97,6 +100,26 @@ func (bt *batch) runCollected() {
 	}()
 	err = bt.b.collect(ctx, bt.items)
 	returned = true
+}
+
+// breakWith marks the transaction of u, a savepoint's or the batch's,
+// unusable: the batch rolls back whatever its function returns.
+func (u *unit) breakWith(err error) {
+	for u.parent != nil {
+		u = u.parent
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.broken == nil {
+		u.broken = err
+	}
+}
+
+// brokenErr returns what broke the transaction of u, a batch's, or nil.
+func (u *unit) brokenErr() error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.broken
 }
 
 // Savepoint runs f in a savepoint of the unit of work in ctx: when f
@@ -115,11 +138,13 @@ func Savepoint(ctx context.Context, f func(ctx context.Context) error) (err erro
 	sp := &unit{db: parent.db, ctx: ctx, parent: parent, savepoint: "postroom_sp_" + strconv.FormatUint(savepoints.Add(1), 10)}
 	done := false
 	defer func() {
-		if done {
-			return
+		if !done {
+			if rbErr := sp.end(false); rbErr != nil {
+				err = fmt.Errorf("%w: %w (after: %v)", ErrBatchBroken, rbErr, err)
+			}
 		}
-		if rbErr := sp.end(false); rbErr != nil {
-			err = fmt.Errorf("%w: %w (after: %v)", ErrBatchBroken, rbErr, err)
+		if errors.Is(err, ErrBatchBroken) {
+			parent.breakWith(err) // nothing of the transaction commits, whoever ignores err
 		}
 	}()
 	err = f(context.WithValue(ctx, unitKey{}, sp))

@@ -82,6 +82,16 @@ type unit struct {
 	parent    *unit
 	savepoint string
 	after     []statement // run once the savepoint is rolled back (AfterRollback)
+
+	// On PostgreSQL a batch member's savepoint is released with the next
+	// member's SAVEPOINT, or before the COMMIT (releaseLater): pending, on
+	// the batch's unit, is the member to release; late, on the member, the
+	// error of a release that failed, which fails its message.
+	releaseLater bool
+	pending      *unit
+	late         error
+
+	broken error // on a Collector's batch unit: a savepoint broke the transaction
 }
 
 type statement struct {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,47 +91,58 @@ func TestUnitOfWorkKeepsGormsTransactionSettings(t *testing.T) {
 
 // TestSwallowedErrorFailsItsMemberAlone: on PostgreSQL a statement error
 // a handler swallows leaves the transaction aborted until a rollback to a
-// savepoint. Whatever the order the three members of the batch run in, the
-// one that swallowed it fails alone (its savepoint is not released, and is
-// rolled back) and the two others commit.
+// savepoint. Whether it runs first, between the others or last (its
+// savepoint released with the next member's SAVEPOINT, or before the
+// COMMIT), the one that swallowed it fails alone (its
+// savepoint is not released, and is rolled back) and the two others
+// commit; with gorm's prepared-statement pool too.
 func TestSwallowedErrorFailsItsMemberAlone(t *testing.T) {
-	db := testenv.Postgres(t)
-	require.NoError(t, db.Exec("CREATE TABLE effects (id VARCHAR(20) NOT NULL)").Error)
-	mw, err := unitofwork.New(unitofwork.Config{DB: db, BatchSize: 3, BatchWait: 5 * time.Second})
-	require.NoError(t, err)
-	h := mw(func(msg *message.Message) ([]*message.Message, error) {
-		tx := unitofwork.Tx(msg.Context())
-		if err := tx.Exec("INSERT INTO effects (id) VALUES (?)", msg.UUID).Error; err != nil {
-			return nil, err
+	base := testenv.Postgres(t)
+	require.NoError(t, base.Exec("CREATE TABLE effects (id VARCHAR(20) NOT NULL)").Error)
+	for round := range 6 {
+		db := base
+		if round >= 3 {
+			db = base.Session(&gorm.Session{PrepareStmt: true})
 		}
-		if msg.UUID == "bad" {
-			_ = tx.Exec("INSERT INTO no_such_table VALUES (1)").Error // swallowed
-		}
-		return nil, nil
-	})
-	errs := make(chan error, 3)
-	for _, id := range []string{"a", "bad", "b"} {
-		go func() {
-			msg := message.NewMessage(id, nil)
-			_, err := h(msg)
-			if err != nil {
-				err = fmt.Errorf("%s: %w", id, err)
+		mw, err := unitofwork.New(unitofwork.Config{DB: db, BatchSize: 3, BatchWait: 5 * time.Second})
+		require.NoError(t, err)
+		h := mw(func(msg *message.Message) ([]*message.Message, error) {
+			tx := unitofwork.Tx(msg.Context())
+			if err := tx.Exec("INSERT INTO effects (id) VALUES (?)", msg.UUID).Error; err != nil {
+				return nil, err
 			}
-			errs <- err
-		}()
-	}
-	var failed []error
-	for range 3 {
-		if err := <-errs; err != nil {
-			failed = append(failed, err)
+			if strings.HasPrefix(msg.UUID, "bad") {
+				_ = tx.Exec("INSERT INTO no_such_table VALUES (1)").Error // swallowed
+			}
+			return nil, nil
+		})
+		errs := make(chan error, 3)
+		order := slices.Insert([]string{"a", "b"}, round%3, "bad") // first, between, last
+		for _, id := range order {
+			id = fmt.Sprintf("%s-%d", id, round)
+			time.Sleep(20 * time.Millisecond) // they run in this order
+			go func() {
+				msg := message.NewMessage(id, nil)
+				_, err := h(msg)
+				if err != nil {
+					err = fmt.Errorf("%s: %w", id, err)
+				}
+				errs <- err
+			}()
 		}
+		var failed []error
+		for range 3 {
+			if err := <-errs; err != nil {
+				failed = append(failed, err)
+			}
+		}
+		require.Len(t, failed, 1)
+		require.ErrorIs(t, failed[0], unitofwork.ErrSavepointAborted)
+		require.ErrorContains(t, failed[0], "bad-")
+		var ids []string
+		require.NoError(t, base.Raw("SELECT id FROM effects WHERE id LIKE ? ORDER BY id", fmt.Sprintf("%%-%d", round)).Scan(&ids).Error)
+		require.Equal(t, []string{fmt.Sprintf("a-%d", round), fmt.Sprintf("b-%d", round)}, ids)
 	}
-	require.Len(t, failed, 1)
-	require.ErrorIs(t, failed[0], unitofwork.ErrSavepointAborted)
-	require.ErrorContains(t, failed[0], "bad: ")
-	var ids []string
-	require.NoError(t, db.Raw("SELECT id FROM effects ORDER BY id").Scan(&ids).Error)
-	require.Equal(t, []string{"a", "b"}, ids)
 }
 
 // TestBatchMembersWaitForTheCommit: a member's Run returns only once its

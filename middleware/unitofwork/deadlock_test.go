@@ -1,0 +1,182 @@
+package unitofwork_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/middleware/unitofwork"
+)
+
+// TestSwallowedDeadlockWithBatch: the third member of a WithBatch batch
+// hits a deadlock and swallows its error (as
+// TestSwallowedErrorFailsItsMemberAlone swallows a bad statement). On
+// MariaDB InnoDB rolls back the whole transaction (members a and b
+// included) and forgets every savepoint; the member's RELEASE SAVEPOINT
+// then fails, and the batch breaks: a and b are retried, not acked with
+// their writes gone (which they were when the release ran on PostgreSQL
+// only). On PostgreSQL x fails alone.
+func TestSwallowedDeadlockWithBatch(t *testing.T) {
+	for name, open := range map[string]func(testing.TB) *gorm.DB{"postgres": testenv.Postgres, "mariadb": testenv.MySQL} {
+		t.Run(name, func(t *testing.T) {
+			db := open(t)
+			require.NoError(t, db.Exec("CREATE TABLE effects (id VARCHAR(20) NOT NULL)").Error)
+			require.NoError(t, db.Exec("CREATE TABLE locks (id INT PRIMARY KEY, v INT NOT NULL)").Error)
+			require.NoError(t, db.Exec("CREATE TABLE heavy (id INT NOT NULL)").Error)
+			require.NoError(t, db.Exec("INSERT INTO locks (id, v) VALUES (1, 0), (2, 0)").Error)
+			mw, err := unitofwork.New(unitofwork.Config{DB: db, BatchSize: 3, BatchWait: time.Minute})
+			require.NoError(t, err)
+			ran := make(chan string, 3)
+			var swallowed error
+			h := mw(func(msg *message.Message) ([]*message.Message, error) {
+				tx := unitofwork.Tx(msg.Context())
+				if msg.UUID != "x" {
+					err := tx.Exec("INSERT INTO effects (id) VALUES (?)", msg.UUID).Error
+					ran <- msg.UUID
+					return nil, err
+				}
+				// x: a deadlock with another transaction, its error swallowed.
+				if err := tx.Exec("UPDATE locks SET v = v + 1 WHERE id = 1").Error; err != nil {
+					return nil, err
+				}
+				other := db.Begin()
+				defer other.Rollback()
+				for i := range 50 { // heavier than the batch: InnoDB picks the batch as the victim
+					require.NoError(t, other.Exec("INSERT INTO heavy (id) VALUES (?)", i).Error)
+				}
+				require.NoError(t, other.Exec("UPDATE locks SET v = v + 1 WHERE id = 2").Error)
+				otherErr := make(chan error, 1)
+				go func() {
+					time.Sleep(300 * time.Millisecond) // the batch waits first: PostgreSQL's detector aborts it
+					otherErr <- other.Exec("UPDATE locks SET v = v + 1 WHERE id = 1").Error
+				}()
+				swallowed = tx.Exec("UPDATE locks SET v = v + 1 WHERE id = 2").Error // swallowed
+				_ = tx.Exec("INSERT INTO effects (id) VALUES ('x-after')").Error
+				t.Logf("batch's deadlock error (swallowed): %v; other's: %v", swallowed, <-otherErr)
+				return nil, nil
+			})
+			type result struct {
+				id  string
+				err error
+			}
+			results := make(chan result, 3)
+			start := func(id string) {
+				go func() {
+					_, err := h(message.NewMessage(id, nil))
+					results <- result{id, err}
+				}()
+			}
+			start("a")
+			<-ran
+			start("b")
+			<-ran
+			start("x")
+			acked := map[string]bool{}
+			for range 3 {
+				select {
+				case r := <-results:
+					t.Logf("%s: %v", r.id, r.err)
+					acked[r.id] = r.err == nil
+				case <-time.After(30 * time.Second):
+					t.Fatal("the batch did not end")
+				}
+			}
+			require.Error(t, swallowed, "no deadlock happened: the scenario did not run")
+			var ids []string
+			require.NoError(t, db.Raw("SELECT id FROM effects ORDER BY id").Scan(&ids).Error)
+			t.Logf("committed: %v", ids)
+			for _, id := range []string{"a", "b"} {
+				if acked[id] {
+					require.Contains(t, ids, id, fmt.Sprintf("%s was acked but its write did not commit (message loss)", id))
+				}
+			}
+		})
+	}
+}
+
+// swallowDeadlock makes the transaction in ctx the victim of a deadlock with
+// another transaction on db and returns the error it swallowed.
+func swallowDeadlock(t *testing.T, ctx context.Context, db *gorm.DB) error {
+	tx := unitofwork.Tx(ctx)
+	require.NoError(t, tx.Exec("UPDATE locks SET v = v + 1 WHERE id = 1").Error)
+	other := db.Begin()
+	defer other.Rollback()
+	for i := range 50 {
+		require.NoError(t, other.Exec("INSERT INTO heavy (id) VALUES (?)", i).Error)
+	}
+	require.NoError(t, other.Exec("UPDATE locks SET v = v + 1 WHERE id = 2").Error)
+	otherErr := make(chan error, 1)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		otherErr <- other.Exec("UPDATE locks SET v = v + 1 WHERE id = 1").Error
+	}()
+	err := tx.Exec("UPDATE locks SET v = v + 1 WHERE id = 2").Error
+	<-otherErr
+	return err
+}
+
+// TestSwallowedDeadlockCollector: the same through a Collector (the
+// machinery of bus.HandleBatch): each item in a Savepoint, the last one
+// swallows a deadlock. On MariaDB its Savepoint fails to release, and the
+// batch breaks: no Add returns nil for an item whose write was rolled back
+// with the deadlock.
+func TestSwallowedDeadlockCollector(t *testing.T) {
+	for name, open := range map[string]func(testing.TB) *gorm.DB{"postgres": testenv.Postgres, "mariadb": testenv.MySQL} {
+		t.Run(name, func(t *testing.T) {
+			db := open(t)
+			require.NoError(t, db.Exec("CREATE TABLE effects (id VARCHAR(20) NOT NULL)").Error)
+			require.NoError(t, db.Exec("CREATE TABLE locks (id INT PRIMARY KEY, v INT NOT NULL)").Error)
+			require.NoError(t, db.Exec("CREATE TABLE heavy (id INT NOT NULL)").Error)
+			require.NoError(t, db.Exec("INSERT INTO locks (id, v) VALUES (1, 0), (2, 0)").Error)
+			var swallowed error
+			c, err := unitofwork.NewCollector(unitofwork.Config{DB: db, BatchSize: 3, BatchWait: time.Minute}, func(ctx context.Context, items []*unitofwork.Collected) error {
+				// the items in a fixed order: the one that deadlocks last
+				byName := map[any]*unitofwork.Collected{}
+				for _, it := range items {
+					byName[it.Item] = it
+				}
+				for _, name := range []string{"a", "b", "x"} {
+					it := byName[name]
+					it.Err = unitofwork.Savepoint(ctx, func(ctx context.Context) error {
+						if err := unitofwork.Tx(ctx).Exec("INSERT INTO effects (id) VALUES (?)", name).Error; err != nil {
+							return err
+						}
+						if name == "x" {
+							swallowed = swallowDeadlock(t, ctx, db)
+						}
+						return nil
+					})
+				}
+				return nil
+			})
+			require.NoError(t, err)
+			errs := map[string]chan error{}
+			for _, id := range []string{"a", "b", "x"} {
+				errs[id] = make(chan error, 1)
+				go func() { errs[id] <- c.Add(context.Background(), id) }()
+			}
+			acked := map[string]bool{}
+			for id, ch := range errs {
+				err := within(t, ch, 30*time.Second, "the batch did not end")
+				t.Logf("%s: %v", id, err)
+				acked[id] = err == nil
+			}
+			require.Error(t, swallowed, "no deadlock happened")
+			t.Logf("swallowed: %v", swallowed)
+			var ids []string
+			require.NoError(t, db.Raw("SELECT id FROM effects ORDER BY id").Scan(&ids).Error)
+			t.Logf("committed: %v", ids)
+			for _, id := range []string{"a", "b"} {
+				if acked[id] {
+					require.Contains(t, ids, id, "%s was acked but its write did not commit (message loss)", id)
+				}
+			}
+		})
+	}
+}
