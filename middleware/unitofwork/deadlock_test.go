@@ -158,8 +158,9 @@ func TestSwallowedDeadlockCollector(t *testing.T) {
 			require.NoError(t, err)
 			errs := map[string]chan error{}
 			for _, id := range []string{"a", "b", "x"} {
-				errs[id] = make(chan error, 1)
-				go func() { errs[id] <- c.Add(context.Background(), id) }()
+				ch := make(chan error, 1)
+				errs[id] = ch
+				go func() { ch <- c.Add(context.Background(), id) }()
 			}
 			acked := map[string]bool{}
 			for id, ch := range errs {
