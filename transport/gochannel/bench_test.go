@@ -47,3 +47,50 @@ func BenchmarkDeliver(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDeliverHeld: as a batched handler takes them (WithBatch(100) at
+// concurrency 8), 800 subscriptions of one group hold their messages until
+// 100 have been taken, which are then acked together: most subscriptions
+// are busy at any time.
+func BenchmarkDeliverHeld(b *testing.B) {
+	const subscriptions, batch = 800, 100
+	tr := gochannel.New(gochannel.Config{})
+	defer tr.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sub, _ := tr.Subscriber("a")
+	taken := make(chan *message.Message, subscriptions)
+	for range subscriptions {
+		ch, err := sub.Subscribe(ctx, "t")
+		if err != nil {
+			b.Fatal(err)
+		}
+		go func() {
+			for msg := range ch {
+				taken <- msg
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() {
+		held := make([]*message.Message, 0, batch)
+		for i := 0; i < b.N; i++ {
+			if held = append(held, <-taken); len(held) == batch || i == b.N-1 {
+				for _, msg := range held {
+					msg.Ack()
+				}
+				held = held[:0]
+			}
+		}
+		close(done)
+	}()
+	pub := tr.Publisher()
+	msg := message.NewMessage("x", nil)
+	b.ResetTimer()
+	for range b.N {
+		if err := pub.Publish("t", msg); err != nil {
+			b.Fatal(err)
+		}
+	}
+	<-done
+}

@@ -255,6 +255,30 @@ func TestStalledSubscriptionHoldsNothing(t *testing.T) {
 	}
 }
 
+// TestManyStalledSubscriptionsHoldNothing: more stalled subscriptions than
+// the dispatcher offers a message to at once, all free longer than the one
+// that reads, do not keep messages from it.
+func TestManyStalledSubscriptionsHoldNothing(t *testing.T) {
+	t.Parallel()
+	tr := gochannel.New(gochannel.Config{})
+	defer tr.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sub, _ := tr.Subscriber("a")
+	for range 20 {
+		_, err := sub.Subscribe(ctx, "t") // never read
+		require.NoError(t, err)
+	}
+	ch, err := sub.Subscribe(ctx, "t")
+	require.NoError(t, err)
+	publish(t, tr, "t", "1", "2", "3")
+	for _, want := range []string{"1", "2", "3"} {
+		msg := receive(t, ch)
+		require.Equal(t, want, msg.UUID)
+		msg.Ack()
+	}
+}
+
 // TestNackGoesBackToTheHead: one subscription gets a nacked message again
 // before the ones behind it, and the next only after an ack.
 func TestNackGoesBackToTheHead(t *testing.T) {

@@ -3,6 +3,7 @@ package gochannel
 import (
 	"context"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 
@@ -17,10 +18,14 @@ const (
 )
 
 // queue is a group's unbounded FIFO for one topic. While it has
-// subscriptions, one dispatcher goroutine offers the head message to every
-// free subscription at once and gives it to the first that reads: a
-// subscription whose reader stopped holds nothing. A watcher goroutine per
-// subscription waits for the ack or nack of what it holds.
+// subscriptions, one dispatcher goroutine offers the head message to the
+// free subscriptions that have waited longest (up to maxOffers at once)
+// and gives it to the first that reads: a subscription whose reader
+// stopped holds nothing. A watcher goroutine per subscription waits for the
+// ack or nack of what it holds. The dispatcher's work per message does not
+// grow with the number of subscriptions (a batched handler has hundreds):
+// free subscriptions wait in a list of their own, and the subscriptions are
+// looked over only when one has ended.
 type queue struct {
 	t    *Transport
 	wake chan struct{} // holds a token when the dispatcher has something new to look at
@@ -29,7 +34,8 @@ type queue struct {
 	items   []*message.Message // items[head:] are queued, oldest first
 	head    int
 	subs    []*subscription // every subscription not yet ended
-	next    int             // dispatcher only: where the next round's offers start in subs
+	free    []*subscription // the subscriptions of subs holding nothing, longest free first
+	gone    int             // subscriptions whose context ended since the dispatcher last looked
 	running bool            // a dispatcher goroutine runs
 }
 
@@ -93,6 +99,7 @@ func (q *queue) pushFront(m *message.Message) {
 func (q *queue) add(sub *subscription) {
 	q.mu.Lock()
 	q.subs = append(q.subs, sub)
+	q.free = append(q.free, sub)
 	start := !q.running
 	q.running = true
 	q.mu.Unlock()
@@ -169,11 +176,16 @@ func (s *subscription) end() {
 	close(s.ended)
 }
 
-// watch settles what s holds when it is acked or nacked, and wakes the
+// watch settles what s holds when it is acked or nacked, and tells the
 // dispatcher when s's context ends.
 func (q *queue) watch(s *subscription) {
 	defer q.t.running.Done()
-	defer q.signal()
+	defer func() {
+		q.mu.Lock()
+		q.gone++
+		q.mu.Unlock()
+		q.signal()
+	}()
 	for {
 		var d *delivery
 		select {
@@ -197,6 +209,7 @@ func (q *queue) settle(s *subscription, d *delivery, nacked bool) {
 	q.mu.Lock()
 	if s.held == d { // else the dispatcher ended s and dealt with d
 		s.held = nil
+		q.free = append(q.free, s)
 		if nacked {
 			q.pushFront(d.queued)
 		}
@@ -219,27 +232,17 @@ func (q *queue) dispatch() {
 		q.mu.Lock()
 		if q.t.isClosed() {
 			subs := q.subs
-			q.subs, q.running = nil, false
+			q.subs, q.free, q.running = nil, nil, false
 			q.mu.Unlock()
 			for _, s := range subs {
 				s.end()
 			}
 			return
 		}
-		live := q.subs[:0]
-		for _, s := range q.subs {
-			if s.ctx.Err() == nil {
-				live = append(live, s)
-				continue
-			}
-			if s.held != nil && !acked(s.held.msg) { // the next subscription gets it
-				q.pushFront(s.held.queued)
-			}
-			s.held = nil
-			s.end()
+		if q.gone > 0 {
+			q.gone = 0
+			q.dropEnded()
 		}
-		clear(q.subs[len(live):])
-		q.subs = live
 		if len(q.subs) == 0 {
 			q.running = false
 			q.mu.Unlock()
@@ -248,22 +251,11 @@ func (q *queue) dispatch() {
 		head := q.front()
 		free = free[:0]
 		if head != nil {
-			// Offer to at most maxOffers free subscriptions, starting
-			// where the last round left off: any free one will do, and
-			// a handler with hundreds of subscriptions (a batched one)
-			// would otherwise pay a copy and a select case for each, per
-			// message.
-			n := len(q.subs)
-			for i := range n {
-				s := q.subs[(q.next+i)%n]
-				if s.held == nil {
-					free = append(free, s)
-					if len(free) == maxOffers {
-						break
-					}
-				}
-			}
-			q.next = (q.next + 1) % n
+			// Offer to at most maxOffers free subscriptions, those free
+			// longest: any free one will do, and a handler with hundreds
+			// of subscriptions (a batched one) would otherwise pay a copy
+			// and a select case for each, per message.
+			free = append(free, q.free[:min(len(q.free), maxOffers)]...)
 		}
 		q.mu.Unlock()
 
@@ -298,12 +290,52 @@ func (q *queue) dispatch() {
 				// has stopped reading, look again soon.
 				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(time.After(reofferAfter))})
 			}
-			if chosen, _, _ := reflect.Select(cases); chosen >= 2 && chosen < 2+len(free) {
+			switch chosen, _, _ := reflect.Select(cases); {
+			case chosen >= 2 && chosen < 2+len(free):
 				q.taken(free[chosen-2])
+			case chosen == 2+len(free): // the offered have stopped reading
+				q.rotate(len(free))
 			}
 			clear(free)
 		}
 	}
+}
+
+// dropEnded ends the subscriptions whose context has ended; a message one
+// held goes back to the head. Callers hold q.mu.
+func (q *queue) dropEnded() {
+	live := q.subs[:0]
+	for _, s := range q.subs {
+		if s.ctx.Err() == nil {
+			live = append(live, s)
+			continue
+		}
+		if s.held != nil && !acked(s.held.msg) { // the next subscription gets it
+			q.pushFront(s.held.queued)
+		}
+		s.held = nil
+		s.end()
+	}
+	clear(q.subs[len(live):])
+	q.subs = live
+	free := q.free[:0]
+	for _, s := range q.free {
+		if s.ctx.Err() == nil {
+			free = append(free, s)
+		}
+	}
+	clear(q.free[len(free):])
+	q.free = free
+}
+
+// rotate moves the first n free subscriptions, offered and not read, to
+// the back of the list, so that the next offers go to others.
+func (q *queue) rotate(n int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n = min(n, len(q.free))
+	offered := slices.Clone(q.free[:n])
+	q.free = append(slices.Delete(q.free, 0, n), offered...)
 }
 
 // taken records that s received its offer of the head.
@@ -313,6 +345,11 @@ func (q *queue) taken(s *subscription) {
 	q.mu.Lock()
 	q.popFront() // still the head: only the dispatcher takes from or returns to the front
 	s.held = d
+	// s is one of the first maxOffers of q.free: it was offered as such,
+	// and only the dispatcher removes subscriptions from the list.
+	if i := slices.Index(q.free, s); i >= 0 {
+		q.free = slices.Delete(q.free, i, i+1)
+	}
 	q.mu.Unlock()
 	s.took <- d // empty: the watcher took the previous one before s was free
 }
