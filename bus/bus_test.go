@@ -208,6 +208,17 @@ func TestBusScenarios(t *testing.T) {
 				require.Equal(t, 1, bus.ErrorAttempts(failed))
 			})
 
+			t.Run("a payload that is JSON null goes to the error topic without retries", func(t *testing.T) {
+				msg := message.NewMessage(uuid.NewString(), []byte(" null\n"))
+				msg.Metadata.Set(metadata.MessageType, "sales.OrderPlaced")
+				require.NoError(t, ep.Transport().Publisher().Publish("sales.OrderPlaced", msg))
+				failed := <-ep.errors
+				require.Contains(t, failed.Metadata.Get(metadata.ErrorReason), "malformed sales.OrderPlaced payload: the payload is JSON null")
+				require.Equal(t, 1, bus.ErrorAttempts(failed))
+				require.ErrorContains(t, bus.Publish[OrderPlaced](ctx, ep.Bus, nil), "bus: publish sales.OrderPlaced: the event is a nil pointer")
+				require.ErrorContains(t, bus.Send[CreateInvoice](ctx, ep.Bus, nil), "the command is a nil pointer")
+			})
+
 			t.Run("an unknown message type goes to the error topic", func(t *testing.T) {
 				msg := message.NewMessage(uuid.NewString(), []byte(`{}`))
 				msg.Metadata.Set(metadata.MessageType, "sales.OrderCancelled")

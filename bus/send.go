@@ -56,6 +56,9 @@ const destinationKey = "postroom-destination"
 // the one named with To. Inside a handler it is dispatched after the
 // handler's transaction commits, and not at all if it rolls back.
 func Send[T any](ctx context.Context, b *Bus, cmd *T, opts ...SendOption) error {
+	if cmd == nil {
+		return fmt.Errorf("bus: send %s: the command is a nil pointer", MessageName[T]())
+	}
 	msg, err := b.newMessage(ctx, MessageName[T](), cmd, opts)
 	if err != nil {
 		return err
@@ -79,6 +82,9 @@ func Send[T any](ctx context.Context, b *Bus, cmd *T, opts ...SendOption) error 
 // Publish publishes an event to every endpoint that handles it. Inside a
 // handler it is dispatched after the handler's transaction commits.
 func Publish[T any](ctx context.Context, b *Bus, event *T, opts ...SendOption) error {
+	if event == nil {
+		return fmt.Errorf("bus: publish %s: the event is a nil pointer", MessageName[T]())
+	}
 	msg, err := b.newMessage(ctx, MessageName[T](), event, opts)
 	if err != nil {
 		return err
