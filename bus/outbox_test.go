@@ -6,18 +6,21 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/transport/gochannel"
+	wsql "github.com/postroom/postroom/transport/sql"
 )
 
 type Order struct{ ID string }
@@ -106,4 +109,63 @@ func TestOutboxBacklogIsAGauge(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(body), "postroom_outbox_backlog 2\n")
 	require.Contains(t, string(body), "postroom_outbox_lag_seconds ")
+}
+
+// TestOutboxRelaysEveryCommit: handlers at concurrency 8 each send one
+// message in their transaction (through the outbox, or into the SQL
+// transport's table), so the transactions commit their rows in another
+// order than the rows' offsets; every message is delivered. On
+// MySQL/MariaDB, reading past the relay's highest acked offset lost a row
+// whose transaction committed after a higher one was relayed (found by a
+// cold trial: 0.3 to 2% of 300 lost, without a log line).
+func TestOutboxRelaysEveryCommit(t *testing.T) {
+	const orders = 400
+	for _, c := range []struct {
+		name string
+		open func(testing.TB) *gorm.DB
+		sql  bool // the SQL transport; else in memory with the outbox
+	}{
+		{"postgres+outbox", testenv.Postgres, false},
+		{"mariadb+outbox", testenv.MySQL, false},
+		{"postgres+sql", testenv.Postgres, true},
+		{"mariadb+sql", testenv.MySQL, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			db := c.open(t)
+			cfg := bus.Config{Endpoint: "warehouse", Transport: gochannel.New(gochannel.Config{}), DB: db, Outbox: true,
+				Concurrency: 8, Logger: testenv.Logger(t)}
+			if c.sql {
+				tr, err := wsql.New(wsql.Config{DB: db, PollInterval: 20 * time.Millisecond})
+				require.NoError(t, err)
+				cfg.Transport, cfg.Outbox = tr, false
+			}
+			var b *bus.Bus
+			b, err := bus.New(cfg)
+			require.NoError(t, err)
+			require.NoError(t, bus.Handle(b, func(ctx context.Context, o *Order) error {
+				return bus.Publish(ctx, b, &Shipped{OrderID: o.ID})
+			}, bus.WithInbox()))
+			var shipped sync.Map
+			require.NoError(t, bus.Handle(b, func(ctx context.Context, s *Shipped) error {
+				shipped.Store(s.OrderID, true)
+				return nil
+			}))
+			ep := start(t, b, "error")
+			for i := range orders {
+				require.NoError(t, bus.Send(context.Background(), ep.Bus, &Order{ID: fmt.Sprint(i)}))
+			}
+			waitFor(t, "every order handled", func() bool { return ep.Counters().Get("test.Order", metrics.Handled) == orders })
+			deadline := time.Now().Add(30 * time.Second)
+			for time.Now().Before(deadline) && ep.Counters().Get("test.Shipped", metrics.Handled) < orders {
+				time.Sleep(50 * time.Millisecond)
+			}
+			var missing []string
+			for i := range orders {
+				if _, ok := shipped.Load(fmt.Sprint(i)); !ok {
+					missing = append(missing, fmt.Sprint(i))
+				}
+			}
+			require.Empty(t, missing, "events committed and never delivered")
+		})
+	}
 }

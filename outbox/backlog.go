@@ -5,11 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"time"
-
-	"github.com/postroom/postroom/internal/dialect"
 )
-
-const relayGroup = dialect.OutboxRelayGroup
 
 // Backlog is what the relay has not published yet.
 type Backlog struct {
@@ -23,7 +19,8 @@ type Backlog struct {
 func (o *Outbox) Backlog(ctx context.Context) (Backlog, error) {
 	var b Backlog
 	var lagSeconds sql.NullFloat64
-	if err := o.cfg.DB.WithContext(ctx).Raw(o.d.OutboxBacklog(o.cfg.Topic), relayGroup).Row().Scan(&b.Messages, &lagSeconds); err != nil {
+	query, args := o.d.OutboxBacklog(o.cfg.Topic)
+	if err := o.cfg.DB.WithContext(ctx).Raw(query, args...).Row().Scan(&b.Messages, &lagSeconds); err != nil {
 		return Backlog{}, fmt.Errorf("outbox: backlog: %w", err)
 	}
 	if b.Messages > 0 {

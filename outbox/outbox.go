@@ -92,7 +92,7 @@ func New(cfg Config) (*Outbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outbox: %w", err)
 	}
-	schema, offsets, err := d.MessageSchema(0)
+	schema, offsets, group, err := d.OutboxSchema(0)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: on SQLite the bus sends after commit (docs/guarantees.md): %w", err)
 	}
@@ -102,7 +102,7 @@ func New(cfg Config) (*Outbox, error) {
 		return nil, fmt.Errorf("outbox: %w", err)
 	}
 	o.sub, err = wsql.NewSubscriber(wsql.BeginnerFromStdSQL(sqlDB), wsql.SubscriberConfig{
-		ConsumerGroup:  dialect.OutboxRelayGroup,
+		ConsumerGroup:  group,
 		PollInterval:   cfg.PollInterval,
 		ResendInterval: cfg.PollInterval,
 		SchemaAdapter:  o.schema,
@@ -157,9 +157,18 @@ func sqlTxOf(pool gorm.ConnPool) (*sql.Tx, bool) {
 // first creates the outbox tables if they are missing (`postroom migrate`
 // creates them, and then the bus needs no DDL rights).
 func (o *Outbox) Run(ctx context.Context) error {
-	if err := o.cfg.DB.WithContext(ctx).Exec(o.d.OutboxTablesExist(o.cfg.Topic)).Error; err != nil {
+	exists := func() error { return o.cfg.DB.WithContext(ctx).Exec(o.d.OutboxTablesExist(o.cfg.Topic)).Error }
+	if err := exists(); err != nil {
 		if err := o.sub.SubscribeInitialize(o.cfg.Topic); err != nil {
 			return fmt.Errorf("outbox: create the outbox tables (or run `postroom migrate`): %w", err)
+		}
+		if exists() != nil {
+			// On MySQL, a table from before the relay acked row by row.
+			for _, stmt := range o.d.OutboxAckedRows(o.cfg.Topic) {
+				if err := o.cfg.DB.WithContext(ctx).Exec(stmt).Error; err != nil {
+					return fmt.Errorf("outbox: add the acked column to the outbox table (or run `postroom migrate`): %w", err)
+				}
+			}
 		}
 	}
 	return o.forwarder.Run(ctx)

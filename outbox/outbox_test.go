@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 	"gorm.io/gorm"
 
+	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/middleware/unitofwork"
 	"github.com/postroom/postroom/outbox"
@@ -113,4 +114,58 @@ func TestPublishJoinsAPreparedStatementTransaction(t *testing.T) {
 			require.EqualValues(t, 1, backlog.Messages)
 		})
 	}
+}
+
+// TestTableFromBeforePerRowAcks, on MariaDB: an outbox table made before the
+// relay acked row by row (the offsets of a consumer group) gets its acked
+// column at Run, with the rows the relay had acked marked; only the others
+// are relayed.
+func TestTableFromBeforePerRowAcks(t *testing.T) {
+	db := testenv.MySQL(t)
+	const topic = "legacy_outbox"
+	d, err := dialect.Of(db)
+	require.NoError(t, err)
+	for _, stmt := range d.OutboxTables(topic) { // as migration 6 made them
+		require.NoError(t, db.Exec(stmt).Error)
+	}
+	broker := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
+	defer broker.Close()
+	o, err := outbox.New(outbox.Config{DB: db, Destination: broker, Topic: topic, PollInterval: 10 * time.Millisecond})
+	require.NoError(t, err)
+	for _, id := range []string{"relayed-1", "relayed-2", "waiting-3"} {
+		msg := message.NewMessage(id, []byte("{}"))
+		_, err := unitofwork.Run(db, msg, func(msg *message.Message) ([]*message.Message, error) {
+			return nil, o.Publish(msg.Context(), unitofwork.Tx(msg.Context()), "shipped", msg)
+		})
+		require.NoError(t, err)
+	}
+	var second int64
+	require.NoError(t, db.Raw("SELECT `offset` FROM `watermill_"+topic+"` ORDER BY `offset` LIMIT 1 OFFSET 1").Scan(&second).Error)
+	require.NoError(t, db.Exec("INSERT INTO `watermill_offsets_"+topic+"` (consumer_group, offset_acked, offset_consumed) VALUES (?, ?, ?)",
+		dialect.OutboxRelayGroup, second, second).Error)
+
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- o.Run(ctx) }()
+	received, err := broker.Subscribe(ctx, "shipped")
+	require.NoError(t, err)
+	select {
+	case m := <-received:
+		m.Ack()
+		require.Equal(t, "waiting-3", m.UUID, "the relay had acked the first two")
+	case <-time.After(20 * time.Second):
+		t.Fatal("relay did not publish")
+	}
+	require.Eventually(t, func() bool {
+		b, err := o.Backlog(ctx)
+		return err == nil && b.Messages == 0
+	}, 10*time.Second, 20*time.Millisecond)
+	select {
+	case m := <-received:
+		t.Fatalf("relayed again: %s", m.UUID)
+	case <-time.After(200 * time.Millisecond):
+	}
+	stop()
+	require.NoError(t, <-done)
+	require.NoError(t, o.Close())
 }

@@ -134,6 +134,7 @@ func (d Dialect) Migrations(t Tables) []Migration {
 		{Version: 7, Name: "delayed messages", Statements: d.tableWithIndex(t.Delayed,
 			d.serial()+", due_at "+ts+" NOT NULL, topic VARCHAR(255) NOT NULL, target_group VARCHAR(255) NOT NULL DEFAULT '', message_id VARCHAR(255) NOT NULL, payload "+d.blob()+" NULL, metadata TEXT NOT NULL, created_at "+ts+" NOT NULL",
 			"due_at", false)},
+		{Version: 8, Name: "outbox rows acked one by one on MySQL", Statements: d.OutboxAckedRows(OutboxTopicDefault)},
 	}
 }
 
