@@ -321,3 +321,26 @@ func TestDelayedRetriesNeedTheirTable(t *testing.T) {
 	require.ErrorContains(t, b.Run(context.Background()), "no delayed table")
 	require.NoError(t, b.Close())
 }
+
+// TestDeliveryLimitAboveMaxDeliveries: a quorum queue's delivery limit at
+// or near Config.MaxDeliveries would let RabbitMQ drop a failing message
+// before the bus moves it to the error topic (found by a cold trial: a
+// limit of 2 dropped a message after two restarts, without a trace), so
+// New refuses it; the defaults (20 and 10) pass.
+func TestDeliveryLimitAboveMaxDeliveries(t *testing.T) {
+	quorum := func(limit int) *amqp.Transport {
+		tr, err := amqp.New(amqp.Config{URL: "amqp://guest:guest@127.0.0.1:5672/", QueueType: amqp.QueueQuorum, DeliveryLimit: limit})
+		require.NoError(t, err)
+		return tr
+	}
+	_, err := bus.New(bus.Config{Endpoint: "billing", Transport: quorum(2)})
+	require.ErrorContains(t, err, "the transport's delivery limit 2 is not above Config.MaxDeliveries 10 by 5")
+	_, err = bus.New(bus.Config{Endpoint: "billing", Transport: quorum(14)})
+	require.ErrorContains(t, err, "raise the limit (amqp.Config.DeliveryLimit) to 15 or more")
+	b, err := bus.New(bus.Config{Endpoint: "billing", Transport: quorum(6), MaxDeliveries: 1, Logger: testenv.Logger(t)})
+	require.NoError(t, err, "a lower MaxDeliveries fits under the limit")
+	require.NoError(t, b.Close())
+	b, err = bus.New(bus.Config{Endpoint: "billing", Transport: quorum(0), Logger: testenv.Logger(t)})
+	require.NoError(t, err, "the defaults fit")
+	require.NoError(t, b.Close())
+}

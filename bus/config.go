@@ -22,13 +22,17 @@ const ErrorTopicDefault = "error"
 
 // Defaults of Config; each field's comment gives its default.
 const (
-	concurrencyDefault        = 1
-	inboxRetentionDefault     = 10 * 24 * time.Hour
-	redeliveryWindowDefault   = time.Hour
-	cleanupIntervalDefault    = 12 * time.Hour
-	cleanupBatchSizeDefault   = 1000
-	maxPayloadBytesDefault    = 1 << 20
-	maxDeliveriesDefault      = 10
+	concurrencyDefault      = 1
+	inboxRetentionDefault   = 10 * 24 * time.Hour
+	redeliveryWindowDefault = time.Hour
+	cleanupIntervalDefault  = 12 * time.Hour
+	cleanupBatchSizeDefault = 1000
+	maxPayloadBytesDefault  = 1 << 20
+	maxDeliveriesDefault    = 10
+	// deliveryLimitMargin is how far a broker's delivery limit must lie
+	// above MaxDeliveries: RabbitMQ 3.x adds about 3 to a quorum queue's
+	// delivery count at each restart of a consumer holding the message.
+	deliveryLimitMargin       = 5
 	gaugeIntervalDefault      = 5 * time.Second
 	tableGaugeIntervalDefault = time.Minute
 	maxRetriesDefault         = 3
@@ -270,6 +274,12 @@ func (c Config) validate() error {
 	}
 	if c.MaxDeliveries < 1 {
 		errs = append(errs, fmt.Errorf("bus: Config.MaxDeliveries %d: must be at least 1", c.MaxDeliveries))
+	}
+	if l, ok := c.Transport.(transport.DeliveryLimiter); ok && l.DeliveryLimit() > 0 && l.DeliveryLimit() < c.MaxDeliveries+deliveryLimitMargin {
+		errs = append(errs, fmt.Errorf("bus: the transport's delivery limit %d is not above Config.MaxDeliveries %d by %d: "+
+			"the broker would drop a message that keeps failing, without a trace, before the bus moves it to the error topic "+
+			"(RabbitMQ also counts a channel closed at each restart); raise the limit (amqp.Config.DeliveryLimit) to %d or more, or lower MaxDeliveries",
+			l.DeliveryLimit(), c.MaxDeliveries, deliveryLimitMargin, c.MaxDeliveries+deliveryLimitMargin))
 	}
 	if c.Retry.MaxRetries < 0 || c.Retry.InitialBackoff < 0 || c.Retry.MaxBackoff < 0 || c.Retry.Multiplier < 1 {
 		errs = append(errs, errors.New("bus: Config.Retry: retries and backoffs must not be negative and the multiplier at least 1"))

@@ -77,3 +77,13 @@ type Sequential interface {
 type SubscriptionLimit interface {
 	MaxSubscriptions() int
 }
+
+// DeliveryLimiter is implemented by a transport whose broker drops a
+// message delivered more often than a limit (RabbitMQ's quorum queues:
+// x-delivery-limit, counting nacks and closed channels). A message the
+// broker drops is lost without a trace, so the bus refuses, at New, a
+// Config.MaxDeliveries that does not leave the broker's limit above its own
+// guard. DeliveryLimit returns 0 when there is no such limit.
+type DeliveryLimiter interface {
+	DeliveryLimit() int
+}

@@ -56,7 +56,8 @@ type Config struct {
 	// a message returned to the queue more often than that (or dead-letters
 	// it, if the queue has a dead-letter exchange), a broker-side guard
 	// against redelivery loops behind the bus's own retries. Quorum queues
-	// only. Defaults to DeliveryLimitDefault (20).
+	// only. Defaults to DeliveryLimitDefault (20). bus.New refuses a limit
+	// below its Config.MaxDeliveries + 5 (transport.DeliveryLimiter).
 	DeliveryLimit int
 	// Prefetch is the basic.qos prefetch count of each subscription's
 	// channel. Defaults to PrefetchDefault (1).
@@ -108,9 +109,10 @@ type Transport struct {
 }
 
 var (
-	_ transport.Transport    = (*Transport)(nil)
-	_ transport.Mandatory    = (*Transport)(nil)
-	_ transport.LoggerSetter = (*Transport)(nil)
+	_ transport.Transport       = (*Transport)(nil)
+	_ transport.Mandatory       = (*Transport)(nil)
+	_ transport.LoggerSetter    = (*Transport)(nil)
+	_ transport.DeliveryLimiter = (*Transport)(nil)
 )
 
 // New returns a transport for cfg; it connects nothing. The publisher
@@ -193,6 +195,15 @@ func (t *Transport) Competing() bool { return true }
 // maxSubscriptions is RabbitMQ's default channel_max per connection
 // (2,047), less room for the channels a subscriber opens to declare.
 const maxSubscriptions = 2000
+
+// DeliveryLimit is the x-delivery-limit of the quorum queues subscribers
+// declare, or 0 with classic queues (transport.DeliveryLimiter).
+func (t *Transport) DeliveryLimit() int {
+	if t.cfg.QueueType != QueueQuorum {
+		return 0
+	}
+	return t.cfg.DeliveryLimit
+}
 
 // MaxSubscriptions is the most subscriptions of one group: each is a
 // channel on the group's connection.

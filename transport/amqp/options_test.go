@@ -3,6 +3,7 @@ package amqp_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -59,12 +60,14 @@ func TestQuorumQueue(t *testing.T) {
 }
 
 // TestQuorumDeliveryLimit: a message nacked every time is dropped by
-// RabbitMQ after DeliveryLimit redeliveries, instead of looping.
+// RabbitMQ after DeliveryLimit redeliveries, instead of looping; the nacks
+// that requeue it log a warning, the one that drops it an error.
 func TestQuorumDeliveryLimit(t *testing.T) {
 	t.Parallel()
 	topic := testenv.Name("quorum_")
 	newAdmin(t).cleanup(topic, "g")
-	tr := newTransport(t, amqp.Config{QueueType: amqp.QueueQuorum, DeliveryLimit: 2})
+	logs := &recorder{}
+	tr := newTransport(t, amqp.Config{QueueType: amqp.QueueQuorum, DeliveryLimit: 2, Logger: slog.New(logs)})
 	sub, err := tr.Subscriber("g")
 	require.NoError(t, err)
 	got := consume(t, sub, topic, func(*message.Message) bool { return true })
@@ -72,6 +75,10 @@ func TestQuorumDeliveryLimit(t *testing.T) {
 	require.NoError(t, tr.PublishMandatory(topic, message.NewMessage(watermill.NewUUID(), nil)))
 	time.Sleep(settle)
 	require.Len(t, got.all(), 3, "the first delivery and DeliveryLimit redeliveries")
+	require.Len(t, logs.find(slog.LevelWarn, "amqp: message nacked; RabbitMQ requeues it for immediate redelivery"), 2)
+	dropped := logs.find(slog.LevelError, "amqp: message nacked at its queue's delivery limit; RabbitMQ drops it")
+	require.Len(t, dropped, 1)
+	require.Equal(t, "2", attr(dropped[0], "delivery_limit"))
 }
 
 // TestQuorumErrorQueueHasNoDeliveryLimit: the error queue of quorum

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/postroom/postroom/internal/logsink"
 	"github.com/postroom/postroom/metadata"
+	"github.com/postroom/postroom/transport"
 )
 
 // subscriber wraps watermill-amqp's subscriber of one group: it logs the
@@ -91,11 +93,29 @@ func (s *subscriber) forward(topic string, in <-chan *message.Message, out chan<
 			if reason == "" {
 				reason = "not given (a nack carries no reason)"
 			}
+			if s.atDeliveryLimit(msg) {
+				s.log.Logger().Error("amqp: message nacked at its queue's delivery limit; RabbitMQ drops it",
+					"message_id", msg.UUID, "topic", topic, "queue", queue, "delivery_limit", s.cfg.DeliveryLimit, "reason", reason)
+				continue
+			}
 			s.log.Logger().Warn("amqp: message nacked; RabbitMQ requeues it for immediate redelivery",
 				"message_id", msg.UUID, "topic", topic, "queue", queue, "reason", reason)
 		default:
 		}
 	}
+}
+
+// atDeliveryLimit reports whether msg, nacked, has been returned to its
+// quorum queue more often than the queue's x-delivery-limit, so that
+// RabbitMQ drops it instead of requeueing it. The broker's count
+// (x-delivery-count, metadata.DeliveryCount) is of the returns before
+// this delivery.
+func (s *subscriber) atDeliveryLimit(msg *message.Message) bool {
+	if s.cfg.QueueType != QueueQuorum || s.group == transport.ErrorQueueGroup {
+		return false
+	}
+	before, _ := strconv.Atoi(msg.Metadata.Get(metadata.DeliveryCount))
+	return before+1 > s.cfg.DeliveryLimit
 }
 
 // explain wraps an error of Subscribe or SubscribeInitialize, saying what
