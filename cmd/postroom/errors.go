@@ -162,7 +162,9 @@ func newErrorsReplay(o *errorOptions) *cobra.Command {
 (not to every subscriber of its topic), with its original ID and metadata, the
 error metadata removed, and then removes it from the error topic. A message is
 replayed at least once: if the command stops between the two, a later replay
-sends it again, and a handler with an inbox skips it as a duplicate.
+sends it again, and a handler with an inbox skips it as a duplicate. It replays
+only the messages in the error topic when it starts: one that fails again
+meanwhile waits for the next replay.
 
 For a handler WithExternalEffects, resolve a parked message first
 ("postroom inbox resolve ... --release"), or the replay is parked again.`,

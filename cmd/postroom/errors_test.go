@@ -104,3 +104,41 @@ func waitUntil(t *testing.T, cond func() bool) {
 	t.Helper()
 	require.Eventually(t, cond, 20*time.Second, 10*time.Millisecond)
 }
+
+// TestErrorsReplayAllOnceEach: replay --all while the handler still fails
+// replays each message once, though the running endpoint moves each back
+// into the error queue at once (found by a cold trial: one replay --all of
+// 4 messages replayed 36 to 396). Browse reads only what the queue held
+// when it began.
+func TestErrorsReplayAllOnceEach(t *testing.T) {
+	url := testenv.RequireAMQP(t)
+	tr, err := amqp.New(amqp.Config{URL: url})
+	require.NoError(t, err)
+	amqptest.Cleanup(t, tr)
+	errorTopic := testenv.Name("error_")
+	b, err := bus.New(bus.Config{Endpoint: testenv.Name("billing"), Transport: tr, ErrorTopic: errorTopic,
+		Retry: bus.RetryPolicy{NoRetries: true}, Logger: testenv.Logger(t)})
+	require.NoError(t, err)
+	require.NoError(t, bus.Handle(b, func(ctx context.Context, m *Invoice) error {
+		return errors.New("tax service down")
+	}))
+	ctx := testbus.Run(t, b)
+	c := b.Counters()
+	for n := range 4 {
+		require.NoError(t, bus.Send(ctx, b, &Invoice{N: n}, bus.To(b.Endpoint())))
+	}
+	waitUntil(t, func() bool { return c.Total(metrics.Failed) == 4 })
+
+	flags := []string{"--amqp", url, "--error-topic", errorTopic}
+	out, err := run(t, append([]string{"errors", "replay", "--all"}, flags...)...)
+	require.NoError(t, err)
+	require.Contains(t, out, "replayed 4\n")
+	waitUntil(t, func() bool { return c.Total(metrics.Failed) == 8 })
+	time.Sleep(200 * time.Millisecond)
+	require.EqualValues(t, 8, c.Total(metrics.Failed), "each message failed once more, no more")
+	out, err = run(t, append([]string{"errors", "list", "--json"}, flags...)...)
+	require.NoError(t, err)
+	var list []failedMessage
+	require.NoError(t, json.Unmarshal([]byte(out), &list))
+	require.Len(t, list, 4)
+}

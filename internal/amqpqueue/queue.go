@@ -54,19 +54,25 @@ func (q *Queue) exists(name string) error {
 	return nil
 }
 
-// Browse calls visit for up to limit messages of the queue, oldest first.
-// Each message stays in the queue unless visit returns take: then it is
-// removed once Browse returns without error. The messages left are put
-// back when Browse returns.
+// Browse calls visit for up to limit messages of the queue, oldest first,
+// among those in the queue when it starts: a message that arrives meanwhile
+// (one replayed by visit and moved back by a running endpoint) waits for
+// the next Browse. Each message stays in the queue unless visit returns
+// take: then it is removed once Browse returns without error. The messages
+// left are put back when Browse returns.
 func (q *Queue) Browse(ctx context.Context, limit int, visit func(*message.Message) (take bool, err error)) error {
 	ch, err := q.conn.Channel()
 	if err != nil {
 		return fmt.Errorf("amqpqueue: channel: %w", err)
 	}
 	defer ch.Close() // requeues every delivery not acked
+	state, err := ch.QueueDeclarePassive(q.queue, true, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("amqpqueue: queue %s: %w", q.queue, err)
+	}
 	var taken []amqp091.Delivery
 	var m postroomamqp.Marshaler
-	for range limit {
+	for range min(limit, state.Messages) {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -156,7 +162,7 @@ func ReplayCopy(msg *message.Message) (topic, group string, out *message.Message
 	}
 	out = message.NewMessage(msg.UUID, msg.Payload)
 	for k, v := range msg.Metadata {
-		if !strings.HasPrefix(k, "postroom-error-") && k != metadata.DelayedRetries {
+		if !strings.HasPrefix(k, "postroom-error-") && k != metadata.DelayedRetries && k != metadata.TransportError {
 			out.Metadata.Set(k, v)
 		}
 	}

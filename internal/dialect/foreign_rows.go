@@ -36,6 +36,10 @@ func (s wideSchema) UnmarshalMessage(params wsql.UnmarshalMessageParams) (wsql.R
 	}
 	r.Msg = message.NewMessage(string(r.UUID), r.Payload)
 	md, err := ForeignMetadata(r.Metadata)
+	// Only this read says the transport could not read the message: the
+	// same key set by a producer (or kept by a replayed copy) would send
+	// the message to the error topic at every delivery.
+	delete(md, metadata.TransportError)
 	if err != nil {
 		md = message.Metadata{metadata.TransportError: "sql: " + err.Error()}
 	}

@@ -118,6 +118,10 @@ func (Marshaler) Unmarshal(d amqp091.Delivery) (*message.Message, error) {
 		delete(md, deliveryCountHeader)
 	}
 
+	// Only this read's problems count, as for the delivery count: the key
+	// set by a producer (or kept by a replayed copy) would send the message
+	// to the error topic at every delivery.
+	delete(md, metadata.TransportError)
 	reasons := make([]string, 0, len(problems)+1)
 	if id == "" {
 		reasons = append(reasons, ErrorNoID)
