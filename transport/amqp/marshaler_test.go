@@ -149,3 +149,17 @@ func TestMarshalerInteroperatesWithDefault(t *testing.T) {
 		}
 	}
 }
+
+// TestUnmarshalIgnoresATransportErrorHeader: only the transport's own read
+// marks a message unreadable; the header set by a producer (or kept by a
+// replayed copy) would send a good message to the error topic every time.
+func TestUnmarshalIgnoresATransportErrorHeader(t *testing.T) {
+	t.Parallel()
+	msg, err := amqp.Marshaler{}.Unmarshal(amqp091.Delivery{MessageId: "m-1",
+		Headers: amqp091.Table{metadata.TransportError: "amqp: message has no ID"}})
+	require.NoError(t, err)
+	require.Empty(t, msg.Metadata.Get(metadata.TransportError))
+	msg, err = amqp.Marshaler{}.Unmarshal(amqp091.Delivery{Headers: amqp091.Table{metadata.TransportError: "made up"}})
+	require.NoError(t, err)
+	require.Equal(t, amqp.ErrorNoID, msg.Metadata.Get(metadata.TransportError), "the transport's own reason, not the header's")
+}
