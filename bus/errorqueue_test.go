@@ -3,8 +3,12 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync/atomic"
 	"testing"
 
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/postroom/postroom/bus"
@@ -41,4 +45,50 @@ func TestErrorQueueKeepsMessagesWithoutASubscriber(t *testing.T) {
 	// Only now does an operator read the error queue.
 	m := readErrorQueue(t, url, errorTopic)
 	require.Equal(t, "always fails", m.Metadata.Get(metadata.ErrorReason))
+}
+
+// TestOversizedMetadataReachesTheErrorQueue: a message whose headers the
+// broker took from its producer (just under RabbitMQ's frame_max) fails;
+// with the error metadata added, RabbitMQ refuses the copy, so it is moved
+// without its largest value, which the error metadata names, and the
+// message behind it is handled. Found by a cold trial: nacked and
+// redelivered 1,129 times in 15 s, the queue blocked behind it.
+func TestOversizedMetadataReachesTheErrorQueue(t *testing.T) {
+	url := testenv.RequireAMQP(t)
+	tr, err := amqp.New(amqp.Config{URL: url})
+	require.NoError(t, err)
+	amqptest.Cleanup(t, tr)
+	errorTopic := testenv.Name("error_")
+	b, err := bus.New(bus.Config{Endpoint: testenv.Name("ep"), Transport: tr, ErrorTopic: errorTopic, Logger: testenv.Logger(t),
+		Retry: bus.RetryPolicy{NoRetries: true}})
+	require.NoError(t, err)
+	var handled atomic.Int32
+	require.NoError(t, bus.Handle(b, func(_ context.Context, o *OrderPlaced) error {
+		if o.OrderID == "big" {
+			return errors.New("refused")
+		}
+		handled.Add(1)
+		return nil
+	}))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	<-b.Running()
+	big := message.NewMessage(uuid.NewString(), []byte(`{"OrderID":"big"}`))
+	big.Metadata.Set(metadata.MessageType, "sales.OrderPlaced")
+	big.Metadata.Set("x-big", strings.Repeat("x", 130_800)) // frame_max is 131,072
+	require.NoError(t, tr.Publisher().Publish(bus.EventTopic[OrderPlaced](), big))
+	require.NoError(t, bus.Publish(ctx, b, &OrderPlaced{OrderID: "after"}))
+	waitFor(t, "the message behind it", func() bool { return handled.Load() == 1 })
+	waitFor(t, "the failure", func() bool { return b.Counters().Total(metrics.Failed) == 1 })
+	cancel()
+	require.NoError(t, <-done)
+	require.NoError(t, b.Close())
+
+	m := readErrorQueue(t, url, errorTopic)
+	require.Equal(t, big.UUID, m.UUID)
+	require.Equal(t, "refused", m.Metadata.Get(metadata.ErrorReason))
+	require.Equal(t, "x-big (130800 bytes)", m.Metadata.Get(metadata.ErrorDroppedMetadata))
+	require.Empty(t, m.Metadata.Get("x-big"))
+	require.JSONEq(t, `{"OrderID":"big"}`, string(m.Payload))
 }

@@ -1,10 +1,12 @@
 package bus
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -165,6 +167,54 @@ func (b *Bus) publishCommitted(ctx context.Context, out outgoing) error {
 	}
 }
 
+// Bounds of withoutLargestMetadata: metadata over keptMetadataBytes (keys
+// and values) loses its largest values until it fits; an error reason over
+// keptReasonBytes is cut.
+const (
+	keptMetadataBytes = 16 << 10
+	keptReasonBytes   = 4 << 10
+)
+
+// withoutLargestMetadata returns a copy of failed whose metadata fits in
+// keptMetadataBytes: the largest values other than the error metadata are
+// left out, largest first, and the error reason is cut to keptReasonBytes.
+// dropped names what was left out ("" when the metadata fits already: the
+// refusal had another cause).
+func withoutLargestMetadata(failed *message.Message) (*message.Message, string) {
+	size := 0
+	for k, v := range failed.Metadata {
+		size += len(k) + len(v)
+	}
+	if size <= keptMetadataBytes {
+		return nil, ""
+	}
+	out := failed.Copy()
+	var parts []string
+	if r := out.Metadata.Get(metadata.ErrorReason); len(r) > keptReasonBytes {
+		out.Metadata.Set(metadata.ErrorReason, strings.ToValidUTF8(r[:keptReasonBytes], "")+"…")
+		size -= len(r) - keptReasonBytes
+		parts = append(parts, fmt.Sprintf("%s (cut from %d bytes)", metadata.ErrorReason, len(r)))
+	}
+	keys := make([]string, 0, len(out.Metadata))
+	for k := range out.Metadata {
+		if !strings.HasPrefix(k, "postroom-error-") {
+			keys = append(keys, k)
+		}
+	}
+	slices.SortFunc(keys, func(a, b string) int { return cmp.Compare(len(out.Metadata[b]), len(out.Metadata[a])) })
+	for _, k := range keys {
+		if size <= keptMetadataBytes {
+			break
+		}
+		size -= len(k) + len(out.Metadata[k])
+		parts = append(parts, fmt.Sprintf("%s (%d bytes)", k, len(out.Metadata[k])))
+		delete(out.Metadata, k)
+	}
+	dropped := strings.Join(parts, ", ")
+	out.Metadata.Set(metadata.ErrorDroppedMetadata, dropped)
+	return out, dropped
+}
+
 func (b *Bus) moveToErrorTopic(handler, topic string, msg *message.Message, attempts int, reason error) error {
 	failed := msg.Copy()
 	for k, v := range failed.Metadata { // a broker may refuse invalid UTF-8
@@ -187,7 +237,18 @@ func (b *Bus) moveToErrorTopic(handler, topic string, msg *message.Message, atte
 		publish = m.PublishMandatory
 	}
 	if err := publish(b.cfg.ErrorTopic, failed); err != nil {
-		return fmt.Errorf("bus: move %s to the error topic: %w (after: %v)", msg.UUID, err, reason)
+		// A message whose metadata the broker took from its producer may be
+		// refused once the error metadata is added (RabbitMQ's frame_max):
+		// it would be nacked and come back forever. Its largest values go.
+		trimmed, dropped := withoutLargestMetadata(failed)
+		if dropped == "" {
+			return fmt.Errorf("bus: move %s to the error topic: %w (after: %v)", msg.UUID, err, reason)
+		}
+		if err2 := publish(b.cfg.ErrorTopic, trimmed); err2 != nil {
+			return fmt.Errorf("bus: move %s to the error topic: %w; without its largest metadata: %w (after: %v)", msg.UUID, err, err2, reason)
+		}
+		b.cfg.Logger.Warn("bus: the error topic refused the failed message with all its metadata; it was moved without the largest values",
+			"handler", handler, "message_id", msg.UUID, "dropped", dropped, "error", err)
 	}
 	b.cfg.Recorder.Record(handler, metrics.Failed)
 	tracing.Fail(msg.Context(), reason)

@@ -33,6 +33,10 @@ const (
 	ErrorTopic = "postroom-error-topic"
 	// ErrorAt is when the message was moved, RFC 3339.
 	ErrorAt = "postroom-error-at"
+	// ErrorDroppedMetadata names the metadata values left out of a failed
+	// message because the error topic refused it whole (RabbitMQ's frame_max
+	// bounds a message's headers): "key (N bytes), …", largest first.
+	ErrorDroppedMetadata = "postroom-error-dropped-metadata"
 	// ErrorGroup is the subscriber group (queue) of the handler that
 	// failed: a replay goes back to it alone.
 	ErrorGroup = "postroom-error-group"
