@@ -3,6 +3,7 @@ package gochannel_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -276,6 +277,79 @@ func TestManyStalledSubscriptionsHoldNothing(t *testing.T) {
 		msg := receive(t, ch)
 		require.Equal(t, want, msg.UUID)
 		msg.Ack()
+	}
+
+	// Publishes every millisecond wake the dispatcher more often than it
+	// waits for the stalled ones: they still go to the back.
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+				_ = tr.Publisher().Publish("t", message.NewMessage(fmt.Sprint("tick-", i), nil))
+			}
+		}
+	}()
+	for range 3 {
+		receive(t, ch).Ack()
+	}
+}
+
+// TestNackedWhileAnotherIsTakenIsKept: competing subscriptions nack a
+// third of what they get, at random, while the others take the messages
+// behind: every message is acked exactly once. (A nacked message put back
+// at the head while the next one was being taken made the dispatcher
+// remove the nacked one instead: it was never delivered again, and the
+// other was delivered twice.)
+func TestNackedWhileAnotherIsTakenIsKept(t *testing.T) {
+	t.Parallel()
+	tr := gochannel.New(gochannel.Config{})
+	defer tr.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sub, _ := tr.Subscriber("a")
+	const n = 3000
+	var mu sync.Mutex
+	acked := map[string]int{}
+	done := make(chan struct{})
+	for w := range 4 {
+		ch, err := sub.Subscribe(ctx, "t")
+		require.NoError(t, err)
+		go func() {
+			rnd := rand.New(rand.NewPCG(uint64(w), 1))
+			for msg := range ch {
+				if rnd.IntN(3) == 0 {
+					msg.Nack()
+					continue
+				}
+				msg.Ack()
+				mu.Lock()
+				acked[msg.UUID]++
+				if len(acked) == n {
+					close(done)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for i := range n {
+		require.NoError(t, tr.Publisher().Publish("t", message.NewMessage(fmt.Sprint(i), nil)))
+	}
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("%d of %d messages acked; the others were lost", len(acked), n)
+	}
+	time.Sleep(50 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	for id, count := range acked {
+		require.Equal(t, 1, count, "message %s acked more than once", id)
 	}
 }
 

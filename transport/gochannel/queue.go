@@ -80,6 +80,18 @@ func (q *queue) popFront() {
 	}
 }
 
+// remove takes m off the queue: the head, or one a little behind it when
+// nacked messages went back in front of it. Callers hold q.mu.
+func (q *queue) remove(m *message.Message) {
+	if q.front() == m {
+		q.popFront()
+		return
+	}
+	if i := slices.Index(q.items[q.head:], m); i >= 0 {
+		q.items = slices.Delete(q.items, q.head+i, q.head+i+1)
+	}
+}
+
 // pushFront puts a message taken back at the head, for the next free
 // subscription. Callers hold q.mu.
 func (q *queue) pushFront(m *message.Message) {
@@ -227,6 +239,12 @@ func (q *queue) dispatch() {
 	var (
 		free  []*subscription
 		cases []reflect.SelectCase
+		// offeredSince is when the first maxOffers of q.free were first
+		// offered the head without any of them taking it; zero after a take.
+		// It outlives the passes a publish or a settle starts, so that
+		// subscriptions that stopped reading move to the back after
+		// reofferAfter however often the dispatcher wakes.
+		offeredSince time.Time
 	)
 	for {
 		q.mu.Lock()
@@ -255,6 +273,14 @@ func (q *queue) dispatch() {
 			// longest: any free one will do, and a handler with hundreds
 			// of subscriptions (a batched one) would otherwise pay a copy
 			// and a select case for each, per message.
+			if len(q.free) <= maxOffers {
+				offeredSince = time.Time{} // every free one is offered
+			} else if offeredSince.IsZero() {
+				offeredSince = time.Now()
+			} else if time.Since(offeredSince) >= reofferAfter {
+				q.rotateLocked(maxOffers) // they have stopped reading
+				offeredSince = time.Now()
+			}
 			free = append(free, q.free[:min(len(q.free), maxOffers)]...)
 		}
 		q.mu.Unlock()
@@ -270,6 +296,7 @@ func (q *queue) dispatch() {
 			select {
 			case s.out <- s.offering(head).msg:
 				q.taken(s)
+				offeredSince = time.Time{}
 			case <-q.wake:
 			case <-q.t.closed:
 			}
@@ -285,16 +312,15 @@ func (q *queue) dispatch() {
 					Send: reflect.ValueOf(s.offering(head).msg),
 				})
 			}
-			if len(free) == maxOffers {
-				// More may be free than were offered: if every one offered
-				// has stopped reading, look again soon.
-				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(time.After(reofferAfter))})
+			if !offeredSince.IsZero() {
+				// More are free than were offered: if every one offered
+				// has stopped reading, look again when that is due.
+				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv,
+					Chan: reflect.ValueOf(time.After(reofferAfter - time.Since(offeredSince)))})
 			}
-			switch chosen, _, _ := reflect.Select(cases); {
-			case chosen >= 2 && chosen < 2+len(free):
+			if chosen, _, _ := reflect.Select(cases); chosen >= 2 && chosen < 2+len(free) {
 				q.taken(free[chosen-2])
-			case chosen == 2+len(free): // the offered have stopped reading
-				q.rotate(len(free))
+				offeredSince = time.Time{}
 			}
 			clear(free)
 		}
@@ -328,11 +354,10 @@ func (q *queue) dropEnded() {
 	q.free = free
 }
 
-// rotate moves the first n free subscriptions, offered and not read, to
-// the back of the list, so that the next offers go to others.
-func (q *queue) rotate(n int) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
+// rotateLocked moves the first n free subscriptions, offered and not read,
+// to the back of the list, so that the next offers go to others. Callers
+// hold q.mu.
+func (q *queue) rotateLocked(n int) {
 	n = min(n, len(q.free))
 	offered := slices.Clone(q.free[:n])
 	q.free = append(slices.Delete(q.free, 0, n), offered...)
@@ -343,7 +368,9 @@ func (q *queue) taken(s *subscription) {
 	d := s.offer
 	s.offer = nil
 	q.mu.Lock()
-	q.popFront() // still the head: only the dispatcher takes from or returns to the front
+	// Not always the head any more: a watcher puts a nacked message back
+	// in front of it (settle) while it is offered.
+	q.remove(d.queued)
 	s.held = d
 	// s is one of the first maxOffers of q.free: it was offered as such,
 	// and only the dispatcher removes subscriptions from the list.
