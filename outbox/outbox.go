@@ -155,20 +155,17 @@ func sqlTxOf(pool gorm.ConnPool) (*sql.Tx, bool) {
 
 // Run relays committed messages until ctx is done or Close is called. It
 // first creates the outbox tables if they are missing (`postroom migrate`
-// creates them, and then the bus needs no DDL rights).
+// creates them, and then the bus needs no DDL rights), and on MySQL
+// finishes their upgrade to per-row acks (upgradeMySQL).
 func (o *Outbox) Run(ctx context.Context) error {
-	exists := func() error { return o.cfg.DB.WithContext(ctx).Exec(o.d.OutboxTablesExist(o.cfg.Topic)).Error }
-	if err := exists(); err != nil {
+	if err := o.cfg.DB.WithContext(ctx).Exec(o.d.OutboxTablesExist(o.cfg.Topic)).Error; err != nil {
 		if err := o.sub.SubscribeInitialize(o.cfg.Topic); err != nil {
 			return fmt.Errorf("outbox: create the outbox tables (or run `postroom migrate`): %w", err)
 		}
-		if exists() != nil {
-			// On MySQL, a table from before the relay acked row by row.
-			for _, stmt := range o.d.OutboxAckedRows(o.cfg.Topic) {
-				if err := o.cfg.DB.WithContext(ctx).Exec(stmt).Error; err != nil {
-					return fmt.Errorf("outbox: add the acked column to the outbox table (or run `postroom migrate`): %w", err)
-				}
-			}
+	}
+	if o.d == dialect.MySQL {
+		if err := o.upgradeMySQL(ctx); err != nil {
+			return fmt.Errorf("outbox: upgrade the outbox table to per-row acks (or run `postroom migrate`): %w", err)
 		}
 	}
 	return o.forwarder.Run(ctx)

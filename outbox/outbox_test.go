@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -117,55 +118,68 @@ func TestPublishJoinsAPreparedStatementTransaction(t *testing.T) {
 }
 
 // TestTableFromBeforePerRowAcks, on MariaDB: an outbox table made before the
-// relay acked row by row (the offsets of a consumer group) gets its acked
-// column at Run, with the rows the relay had acked marked; only the others
-// are relayed.
+// relay acked row by row (the offsets of a consumer group), untouched or
+// with migration 8 cut short after it added the acked column, gets its
+// column and index at Run, with the rows the relay had acked marked and
+// its offsets row deleted; only the others are relayed.
 func TestTableFromBeforePerRowAcks(t *testing.T) {
-	db := testenv.MySQL(t)
-	const topic = "legacy_outbox"
-	d, err := dialect.Of(db)
-	require.NoError(t, err)
-	for _, stmt := range d.OutboxTables(topic) { // as migration 6 made them
-		require.NoError(t, db.Exec(stmt).Error)
-	}
-	broker := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
-	defer broker.Close()
-	o, err := outbox.New(outbox.Config{DB: db, Destination: broker, Topic: topic, PollInterval: 10 * time.Millisecond})
-	require.NoError(t, err)
-	for _, id := range []string{"relayed-1", "relayed-2", "waiting-3"} {
-		msg := message.NewMessage(id, []byte("{}"))
-		_, err := unitofwork.Run(db, msg, func(msg *message.Message) ([]*message.Message, error) {
-			return nil, o.Publish(msg.Context(), unitofwork.Tx(msg.Context()), "shipped", msg)
-		})
-		require.NoError(t, err)
-	}
-	var second int64
-	require.NoError(t, db.Raw("SELECT `offset` FROM `watermill_"+topic+"` ORDER BY `offset` LIMIT 1 OFFSET 1").Scan(&second).Error)
-	require.NoError(t, db.Exec("INSERT INTO `watermill_offsets_"+topic+"` (consumer_group, offset_acked, offset_consumed) VALUES (?, ?, ?)",
-		dialect.OutboxRelayGroup, second, second).Error)
+	for _, cutShort := range []bool{false, true} {
+		t.Run(fmt.Sprintf("column added before=%v", cutShort), func(t *testing.T) {
+			db := testenv.MySQL(t)
+			const topic = "legacy_outbox"
+			d, err := dialect.Of(db)
+			require.NoError(t, err)
+			for _, stmt := range d.OutboxTables(topic) { // as migration 6 made them
+				require.NoError(t, db.Exec(stmt).Error)
+			}
+			broker := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
+			defer broker.Close()
+			o, err := outbox.New(outbox.Config{DB: db, Destination: broker, Topic: topic, PollInterval: 10 * time.Millisecond})
+			require.NoError(t, err)
+			for _, id := range []string{"relayed-1", "relayed-2", "waiting-3"} {
+				msg := message.NewMessage(id, []byte("{}"))
+				_, err := unitofwork.Run(db, msg, func(msg *message.Message) ([]*message.Message, error) {
+					return nil, o.Publish(msg.Context(), unitofwork.Tx(msg.Context()), "shipped", msg)
+				})
+				require.NoError(t, err)
+			}
+			var second int64
+			require.NoError(t, db.Raw("SELECT `offset` FROM `watermill_"+topic+"` ORDER BY `offset` LIMIT 1 OFFSET 1").Scan(&second).Error)
+			require.NoError(t, db.Exec("INSERT INTO `watermill_offsets_"+topic+"` (consumer_group, offset_acked, offset_consumed) VALUES (?, ?, ?)",
+				dialect.OutboxRelayGroup, second, second).Error)
+			if cutShort {
+				require.NoError(t, db.Exec(d.OutboxAddAcked(topic)).Error)
+			}
 
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- o.Run(ctx) }()
-	received, err := broker.Subscribe(ctx, "shipped")
-	require.NoError(t, err)
-	select {
-	case m := <-received:
-		m.Ack()
-		require.Equal(t, "waiting-3", m.UUID, "the relay had acked the first two")
-	case <-time.After(20 * time.Second):
-		t.Fatal("relay did not publish")
+			ctx, stop := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- o.Run(ctx) }()
+			received, err := broker.Subscribe(ctx, "shipped")
+			require.NoError(t, err)
+			select {
+			case m := <-received:
+				m.Ack()
+				require.Equal(t, "waiting-3", m.UUID, "the relay had acked the first two")
+			case <-time.After(20 * time.Second):
+				t.Fatal("relay did not publish")
+			}
+			require.Eventually(t, func() bool {
+				b, err := o.Backlog(ctx)
+				return err == nil && b.Messages == 0
+			}, 10*time.Second, 20*time.Millisecond)
+			select {
+			case m := <-received:
+				t.Fatalf("relayed again: %s", m.UUID)
+			case <-time.After(200 * time.Millisecond):
+			}
+			var indexes, offsets int64
+			require.NoError(t, db.Raw(d.OutboxAckedIndexExists(topic)).Scan(&indexes).Error)
+			require.NotZero(t, indexes, "the relay's index")
+			require.NoError(t, db.Raw("SELECT COUNT(*) FROM `watermill_offsets_"+topic+"`").Scan(&offsets).Error)
+			require.Zero(t, offsets, "the old offsets row is gone")
+			stop()
+			require.NoError(t, <-done)
+			require.NoError(t, o.Close())
+		})
 	}
-	require.Eventually(t, func() bool {
-		b, err := o.Backlog(ctx)
-		return err == nil && b.Messages == 0
-	}, 10*time.Second, 20*time.Millisecond)
-	select {
-	case m := <-received:
-		t.Fatalf("relayed again: %s", m.UUID)
-	case <-time.After(200 * time.Millisecond):
-	}
-	stop()
-	require.NoError(t, <-done)
-	require.NoError(t, o.Close())
 }

@@ -123,11 +123,11 @@ func Migrate(ctx context.Context, db *gorm.DB, names Tables) ([]int, error) {
 }
 
 // alreadyApplied reports an error that a rerun of a MySQL step cut short
-// after its DDL committed meets: the column is there already (MySQL has no
-// ADD COLUMN IF NOT EXISTS; MariaDB has, MySQL 8 has not).
+// after its DDL committed meets: the column or the index is there already
+// (MySQL has no ADD COLUMN IF NOT EXISTS; MariaDB has, MySQL 8 has not).
 func alreadyApplied(d dialect.Dialect, err error) bool {
 	var my *mysql.MySQLError
-	return d == dialect.MySQL && errors.As(err, &my) && my.Number == 1060 // ER_DUP_FIELDNAME
+	return d == dialect.MySQL && errors.As(err, &my) && (my.Number == 1060 || my.Number == 1061) // ER_DUP_FIELDNAME, ER_DUP_KEYNAME
 }
 
 // prepare returns db's dialect and the validated table names, defaults

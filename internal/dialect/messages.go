@@ -60,20 +60,70 @@ func (d Dialect) OutboxSchema(batch int) (wsql.SchemaAdapter, wsql.OffsetsAdapte
 	return schema, offsets, OutboxRelayGroup, err
 }
 
-// OutboxAckedRows returns the statements that turn an outbox table of
-// MySQL/MariaDB made before per-row acks into one with them: the acked
-// column, the rows the relay had acked marked, and an index for the
-// relay's query. Nothing on other dialects.
+// OutboxAckedRows returns migration 8: the statements that turn an outbox
+// table of MySQL/MariaDB made before per-row acks into one with them (the
+// acked column, an index for the relay's query, the rows the relay had
+// acked marked, and its offsets row deleted); nothing on other dialects.
+// Each step can run again: a rerun meets the column or the index (errors
+// 1060, 1061, which migrations skip), and the marking is idempotent while
+// the offsets row exists. Until that row is gone the relay does not start
+// (the outbox's Run finishes the upgrade), so no row it had acked is
+// relayed again.
 func (d Dialect) OutboxAckedRows(topic string) []string {
 	if d != MySQL {
 		return nil
 	}
 	messages, offsets := d.messageTables(topic)
 	return []string{
-		"ALTER TABLE " + messages + " ADD COLUMN `acked` BOOLEAN NOT NULL DEFAULT FALSE, ADD INDEX postroom_outbox_acked (`acked`, `offset`)",
+		d.OutboxAddAcked(topic),
+		d.OutboxAddAckedIndex(topic),
 		"UPDATE " + messages + " SET `acked` = TRUE WHERE `offset` <= COALESCE((SELECT offset_acked FROM " + offsets +
 			" WHERE consumer_group = '" + OutboxRelayGroup + "'), 0)",
+		d.OutboxForgetRelayOffset(topic),
 	}
+}
+
+// OutboxAddAcked adds the acked column to a MySQL outbox table.
+func (d Dialect) OutboxAddAcked(topic string) string {
+	messages, _ := d.messageTables(topic)
+	return "ALTER TABLE " + messages + " ADD COLUMN `acked` BOOLEAN NOT NULL DEFAULT FALSE"
+}
+
+// OutboxAddAckedIndex adds the index of the relay's query (the rows not
+// acked, in offset order) to a MySQL outbox table.
+func (d Dialect) OutboxAddAckedIndex(topic string) string {
+	messages, _ := d.messageTables(topic)
+	return "ALTER TABLE " + messages + " ADD INDEX postroom_outbox_acked (`acked`, `offset`)"
+}
+
+// OutboxAckedIndexExists returns a query of the number of indexes of a
+// MySQL outbox table named as OutboxAddAckedIndex names its index.
+func (d Dialect) OutboxAckedIndexExists(topic string) string {
+	messages, _ := d.messageTables(topic)
+	return "SELECT COUNT(*) FROM information_schema.statistics WHERE table_schema = DATABASE() AND table_name = '" +
+		strings.Trim(messages, "`") + "' AND index_name = 'postroom_outbox_acked'"
+}
+
+// OutboxRelayOffset returns a query of the relay's acked offset from
+// before per-row acks on MySQL, locking its row; no row once the upgrade
+// is done.
+func (d Dialect) OutboxRelayOffset(topic string) string {
+	_, offsets := d.messageTables(topic)
+	return "SELECT offset_acked FROM " + offsets + " WHERE consumer_group = '" + OutboxRelayGroup + "' FOR UPDATE"
+}
+
+// OutboxMarkAcked marks acked the rows of a MySQL outbox table at or below
+// an offset, the one argument.
+func (d Dialect) OutboxMarkAcked(topic string) string {
+	messages, _ := d.messageTables(topic)
+	return "UPDATE " + messages + " SET `acked` = TRUE WHERE `offset` <= ? AND NOT `acked`"
+}
+
+// OutboxForgetRelayOffset deletes the relay's offsets row from before
+// per-row acks on MySQL: the end of the upgrade.
+func (d Dialect) OutboxForgetRelayOffset(topic string) string {
+	_, offsets := d.messageTables(topic)
+	return "DELETE FROM " + offsets + " WHERE consumer_group = '" + OutboxRelayGroup + "'"
 }
 
 func columnType(t string) func(string) string { return func(string) string { return t } }
