@@ -98,8 +98,9 @@ func (t *Transport) Subscriber(group string) (message.Subscriber, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sql: subscriber: %w", err)
 	}
-	t.opened.Add(sub)
-	return &subscriber{Subscriber: sub, t: t, group: group}, nil
+	s := newSubscriber(sub, t, group)
+	t.opened.Add(s)
+	return s, nil
 }
 
 // Competing is true: subscriptions of one group share its offsets.

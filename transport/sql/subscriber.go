@@ -3,6 +3,7 @@ package sql
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -19,6 +20,14 @@ type subscriber struct {
 	*wsql.Subscriber
 	t     *Transport
 	group string
+
+	closing   chan struct{} // closed by Close: forwarders stop offering
+	closeOnce sync.Once
+	forwards  sync.WaitGroup // one per Subscribe, until its channel is closed
+}
+
+func newSubscriber(sub *wsql.Subscriber, t *Transport, group string) *subscriber {
+	return &subscriber{Subscriber: sub, t: t, group: group, closing: make(chan struct{})}
 }
 
 var (
@@ -67,9 +76,39 @@ func (s *subscriber) start(topic string, fromNow bool) error {
 
 // Subscribe reads topic for the group, from where the group stopped, or
 // for a group that never declared it, from the topic's first message.
+//
+// Its channel is watermill-sql's, forwarded, so that Close returns only
+// once it is closed: watermill-sql's Close returns when its reading ends,
+// a moment before it closes the channel.
 func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if err := s.SubscribeInitialize(topic); err != nil {
 		return nil, err
 	}
-	return s.Subscriber.Subscribe(ctx, topic)
+	in, err := s.Subscriber.Subscribe(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan *message.Message)
+	s.forwards.Add(1)
+	go func() {
+		defer s.forwards.Done()
+		defer close(out)
+		for msg := range in {
+			select {
+			case out <- msg:
+			case <-s.closing: // not acked: watermill-sql delivers it again later
+			case <-ctx.Done():
+			}
+		}
+	}()
+	return out, nil
+}
+
+// Close stops every subscription and returns once their channels are
+// closed.
+func (s *subscriber) Close() error {
+	s.closeOnce.Do(func() { close(s.closing) })
+	err := s.Subscriber.Close()
+	s.forwards.Wait()
+	return err
 }
