@@ -217,6 +217,7 @@ func TestBusScenarios(t *testing.T) {
 				require.Equal(t, 1, bus.ErrorAttempts(failed))
 				require.ErrorContains(t, bus.Publish[OrderPlaced](ctx, ep.Bus, nil), "bus: publish sales.OrderPlaced: the event is a nil pointer")
 				require.ErrorContains(t, bus.Send[CreateInvoice](ctx, ep.Bus, nil), "the command is a nil pointer")
+				require.ErrorContains(t, bus.Publish(ctx, ep.Bus, &nullPayload{}), "the payload is JSON null")
 			})
 
 			t.Run("an unknown message type goes to the error topic", func(t *testing.T) {
@@ -344,3 +345,9 @@ func TestDeliveryLimitAboveMaxDeliveries(t *testing.T) {
 	require.NoError(t, err, "the defaults fit")
 	require.NoError(t, b.Close())
 }
+
+// nullPayload marshals to JSON null, as a nil slice type would.
+type nullPayload struct{}
+
+func (nullPayload) MessageName() string          { return "test.NullPayload" }
+func (nullPayload) MarshalJSON() ([]byte, error) { return []byte("null"), nil }

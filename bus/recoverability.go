@@ -167,9 +167,32 @@ func (b *Bus) publishCommitted(ctx context.Context, out outgoing) error {
 	}
 }
 
+// publishFailed publishes failed to the error topic. A message whose
+// metadata the broker took from its producer may be refused once the error
+// metadata is added (RabbitMQ's frame_max): nacked, it would come back
+// forever. So if it is refused twice (once may be the broker's hiccup, and
+// the error copy is the only copy left), it goes without its largest
+// metadata values, which dropped names.
+func (b *Bus) publishFailed(publish func(string, ...*message.Message) error, failed *message.Message) (dropped string, err error) {
+	if err = publish(b.cfg.ErrorTopic, failed); err == nil {
+		return "", nil
+	}
+	trimmed, dropped := withoutLargestMetadata(failed)
+	if dropped == "" {
+		return "", err
+	}
+	if err = publish(b.cfg.ErrorTopic, failed); err == nil {
+		return "", nil
+	}
+	if err2 := publish(b.cfg.ErrorTopic, trimmed); err2 != nil {
+		return "", fmt.Errorf("%w; without its largest metadata: %w", err, err2)
+	}
+	return dropped, nil
+}
+
 // Bounds of withoutLargestMetadata: metadata over keptMetadataBytes (keys
 // and values) loses its largest values until it fits; an error reason over
-// keptReasonBytes is cut.
+// keptReasonBytes is cut. The bus's own keys (postroom-…) stay.
 const (
 	keptMetadataBytes = 16 << 10
 	keptReasonBytes   = 4 << 10
@@ -197,7 +220,7 @@ func withoutLargestMetadata(failed *message.Message) (*message.Message, string) 
 	}
 	keys := make([]string, 0, len(out.Metadata))
 	for k := range out.Metadata {
-		if !strings.HasPrefix(k, "postroom-error-") {
+		if !strings.HasPrefix(k, "postroom-") { // the bus's own: type, version, trace, errors
 			keys = append(keys, k)
 		}
 	}
@@ -236,19 +259,13 @@ func (b *Bus) moveToErrorTopic(handler, topic string, msg *message.Message, atte
 	if m, ok := b.cfg.Transport.(transport.Mandatory); ok {
 		publish = m.PublishMandatory
 	}
-	if err := publish(b.cfg.ErrorTopic, failed); err != nil {
-		// A message whose metadata the broker took from its producer may be
-		// refused once the error metadata is added (RabbitMQ's frame_max):
-		// it would be nacked and come back forever. Its largest values go.
-		trimmed, dropped := withoutLargestMetadata(failed)
-		if dropped == "" {
-			return fmt.Errorf("bus: move %s to the error topic: %w (after: %v)", msg.UUID, err, reason)
-		}
-		if err2 := publish(b.cfg.ErrorTopic, trimmed); err2 != nil {
-			return fmt.Errorf("bus: move %s to the error topic: %w; without its largest metadata: %w (after: %v)", msg.UUID, err, err2, reason)
-		}
-		b.cfg.Logger.Warn("bus: the error topic refused the failed message with all its metadata; it was moved without the largest values",
-			"handler", handler, "message_id", msg.UUID, "dropped", dropped, "error", err)
+	dropped, err := b.publishFailed(publish, failed)
+	if err != nil {
+		return fmt.Errorf("bus: move %s to the error topic: %w (after: %v)", msg.UUID, err, reason)
+	}
+	if dropped != "" {
+		b.cfg.Logger.Warn("bus: the error topic refused the failed message twice with all its metadata; it was moved without the largest values",
+			"handler", handler, "message_id", msg.UUID, "dropped", dropped)
 	}
 	b.cfg.Recorder.Record(handler, metrics.Failed)
 	tracing.Fail(msg.Context(), reason)

@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -100,6 +101,11 @@ func (b *Bus) newMessage(ctx context.Context, name string, payload any, opts []S
 	body, err := b.cfg.Marshaler.Marshal(payload)
 	if err != nil {
 		return nil, fmt.Errorf("bus: marshal %s: %w", name, err)
+	}
+	if _, isJSON := b.cfg.Marshaler.(JSON); isJSON && bytes.Equal(bytes.TrimSpace(body), []byte("null")) {
+		// A nil slice, map or pointer type, or a MarshalJSON returning
+		// null: every handler would refuse it (JSON.Unmarshal).
+		return nil, fmt.Errorf("bus: marshal %s: %w", name, errNullPayload)
 	}
 	id, err := uuid.NewV7()
 	if err != nil {

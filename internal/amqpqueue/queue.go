@@ -58,8 +58,8 @@ func (q *Queue) exists(name string) error {
 // among those in the queue when it starts: a message that arrives meanwhile
 // (one replayed by visit and moved back by a running endpoint) waits for
 // the next Browse. Each message stays in the queue unless visit returns
-// take: then it is removed once Browse returns without error. The messages
-// left are put back when Browse returns.
+// take: then it is removed when Browse returns, also after an error. The
+// messages left are put back when Browse returns.
 func (q *Queue) Browse(ctx context.Context, limit int, visit func(*message.Message) (take bool, err error)) error {
 	ch, err := q.conn.Channel()
 	if err != nil {
@@ -88,16 +88,23 @@ func (q *Queue) Browse(ctx context.Context, limit int, visit func(*message.Messa
 			return fmt.Errorf("amqpqueue: message %d of %s: %w", d.DeliveryTag, q.queue, err)
 		}
 		take, err := visit(msg)
-		if err != nil {
-			return err
-		}
 		if take {
 			taken = append(taken, d)
 		}
+		if err != nil {
+			return errors.Join(err, ack(taken))
+		}
 	}
+	return ack(taken)
+}
+
+// ack removes what a Browse took, also when it stops on an error: visit
+// has done its work on them (a replay sent its copy), and a later Browse
+// would do it again.
+func ack(taken []amqp091.Delivery) error {
 	for _, d := range taken {
 		if err := d.Ack(false); err != nil {
-			return fmt.Errorf("amqpqueue: remove from %s: %w", q.queue, err)
+			return fmt.Errorf("amqpqueue: remove a message: %w", err)
 		}
 	}
 	return nil
@@ -162,7 +169,9 @@ func ReplayCopy(msg *message.Message) (topic, group string, out *message.Message
 	}
 	out = message.NewMessage(msg.UUID, msg.Payload)
 	for k, v := range msg.Metadata {
-		if !strings.HasPrefix(k, "postroom-error-") && k != metadata.DelayedRetries && k != metadata.TransportError {
+		// The mark of metadata left out on the way to the error topic stays:
+		// the replayed message is not the one its producer sent.
+		if (!strings.HasPrefix(k, "postroom-error-") || k == metadata.ErrorDroppedMetadata) && k != metadata.DelayedRetries && k != metadata.TransportError {
 			out.Metadata.Set(k, v)
 		}
 	}
