@@ -23,14 +23,7 @@ import (
 // message is kept in the error queue although nobody subscribed to the error
 // topic when it failed (an exchange with no queue drops what it gets).
 func TestErrorQueueKeepsMessagesWithoutASubscriber(t *testing.T) {
-	url := testenv.RequireAMQP(t)
-	tr, err := amqp.New(amqp.Config{URL: url})
-	require.NoError(t, err)
-	amqptest.Cleanup(t, tr)
-	errorTopic := testenv.Name("error_")
-	b, err := bus.New(bus.Config{Endpoint: testenv.Name("ep"), Transport: tr, ErrorTopic: errorTopic, Logger: testenv.Logger(t),
-		Retry: bus.RetryPolicy{NoRetries: true}})
-	require.NoError(t, err)
+	b, _, url, errorTopic := amqpBusWithoutRetries(t)
 	require.NoError(t, bus.Handle(b, func(context.Context, *OrderPlaced) error { return errors.New("always fails") }))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -54,14 +47,7 @@ func TestErrorQueueKeepsMessagesWithoutASubscriber(t *testing.T) {
 // message behind it is handled. Found by a cold trial: nacked and
 // redelivered 1,129 times in 15 s, the queue blocked behind it.
 func TestOversizedMetadataReachesTheErrorQueue(t *testing.T) {
-	url := testenv.RequireAMQP(t)
-	tr, err := amqp.New(amqp.Config{URL: url})
-	require.NoError(t, err)
-	amqptest.Cleanup(t, tr)
-	errorTopic := testenv.Name("error_")
-	b, err := bus.New(bus.Config{Endpoint: testenv.Name("ep"), Transport: tr, ErrorTopic: errorTopic, Logger: testenv.Logger(t),
-		Retry: bus.RetryPolicy{NoRetries: true}})
-	require.NoError(t, err)
+	b, tr, url, errorTopic := amqpBusWithoutRetries(t)
 	var handled atomic.Int32
 	require.NoError(t, bus.Handle(b, func(_ context.Context, o *OrderPlaced) error {
 		if o.OrderID == "big" {
@@ -91,4 +77,20 @@ func TestOversizedMetadataReachesTheErrorQueue(t *testing.T) {
 	require.Equal(t, "x-big (130800 bytes)", m.Metadata.Get(metadata.ErrorDroppedMetadata))
 	require.Empty(t, m.Metadata.Get("x-big"))
 	require.JSONEq(t, `{"OrderID":"big"}`, string(m.Payload))
+}
+
+// amqpBusWithoutRetries is a bus on RabbitMQ whose failed messages go to
+// an error topic of their own at once, with its transport, the broker's
+// URL and that topic.
+func amqpBusWithoutRetries(t *testing.T) (*bus.Bus, *amqp.Transport, string, string) {
+	t.Helper()
+	url := testenv.RequireAMQP(t)
+	tr, err := amqp.New(amqp.Config{URL: url})
+	require.NoError(t, err)
+	amqptest.Cleanup(t, tr)
+	errorTopic := testenv.Name("error_")
+	b, err := bus.New(bus.Config{Endpoint: testenv.Name("ep"), Transport: tr, ErrorTopic: errorTopic, Logger: testenv.Logger(t),
+		Retry: bus.RetryPolicy{NoRetries: true}})
+	require.NoError(t, err)
+	return b, tr, url, errorTopic
 }

@@ -235,66 +235,49 @@ func TestHeldMessageGoesBackWhenItsSubscriptionEnds(t *testing.T) {
 	require.False(t, open)
 }
 
-// TestStalledSubscriptionHoldsNothing: a subscription nobody reads does not
-// keep a message from the group's other subscriptions.
+// TestStalledSubscriptionHoldsNothing: subscriptions nobody reads, free
+// longer than the one that reads, do not keep messages from it: one, and
+// more than the dispatcher offers a message to at once (they move to the
+// back of the free list after reofferAfter, also while publishes every
+// millisecond wake the dispatcher sooner).
 func TestStalledSubscriptionHoldsNothing(t *testing.T) {
-	t.Parallel()
-	tr := gochannel.New(gochannel.Config{})
-	defer tr.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	sub, _ := tr.Subscriber("a")
-	_, err := sub.Subscribe(ctx, "t") // never read
-	require.NoError(t, err)
-	ch, err := sub.Subscribe(ctx, "t")
-	require.NoError(t, err)
-	publish(t, tr, "t", "1", "2", "3")
-	for _, want := range []string{"1", "2", "3"} {
-		msg := receive(t, ch)
-		require.Equal(t, want, msg.UUID)
-		msg.Ack()
-	}
-}
-
-// TestManyStalledSubscriptionsHoldNothing: more stalled subscriptions than
-// the dispatcher offers a message to at once, all free longer than the one
-// that reads, do not keep messages from it.
-func TestManyStalledSubscriptionsHoldNothing(t *testing.T) {
-	t.Parallel()
-	tr := gochannel.New(gochannel.Config{})
-	defer tr.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	sub, _ := tr.Subscriber("a")
-	for range 20 {
-		_, err := sub.Subscribe(ctx, "t") // never read
-		require.NoError(t, err)
-	}
-	ch, err := sub.Subscribe(ctx, "t")
-	require.NoError(t, err)
-	publish(t, tr, "t", "1", "2", "3")
-	for _, want := range []string{"1", "2", "3"} {
-		msg := receive(t, ch)
-		require.Equal(t, want, msg.UUID)
-		msg.Ack()
-	}
-
-	// Publishes every millisecond wake the dispatcher more often than it
-	// waits for the stalled ones: they still go to the back.
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			case <-time.After(time.Millisecond):
-				_ = tr.Publisher().Publish("t", message.NewMessage(fmt.Sprint("tick-", i), nil))
+	for _, stalled := range []int{1, 20} {
+		t.Run(fmt.Sprintf("stalled=%d", stalled), func(t *testing.T) {
+			t.Parallel()
+			tr := gochannel.New(gochannel.Config{})
+			defer tr.Close()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			sub, _ := tr.Subscriber("a")
+			for range stalled {
+				_, err := sub.Subscribe(ctx, "t") // never read
+				require.NoError(t, err)
 			}
-		}
-	}()
-	for range 3 {
-		receive(t, ch).Ack()
+			ch, err := sub.Subscribe(ctx, "t")
+			require.NoError(t, err)
+			publish(t, tr, "t", "1", "2", "3")
+			for _, want := range []string{"1", "2", "3"} {
+				msg := receive(t, ch)
+				require.Equal(t, want, msg.UUID)
+				msg.Ack()
+			}
+
+			stop := make(chan struct{})
+			defer close(stop)
+			go func() {
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					case <-time.After(time.Millisecond):
+						_ = tr.Publisher().Publish("t", message.NewMessage(fmt.Sprint("tick-", i), nil))
+					}
+				}
+			}()
+			for range 3 {
+				receive(t, ch).Ack()
+			}
+		})
 	}
 }
 
