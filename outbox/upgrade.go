@@ -5,8 +5,9 @@ import (
 	"database/sql"
 	"errors"
 
-	"github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
+
+	"github.com/postroom/postroom/internal/dialect"
 )
 
 // upgradeMySQL finishes what migration 8 does to an outbox table of
@@ -21,7 +22,7 @@ import (
 func (o *Outbox) upgradeMySQL(ctx context.Context) error {
 	db := o.cfg.DB.WithContext(ctx)
 	if db.Exec(o.d.OutboxTablesExist(o.cfg.Topic)).Error != nil {
-		if err := db.Exec(o.d.OutboxAddAcked(o.cfg.Topic)).Error; err != nil && !mysqlError(err, 1060) { // ER_DUP_FIELDNAME
+		if err := db.Exec(o.d.OutboxAddAcked(o.cfg.Topic)).Error; err != nil && !dialect.MySQLError(err, 1060) { // ER_DUP_FIELDNAME
 			return err
 		}
 	}
@@ -30,7 +31,7 @@ func (o *Outbox) upgradeMySQL(ctx context.Context) error {
 		return err
 	}
 	if indexes == 0 {
-		if err := db.Exec(o.d.OutboxAddAckedIndex(o.cfg.Topic)).Error; err != nil && !mysqlError(err, 1061) { // ER_DUP_KEYNAME
+		if err := db.Exec(o.d.OutboxAddAckedIndex(o.cfg.Topic)).Error; err != nil && !dialect.MySQLError(err, 1061) { // ER_DUP_KEYNAME
 			return err
 		}
 	}
@@ -38,7 +39,7 @@ func (o *Outbox) upgradeMySQL(ctx context.Context) error {
 		var acked sql.NullInt64
 		err := tx.Raw(o.d.OutboxRelayOffset(o.cfg.Topic)).Row().Scan(&acked)
 		switch {
-		case errors.Is(err, sql.ErrNoRows), mysqlError(err, 1146): // ER_NO_SUCH_TABLE: never had offsets
+		case errors.Is(err, sql.ErrNoRows), dialect.MySQLError(err, 1146): // ER_NO_SUCH_TABLE: never had offsets
 			return nil
 		case err != nil:
 			return err
@@ -48,10 +49,4 @@ func (o *Outbox) upgradeMySQL(ctx context.Context) error {
 		}
 		return tx.Exec(o.d.OutboxForgetRelayOffset(o.cfg.Topic)).Error
 	})
-}
-
-// mysqlError reports whether err is MySQL's error number.
-func mysqlError(err error, number uint16) bool {
-	var my *mysql.MySQLError
-	return errors.As(err, &my) && my.Number == number
 }

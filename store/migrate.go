@@ -2,11 +2,9 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
@@ -126,8 +124,7 @@ func Migrate(ctx context.Context, db *gorm.DB, names Tables) ([]int, error) {
 // after its DDL committed meets: the column or the index is there already
 // (MySQL has no ADD COLUMN IF NOT EXISTS; MariaDB has, MySQL 8 has not).
 func alreadyApplied(d dialect.Dialect, err error) bool {
-	var my *mysql.MySQLError
-	return d == dialect.MySQL && errors.As(err, &my) && (my.Number == 1060 || my.Number == 1061) // ER_DUP_FIELDNAME, ER_DUP_KEYNAME
+	return d == dialect.MySQL && dialect.MySQLError(err, 1060, 1061) // ER_DUP_FIELDNAME, ER_DUP_KEYNAME
 }
 
 // prepare returns db's dialect and the validated table names, defaults

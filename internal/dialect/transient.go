@@ -5,6 +5,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"net"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -64,4 +65,11 @@ func Transient(err error) bool {
 		}
 	}
 	return false
+}
+
+// MySQLError reports whether err is a MySQL/MariaDB server error with one
+// of the numbers (e.g. 1060, ER_DUP_FIELDNAME).
+func MySQLError(err error, numbers ...uint16) bool {
+	var my *mysql.MySQLError
+	return errors.As(err, &my) && slices.Contains(numbers, my.Number)
 }
