@@ -19,6 +19,18 @@
 // the reason; it never holds up the rows behind it. (watermill-sql's own
 // adapters fail on such a row at every poll, forever.)
 //
+// # Order on MySQL/MariaDB
+//
+// A group reads the rows past the highest offset it acked. MySQL numbers a
+// row (AUTO_INCREMENT) a moment before the row is in the table, and a
+// transaction may commit its row after a higher one: the group waits for
+// a row whose transaction is still open (a long transaction inserting into
+// a topic holds up its readers until it commits, or until MySQL's lock wait
+// timeout, after which they try again), and reads a row after a missing
+// offset only once that row is 2 s old, so that an
+// insert numbered before it lands first. A rolled-back insert delays the
+// group by about that long.
+//
 // # Logging
 //
 // [Config.Logger] and [Transport.SetLogger] (the bus passes its
