@@ -40,7 +40,7 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		return nil, s.explain(topic, err)
 	}
 	out := make(chan *message.Message)
-	go s.forward(topic, in, out)
+	go s.forward(ctx, topic, in, out)
 	return out, nil
 }
 
@@ -65,13 +65,37 @@ func (s *subscriber) Close() error { return s.sub.Close() }
 
 // forward passes each message on and watches its outcome. watermill-amqp
 // hands out one message at a time per subscription and waits for its ack
-// or nack, so waiting here adds no delay. It ends when in is closed.
-func (s *subscriber) forward(topic string, in <-chan *message.Message, out chan<- *message.Message) {
-	defer close(out)
+// or nack, so waiting here adds no delay. It ends, closing out, when in is
+// closed or when ctx ends.
+//
+// watermill-amqp does not close its channel when ctx ends: it may consume
+// again first (it picks at random between reconnecting and ctx), and a
+// delivery nobody takes blocks it, unacked, until the subscriber closes
+// (Watermill's TestSubscribeCtx failed about one run in four). So once ctx
+// ends, out is closed, and what in still delivers is nacked, back to the
+// queue, until watermill-amqp closes in.
+func (s *subscriber) forward(ctx context.Context, topic string, in <-chan *message.Message, out chan<- *message.Message) {
+	defer func() {
+		close(out)
+		for msg := range in {
+			msg.Nack()
+		}
+	}()
 	queue := QueueName(topic, s.group)
-	for msg := range in {
+	for {
+		var msg *message.Message
+		select {
+		case m, ok := <-in:
+			if !ok {
+				return
+			}
+			msg = m
+		case <-ctx.Done():
+			return
+		}
 		// watermill-amqp cancels the message's context once it has acked or
-		// nacked the delivery (also when it gives up at Close).
+		// nacked the delivery (also when it gives up at Close), and when
+		// ctx ends.
 		done := msg.Context().Done()
 		if reason := msg.Metadata.Get(metadata.TransportError); reason != "" {
 			s.log.Logger().Warn("amqp: received a message the transport could not read in full; it goes to the error topic",
@@ -80,6 +104,10 @@ func (s *subscriber) forward(topic string, in <-chan *message.Message, out chan<
 		select {
 		case out <- msg:
 		case <-done:
+			if ctx.Err() != nil {
+				msg.Nack() // not taken: back to the queue
+				return
+			}
 			continue
 		}
 		select {
