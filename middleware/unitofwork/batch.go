@@ -38,6 +38,9 @@ type batcher struct {
 	mu     sync.Mutex
 	open   *batch // the batch taking members, or nil
 	active int    // batches opened and not yet ended
+	// holding maps the ID of each message in a batch that has not begun to
+	// end to that batch (the last one a copy joined).
+	holding map[string]*batch
 	// lastSingle is true while the last batch to end had a single member
 	// (at first, too).
 	lastSingle bool
@@ -67,6 +70,9 @@ type batch struct {
 	cancel context.CancelFunc
 	stops  []func() bool // stop watching the members' contexts
 
+	ids    []string      // the IDs of its WithBatch members, in holding
+	ending chan struct{} // closed when it begins to end: its IDs left holding
+
 	done chan struct{} // closed when the transaction ended
 	err  error         // how it ended: nil when committed; set before done closes
 }
@@ -77,7 +83,7 @@ func (b *batcher) run(msg *message.Message, h message.HandlerFunc) ([]*message.M
 	if Active(msg.Context()) {
 		return h(msg) // joins the unit of work around it
 	}
-	bt, n := b.join(msg.Context())
+	bt, n := b.join(msg.Context(), msg.UUID)
 	m := &unit{db: b.db, parent: bt.tx, savepoint: "postroom_" + strconv.Itoa(n), releaseLater: true}
 	out, kept, err := bt.member(msg, h, m)
 	<-bt.done
@@ -98,21 +104,60 @@ func (b *batcher) run(msg *message.Message, h message.HandlerFunc) ([]*message.M
 	return out, nil
 }
 
-// join adds a member to the open batch, opening one if none is, and
-// returns it with the member's number in it.
-func (b *batcher) join(ctx context.Context) (*batch, int) { return b.joinWith(ctx, nil) }
+// join adds the message of ID id as a member of the open batch, opening
+// one if none is, and returns it with the member's number in it.
+//
+// A copy of a message (the same ID) that is in another batch, which has
+// stopped taking members, first waits for that batch to begin to end. Each
+// member claims its inbox key when its turn comes, so two batches that
+// hold copies of the same messages in another order would deadlock: the
+// database ends one of them, and every member of the victim spends a retry
+// (on PostgreSQL after deadlock_timeout). A copy of a message in the open
+// batch joins it, and is skipped there as a duplicate.
+func (b *batcher) join(ctx context.Context, id string) (*batch, int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for id != "" && ctx.Err() == nil {
+		other, ok := b.holding[id]
+		if !ok || other == b.open {
+			break
+		}
+		b.mu.Unlock()
+		select {
+		case <-other.ending:
+		case <-ctx.Done():
+		}
+		b.mu.Lock()
+	}
+	bt, n := b.joinLocked(ctx, nil)
+	if id != "" {
+		if b.holding == nil {
+			b.holding = map[string]*batch{}
+		}
+		b.holding[id] = bt
+		bt.ids = append(bt.ids, id)
+	}
+	return bt, n
+}
 
-// joinWith is join that adds it to a Collector's batch.
+// joinWith adds a member to a Collector's open batch. A Collector's keys
+// are claimed in key order, so copies in two batches do not deadlock.
 func (b *batcher) joinWith(ctx context.Context, it *Collected) (*batch, int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	return b.joinLocked(ctx, it)
+}
+
+// joinLocked adds a member to the open batch, opening one if none is, and
+// returns it with the member's number in it. Call with b.mu held.
+func (b *batcher) joinLocked(ctx context.Context, it *Collected) (*batch, int) {
 	bt := b.open
 	if bt == nil {
 		// The transaction outlives the member that begins it, so it keeps
 		// the context's values but not its end: it ends when every
 		// member's context has.
 		txCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		bt = &batch{b: b, tx: &unit{db: b.db, ctx: txCtx}, cancel: cancel, done: make(chan struct{})}
+		bt = &batch{b: b, tx: &unit{db: b.db, ctx: txCtx}, cancel: cancel, ending: make(chan struct{}), done: make(chan struct{})}
 		// Messages come one at a time when the last batch had one and no
 		// batch is still ending: this one then commits as soon as every
 		// message in flight has joined it and run, instead of waiting for
@@ -226,7 +271,13 @@ func (bt *batch) end() {
 	bt.b.mu.Lock()
 	bt.b.active--
 	bt.b.lastSingle = members == 1
+	for _, id := range bt.ids {
+		if bt.b.holding[id] == bt {
+			delete(bt.b.holding, id)
+		}
+	}
 	bt.b.mu.Unlock()
+	close(bt.ending)
 	if bt.b.collect != nil {
 		bt.runCollected()
 	} else if broken != nil {

@@ -170,3 +170,63 @@ func TestSwallowedDeadlockCollector(t *testing.T) {
 		})
 	}
 }
+
+// TestCopiesInTwoBatchesDoNotDeadlock: batch A holds m1 and m2, batch B
+// copies of m2 and m1 (the same IDs); each member claims its ID when its
+// turn comes, as the inbox does. B's copies wait for A to end instead of
+// claiming m2 before A does and then waiting for A's m1 while A waits for
+// B's m2: a deadlock, and a retry for each member of the victim batch.
+func TestCopiesInTwoBatchesDoNotDeadlock(t *testing.T) {
+	for name, open := range map[string]func(testing.TB) *gorm.DB{"postgres": testenv.Postgres, "mariadb": testenv.MySQL} {
+		t.Run(name, func(t *testing.T) {
+			db := open(t)
+			require.NoError(t, db.Exec("CREATE TABLE claims (id VARCHAR(20) PRIMARY KEY)").Error)
+			claim := "INSERT INTO claims (id) VALUES (?) ON CONFLICT DO NOTHING"
+			if name == "mariadb" {
+				claim = "INSERT IGNORE INTO claims (id) VALUES (?)"
+			}
+			mw, err := unitofwork.New(unitofwork.Config{DB: db, BatchSize: 2, BatchWait: time.Minute})
+			require.NoError(t, err)
+			ran, release := make(chan string, 4), make(chan struct{})
+			h := mw(func(msg *message.Message) ([]*message.Message, error) {
+				if msg.Metadata.Get("hold") != "" {
+					<-release
+				}
+				err := unitofwork.Tx(msg.Context()).Exec(claim, msg.UUID).Error
+				ran <- msg.UUID
+				return nil, err
+			})
+			errs := make(chan error, 4)
+			start := func(id string, hold bool) {
+				msg := message.NewMessage(id, nil)
+				if hold {
+					msg.Metadata.Set("hold", "yes")
+				}
+				go func() {
+					_, err := h(msg)
+					errs <- err
+				}()
+			}
+			start("m1", false) // batch A
+			<-ran
+			start("m2", true) // batch A, full: it waits before it claims m2
+			time.Sleep(100 * time.Millisecond)
+			start("m2", false) // batch B: without waiting for A, claims m2
+			time.Sleep(100 * time.Millisecond)
+			start("m1", false)                 // batch B, full: without waiting, waits for A's m1
+			time.Sleep(300 * time.Millisecond) // ... where it would be now
+			close(release)
+			for range 4 {
+				select {
+				case err := <-errs:
+					require.NoError(t, err, "a member failed: the batches deadlocked")
+				case <-time.After(30 * time.Second):
+					t.Fatal("the batches did not end")
+				}
+			}
+			var n int64
+			require.NoError(t, db.Raw("SELECT COUNT(*) FROM claims").Scan(&n).Error)
+			require.EqualValues(t, 2, n)
+		})
+	}
+}
