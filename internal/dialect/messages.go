@@ -25,16 +25,15 @@ const MessageIDColumnLength = 255
 // message table on this dialect: binary payloads (the marshaler is
 // pluggable, and a malformed payload must still reach the handler and so
 // the error topic), a message ID column of MessageIDColumnLength, and
-// batch messages a query on PostgreSQL (1 when a crash must not lose a
-// fetched batch's acks). On MySQL it reads one row at a time and never
-// skips a row that commits late (orderedMySQLSchema).
+// batch messages a query (1 when a crash must not lose a fetched batch's
+// acks). The SQL transport's groups on MySQL read with TransportSchema's.
 func (d Dialect) MessageSchema(batch int) (wsql.SchemaAdapter, wsql.OffsetsAdapter, error) {
 	switch d {
 	case Postgres:
 		return wideSchema{wsql.DefaultPostgreSQLSchema{GeneratePayloadType: columnType("BYTEA"), SubscribeBatchSize: batch}, d},
 			wsql.DefaultPostgreSQLOffsetsAdapter{}, nil
 	case MySQL:
-		return orderedMySQLSchema{wideSchema{wsql.DefaultMySQLSchema{GeneratePayloadType: columnType("LONGBLOB"), SubscribeBatchSize: 1}, d}},
+		return wideSchema{wsql.DefaultMySQLSchema{GeneratePayloadType: columnType("LONGBLOB"), SubscribeBatchSize: batch}, d},
 			wsql.DefaultMySQLOffsetsAdapter{}, nil
 	default:
 		return nil, nil, fmt.Errorf("%w: watermill-sql has no %s adapter (use PostgreSQL or MySQL/MariaDB)", ErrUnsupported, d)

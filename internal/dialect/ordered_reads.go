@@ -1,8 +1,10 @@
 package dialect
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
+	"sync"
 	"time"
 
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
@@ -10,50 +12,109 @@ import (
 
 // GapWait is how long a consumer group of the SQL transport on
 // MySQL/MariaDB waits before it reads past a missing offset: the time it
-// gives an insert that AUTO_INCREMENT numbered before a row the group sees
-// to land in the table. A row older than GapWait with a missing offset
-// below it is read (the offset was rolled back or never used); a gap from
-// a rollback delays its group by about this long.
+// gives an insert that AUTO_INCREMENT numbered before the row it sees to
+// land in the table. A gap is timed from when this process first saw it,
+// not from the row's created_at (which another program can set, and which
+// is when the statement began).
 const GapWait = 2 * time.Second
+
+// TransportSchema returns the schema and offsets adapters of the SQL
+// transport's topics: MessageSchema's, one message a query; on MySQL with
+// reads that do not skip a row that lands late (orderedMySQLSchema),
+// observing gaps through db.
+func (d Dialect) TransportSchema(db *sql.DB) (wsql.SchemaAdapter, wsql.OffsetsAdapter, error) {
+	schema, offsets, err := d.MessageSchema(1)
+	if err != nil || d != MySQL {
+		return schema, offsets, err
+	}
+	return orderedMySQLSchema{schema.(wideSchema), &gapClock{db: db, seen: map[string]gapSeen{}}}, offsets, nil
+}
 
 // orderedMySQLSchema is the message schema of the SQL transport on
 // MySQL/MariaDB. A group reads the rows past the highest offset it acked,
-// as watermill-sql's adapter does, but never past a row that may still
-// land below the one it would read:
+// as watermill-sql's adapter does (its SERIALIZABLE transaction, the
+// group's offsets row locked), but never past a row below which another
+// may still land. MySQL numbers a row (AUTO_INCREMENT) a moment before the
+// row is in the table, and commits in any order; a row that landed below
+// the acked offset was skipped for good.
 //
-//   - The read is a locking read (LOCK IN SHARE MODE) at READ COMMITTED: it
-//     waits for a row inserted by a transaction not yet committed, and takes
-//     no gap locks. (watermill-sql reads at SERIALIZABLE, whose gap locks
-//     hold back an insert already numbered below the row read until the
-//     group has acked past it: the row landed below the acked offset and
-//     was skipped for good.)
-//   - A row whose offset is not the next one after the acked offset is read
-//     only once it is GapWait old: AUTO_INCREMENT hands out an offset a
-//     moment before its row is in the table, so a lower offset may be on
-//     its way.
+//   - The read is a locking read: it waits for a row inserted by a
+//     transaction not yet committed.
+//   - A row that is not the one right after the acked offset (offset + 1)
+//     is read only once this process has seen it as the next row, with
+//     the same acked offset, for GapWait: a lower offset may be on its way.
 //
 // It reads one row at a time: the rule looks at the first row past the
 // acked offset.
-type orderedMySQLSchema struct{ wideSchema }
-
-// SubscribeIsolationLevel is READ COMMITTED: no gap locks.
-func (orderedMySQLSchema) SubscribeIsolationLevel() sql.IsolationLevel {
-	return sql.LevelReadCommitted
+type orderedMySQLSchema struct {
+	wideSchema
+	gaps *gapClock
 }
 
 // SelectQuery reads the first row past the group's acked offset, waiting
-// for an uncommitted one, and returns it unless it stands after a gap
-// younger than GapWait.
+// for an uncommitted one, and returns it if it follows the acked offset
+// or stands after a gap seen for GapWait.
 func (s orderedMySQLSchema) SelectQuery(params wsql.SelectQueryParams) (wsql.Query, error) {
 	next, err := params.OffsetsAdapter.NextOffsetQuery(wsql.NextOffsetQueryParams{Topic: params.Topic, ConsumerGroup: params.ConsumerGroup})
 	if err != nil {
 		return wsql.Query{}, err
 	}
-	messages, _ := s.d.messageTables(params.Topic)
+	messages, offsets := s.d.messageTables(params.Topic)
+	acked, row, err := s.gaps.passable(messages, offsets, params.ConsumerGroup)
+	if err != nil {
+		return wsql.Query{}, fmt.Errorf("observe the group's next row: %w", err)
+	}
 	q := "SELECT n.`offset`, n.`uuid`, n.`payload`, n.`metadata` FROM (" +
-		"SELECT `offset`, `uuid`, `payload`, `metadata`, `created_at` FROM " + messages +
+		"SELECT `offset`, `uuid`, `payload`, `metadata` FROM " + messages +
 		" WHERE `offset` > (" + next.Query + ") ORDER BY `offset` ASC LIMIT 1 LOCK IN SHARE MODE) n" +
-		" WHERE n.`offset` <= (" + next.Query + ") + @@auto_increment_increment" +
-		fmt.Sprintf(" OR n.`created_at` < CURRENT_TIMESTAMP - INTERVAL %d SECOND", int(GapWait/time.Second))
-	return wsql.Query{Query: q, Args: append(append([]any{}, next.Args...), next.Args...)}, nil
+		" WHERE n.`offset` = (" + next.Query + ") + 1 OR (n.`offset` = ? AND (" + next.Query + ") = ?)"
+	args := append(append([]any{}, next.Args...), next.Args...)
+	args = append(args, row)
+	args = append(append(args, next.Args...), acked)
+	return wsql.Query{Query: q, Args: args}, nil
+}
+
+// gapClock times the gaps the groups of one transport see: per topic and
+// group, the acked offset and the next row past it, and since when.
+type gapClock struct {
+	db *sql.DB
+
+	mu   sync.Mutex
+	seen map[string]gapSeen
+}
+
+type gapSeen struct {
+	acked, next int64
+	since       time.Time
+}
+
+// passable reads, without locking, the group's acked offset and the first
+// row past it. When that row does not follow the acked offset, and this
+// pair was seen GapWait ago or more, it returns the pair: the read may
+// pass the gap. Otherwise it returns -1, -1, which no row matches.
+func (c *gapClock) passable(messages, offsets, group string) (acked, next int64, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var a, n sql.NullInt64
+	err = c.db.QueryRowContext(ctx, "SELECT g.acked, (SELECT MIN(m.`offset`) FROM "+messages+" m WHERE m.`offset` > g.acked)"+
+		" FROM (SELECT COALESCE((SELECT offset_acked FROM "+offsets+" WHERE consumer_group = ?), 0) AS acked) g", group).Scan(&a, &n)
+	if err != nil {
+		return -1, -1, err
+	}
+	key := messages + "\x00" + group
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !n.Valid || n.Int64 == a.Int64+1 {
+		delete(c.seen, key)
+		return -1, -1, nil
+	}
+	s, ok := c.seen[key]
+	if !ok || s.acked != a.Int64 || s.next != n.Int64 {
+		c.seen[key] = gapSeen{acked: a.Int64, next: n.Int64, since: time.Now()}
+		return -1, -1, nil
+	}
+	if time.Since(s.since) < GapWait {
+		return -1, -1, nil
+	}
+	return a.Int64, n.Int64, nil
 }

@@ -27,9 +27,11 @@
 // a row whose transaction is still open (a long transaction inserting into
 // a topic holds up its readers until it commits, or until MySQL's lock wait
 // timeout, after which they try again), and reads a row after a missing
-// offset only once that row is 2 s old, so that an
-// insert numbered before it lands first. A rolled-back insert delays the
-// group by about that long.
+// offset only once it has seen that row as its next one for 2 s, so that
+// an insert numbered before it lands first. A rolled-back insert delays
+// the group by about that long. Multi-primary setups (Galera, circular
+// replication) and an auto_increment_increment other than 1 are not
+// supported.
 //
 // # Logging
 //

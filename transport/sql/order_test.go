@@ -60,7 +60,10 @@ func TestRowsCommittedOutOfOrder(t *testing.T) {
 				// An insert that AUTO_INCREMENT numbered before another
 				// but that lands after it, made certain with explicit
 				// offsets (PostgreSQL reads in transaction order and
-				// takes it after the other).
+				// takes it after the other). The higher row claims to be
+				// old: a gap is timed from when the group saw it, not
+				// from created_at, which is when a statement began and
+				// which another program can set.
 				db := store.open(t)
 				_, topic, got := orderedTopic(t, db)
 				insert := func(id string, offset int) {
@@ -97,13 +100,14 @@ func TestRowsCommittedOutOfOrder(t *testing.T) {
 	}
 }
 
-// insertWithOffset inserts a row with its offset given (the arguments:
-// offset, ID).
+// insertWithOffset inserts a row with its offset given, created in 2001
+// (the arguments: offset, ID).
 func insertWithOffset(store, table string) string {
 	if store == "postgres" {
-		return `INSERT INTO ` + table + ` ("offset", uuid, payload, metadata, transaction_id) VALUES (?, ?, '', '{}', pg_current_xact_id())`
+		return `INSERT INTO ` + table + ` ("offset", uuid, payload, metadata, transaction_id, created_at)` +
+			` VALUES (?, ?, '', '{}', pg_current_xact_id(), '2001-01-01')`
 	}
-	return "INSERT INTO " + table + " (`offset`, uuid, payload, metadata) VALUES (?, ?, '', '{}')"
+	return "INSERT INTO " + table + " (`offset`, uuid, payload, metadata, created_at) VALUES (?, ?, '', '{}', '2001-01-01')"
 }
 
 // received is what a group took from its topic, by message ID.

@@ -63,12 +63,12 @@ func New(cfg Config) (*Transport, error) {
 	// must still reach the handler, and so the error topic); batches of
 	// one, since the offsets adapter acks a whole fetched batch; an ID
 	// column wide enough for every ID the bus accepts.
-	if t.schema, t.offsets, err = d.MessageSchema(1); err != nil {
-		return nil, fmt.Errorf("sql: the SQL transport needs PostgreSQL or MySQL: use the gochannel transport with SQLite: %w", err)
-	}
 	sqlDB, err := cfg.DB.DB()
 	if err != nil {
 		return nil, fmt.Errorf("sql: %w", err)
+	}
+	if t.schema, t.offsets, err = d.TransportSchema(sqlDB); err != nil {
+		return nil, fmt.Errorf("sql: the SQL transport needs PostgreSQL or MySQL: use the gochannel transport with SQLite: %w", err)
 	}
 	t.db = wsql.BeginnerFromStdSQL(sqlDB)
 	t.publisher, err = wsql.NewPublisher(t.db, wsql.PublisherConfig{SchemaAdapter: t.schema, AutoInitializeSchema: true}, t.log.Watermill())
