@@ -30,8 +30,10 @@ const (
 	maxPayloadBytesDefault  = 1 << 20
 	maxDeliveriesDefault    = 10
 	// deliveryLimitMargin is how far a broker's delivery limit must lie
-	// above MaxDeliveries: RabbitMQ 3.x adds about 3 to a quorum queue's
-	// delivery count at each restart of a consumer holding the message.
+	// above MaxDeliveries at least: RabbitMQ 3.x adds to a quorum queue's
+	// delivery count at each restart of a consumer holding the message,
+	// and a stop under a backlog can add up to one per subscription of the
+	// process (docs/guarantees.md, "What is not guaranteed yet").
 	deliveryLimitMargin       = 5
 	gaugeIntervalDefault      = 5 * time.Second
 	tableGaugeIntervalDefault = time.Minute
@@ -110,7 +112,9 @@ type Config struct {
 	// ErrorTopic receives messages that failed every attempt. Defaults to "error".
 	ErrorTopic string
 	// Concurrency is how many messages each handler handles at once, on
-	// transports whose subscriptions compete. Defaults to 1.
+	// transports whose subscriptions compete (in memory, RabbitMQ; the SQL
+	// transport hands out one message of a handler at a time, and more
+	// subscriptions only wait for each other). Defaults to 1.
 	Concurrency int
 	// MaxPayloadBytes is the largest payload a handler accepts; a larger one
 	// goes to the error topic unhandled. Defaults to 1 MiB.

@@ -184,7 +184,7 @@ func (t *Transport) Subscriber(group string) (message.Subscriber, error) {
 	if err != nil {
 		return nil, fmt.Errorf("amqp: connect subscriber: %w", err)
 	}
-	s := &subscriber{sub: sub, group: group, cfg: t.cfg, log: t.log, record: t.declared}
+	s := &subscriber{sub: sub, group: group, cfg: t.cfg, log: t.log, record: t.declared, closing: make(chan struct{})}
 	t.opened.Add(s)
 	return s, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 
 	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -25,6 +26,9 @@ type subscriber struct {
 	cfg    Config
 	log    *logsink.Sink
 	record *declaredNames
+
+	closing   chan struct{} // closed by Close: watermill-amqp gives up on what it holds
+	closeOnce sync.Once
 }
 
 var (
@@ -61,7 +65,10 @@ func (s *subscriber) recordDeclared(topic string) {
 }
 
 // Close stops every subscription and closes the connection.
-func (s *subscriber) Close() error { return s.sub.Close() }
+func (s *subscriber) Close() error {
+	s.closeOnce.Do(func() { close(s.closing) })
+	return s.sub.Close()
+}
 
 // forward passes each message on and watches its outcome. watermill-amqp
 // hands out one message at a time per subscription and waits for its ack
@@ -73,10 +80,19 @@ func (s *subscriber) Close() error { return s.sub.Close() }
 // delivery nobody takes blocks it, unacked, until the subscriber closes
 // (Watermill's TestSubscribeCtx failed about one run in four). So once ctx
 // ends, out is closed, and what in still delivers is nacked, back to the
-// queue, until watermill-amqp closes in.
+// queue, until watermill-amqp closes in. A message the handler holds when
+// ctx ends is still watched until it is settled or the subscriber closes:
+// its nack is logged, also past the delivery limit.
 func (s *subscriber) forward(ctx context.Context, topic string, in <-chan *message.Message, out chan<- *message.Message) {
+	outClosed := false
+	closeOut := func() {
+		if !outClosed {
+			outClosed = true
+			close(out)
+		}
+	}
 	defer func() {
-		close(out)
+		closeOut()
 		for msg := range in {
 			msg.Nack()
 		}
@@ -93,44 +109,58 @@ func (s *subscriber) forward(ctx context.Context, topic string, in <-chan *messa
 		case <-ctx.Done():
 			return
 		}
-		// watermill-amqp cancels the message's context once it has acked or
-		// nacked the delivery (also when it gives up at Close), and when
-		// ctx ends.
-		done := msg.Context().Done()
+		if ctx.Err() != nil { // both were ready
+			msg.Nack() // not taken: back to the queue
+			return
+		}
+		select {
+		case out <- msg:
+		case <-ctx.Done():
+			msg.Nack()
+			return
+		case <-msg.Context().Done(): // watermill-amqp gave up on it (Close)
+			continue
+		}
 		if reason := msg.Metadata.Get(metadata.TransportError); reason != "" {
 			s.log.Logger().Warn("amqp: received a message the transport could not read in full; it goes to the error topic",
 				"message_id", msg.UUID, "topic", topic, "queue", queue, "reason", reason)
 		}
 		select {
-		case out <- msg:
-		case <-done:
-			if ctx.Err() != nil {
-				msg.Nack() // not taken: back to the queue
-				return
-			}
-			continue
-		}
-		select {
 		case <-msg.Acked():
 		case <-msg.Nacked():
-		case <-done:
-		}
-		select {
-		case <-msg.Nacked():
-			reason := msg.Metadata.Get(metadata.ErrorReason)
-			if reason == "" {
-				reason = "not given (a nack carries no reason)"
+		case <-s.closing:
+		case <-ctx.Done():
+			closeOut()
+			select {
+			case <-msg.Acked():
+			case <-msg.Nacked():
+			case <-s.closing:
 			}
-			if s.atDeliveryLimit(msg) {
-				s.log.Logger().Error("amqp: message nacked at its queue's delivery limit; RabbitMQ drops it",
-					"message_id", msg.UUID, "topic", topic, "queue", queue, "delivery_limit", s.cfg.DeliveryLimit, "reason", reason)
-				continue
-			}
-			s.log.Logger().Warn("amqp: message nacked; RabbitMQ requeues it for immediate redelivery",
-				"message_id", msg.UUID, "topic", topic, "queue", queue, "reason", reason)
-		default:
 		}
+		s.logNack(msg, topic, queue)
 	}
+}
+
+// logNack logs msg's nack, if it was nacked: at warn (RabbitMQ requeues
+// it), or at error past its quorum queue's delivery limit (RabbitMQ drops
+// it).
+func (s *subscriber) logNack(msg *message.Message, topic, queue string) {
+	select {
+	case <-msg.Nacked():
+	default:
+		return
+	}
+	reason := msg.Metadata.Get(metadata.ErrorReason)
+	if reason == "" {
+		reason = "not given (a nack carries no reason)"
+	}
+	if s.atDeliveryLimit(msg) {
+		s.log.Logger().Error("amqp: message nacked at its queue's delivery limit; RabbitMQ drops it",
+			"message_id", msg.UUID, "topic", topic, "queue", queue, "delivery_limit", s.cfg.DeliveryLimit, "reason", reason)
+		return
+	}
+	s.log.Logger().Warn("amqp: message nacked; RabbitMQ requeues it for immediate redelivery",
+		"message_id", msg.UUID, "topic", topic, "queue", queue, "reason", reason)
 }
 
 // atDeliveryLimit reports whether msg, nacked, has been returned to its
