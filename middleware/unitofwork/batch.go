@@ -113,7 +113,7 @@ func (b *batcher) run(msg *message.Message, h message.HandlerFunc) ([]*message.M
 // hold copies of the same messages in another order would deadlock: the
 // database ends one of them, and every member of the victim spends a retry
 // (on PostgreSQL after deadlock_timeout). A copy of a message in the open
-// batch joins it, and is skipped there as a duplicate.
+// batch joins it (with the inbox, it is skipped there as a duplicate).
 func (b *batcher) join(ctx context.Context, id string) (*batch, int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -130,7 +130,7 @@ func (b *batcher) join(ctx context.Context, id string) (*batch, int) {
 		b.mu.Lock()
 	}
 	bt, n := b.joinLocked(ctx, nil)
-	if id != "" {
+	if _, held := b.holding[id]; id != "" && !held { // a copy that stopped waiting (the bus stops) leaves it to the other
 		if b.holding == nil {
 			b.holding = map[string]*batch{}
 		}

@@ -187,9 +187,10 @@ func TestCopiesInTwoBatchesDoNotDeadlock(t *testing.T) {
 			}
 			mw, err := unitofwork.New(unitofwork.Config{DB: db, BatchSize: 2, BatchWait: time.Minute})
 			require.NoError(t, err)
-			ran, release := make(chan string, 4), make(chan struct{})
+			ran, held, release := make(chan string, 4), make(chan struct{}), make(chan struct{})
 			h := mw(func(msg *message.Message) ([]*message.Message, error) {
 				if msg.Metadata.Get("hold") != "" {
+					close(held)
 					<-release
 				}
 				err := unitofwork.Tx(msg.Context()).Exec(claim, msg.UUID).Error
@@ -210,11 +211,14 @@ func TestCopiesInTwoBatchesDoNotDeadlock(t *testing.T) {
 			start("m1", false) // batch A
 			<-ran
 			start("m2", true) // batch A, full: it waits before it claims m2
-			time.Sleep(100 * time.Millisecond)
-			start("m2", false) // batch B: without waiting for A, claims m2
-			time.Sleep(100 * time.Millisecond)
-			start("m1", false)                 // batch B, full: without waiting, waits for A's m1
-			time.Sleep(300 * time.Millisecond) // ... where it would be now
+			<-held
+			start("m2", false) // batch B: without waiting for A, it would claim m2 now
+			start("m1", false) // batch B: ... and then wait for A's m1
+			select {
+			case id := <-ran:
+				t.Errorf("the copy of %s ran while batch A held it", id)
+			case <-time.After(300 * time.Millisecond):
+			}
 			close(release)
 			for range 4 {
 				select {
