@@ -77,11 +77,7 @@ func TestGroupsCompeteAndEachGroupGetsEverything(t *testing.T) {
 // only subscription takes nothing returns at once, and every message is
 // then delivered in order.
 func TestPublishNeverBlocks(t *testing.T) {
-	tr := gochannel.New(gochannel.Config{})
-	defer tr.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	sub, _ := tr.Subscriber("a")
+	tr, sub, ctx := groupA(t)
 	ch, err := sub.Subscribe(ctx, "t")
 	require.NoError(t, err)
 	const n = 10_000
@@ -244,11 +240,7 @@ func TestStalledSubscriptionHoldsNothing(t *testing.T) {
 	for _, stalled := range []int{1, 20} {
 		t.Run(fmt.Sprintf("stalled=%d", stalled), func(t *testing.T) {
 			t.Parallel()
-			tr := gochannel.New(gochannel.Config{})
-			defer tr.Close()
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			sub, _ := tr.Subscriber("a")
+			tr, sub, ctx := groupA(t)
 			for range stalled {
 				_, err := sub.Subscribe(ctx, "t") // never read
 				require.NoError(t, err)
@@ -289,11 +281,7 @@ func TestStalledSubscriptionHoldsNothing(t *testing.T) {
 // other was delivered twice.)
 func TestNackedWhileAnotherIsTakenIsKept(t *testing.T) {
 	t.Parallel()
-	tr := gochannel.New(gochannel.Config{})
-	defer tr.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	sub, _ := tr.Subscriber("a")
+	tr, sub, ctx := groupA(t)
 	const n = 3000
 	var mu sync.Mutex
 	acked := map[string]int{}
@@ -340,11 +328,7 @@ func TestNackedWhileAnotherIsTakenIsKept(t *testing.T) {
 // before the ones behind it, and the next only after an ack.
 func TestNackGoesBackToTheHead(t *testing.T) {
 	t.Parallel()
-	tr := gochannel.New(gochannel.Config{})
-	defer tr.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	sub, _ := tr.Subscriber("a")
+	tr, sub, ctx := groupA(t)
 	ch, err := sub.Subscribe(ctx, "t")
 	require.NoError(t, err)
 	publish(t, tr, "t", "1", "2")
@@ -453,4 +437,18 @@ func TestAckedJustBeforeTheEndIsNotRedelivered(t *testing.T) {
 		require.NoError(t, sub.Close())
 	}
 	nothing(t, chOther)
+}
+
+// groupA returns a new transport, a subscriber of group "a" and a context
+// for its subscriptions; the test's end cancels the context and closes the
+// transport.
+func groupA(t *testing.T) (*gochannel.Transport, message.Subscriber, context.Context) {
+	t.Helper()
+	tr := gochannel.New(gochannel.Config{})
+	t.Cleanup(func() { _ = tr.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	sub, err := tr.Subscriber("a")
+	require.NoError(t, err)
+	return tr, sub, ctx
 }
