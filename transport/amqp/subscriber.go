@@ -118,7 +118,11 @@ func (s *subscriber) forward(ctx context.Context, topic string, in <-chan *messa
 		case <-ctx.Done():
 			msg.Nack()
 			return
-		case <-msg.Context().Done(): // watermill-amqp gave up on it (Close)
+		case <-msg.Context().Done(): // watermill-amqp gave up on it (Close), or ctx ended
+			if ctx.Err() != nil {
+				msg.Nack()
+				return
+			}
 			continue
 		}
 		if reason := msg.Metadata.Get(metadata.TransportError); reason != "" {
