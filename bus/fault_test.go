@@ -26,17 +26,10 @@ func TestBrokerConnectionsClosedMidRun(t *testing.T) {
 	p := newProcessSetup(t)
 	rabbitmqctl, err := exec.LookPath("rabbitmqctl")
 	require.NoError(t, err, "rabbitmqctl is needed to close the broker's connections (it comes with rabbitmq-server)")
-	// watermill-amqp's reconnect writes ConnectionWrapper.connected without
-	// a lock (upstream ThreeDotsLabs/watermill#693, still open), so the race
-	// detector fires in the consumer processes on any broker blip. They
-	// still report it on stderr, but exit 0; our own code stays under -race
-	// in every other process test.
-	t.Setenv("GORACE", "exitcode=0")
 	consumers := []*consumer{
 		startConsumer(t, p.dsn, p.url, p.endpoint, 0),
 		startConsumer(t, p.dsn, p.url, p.endpoint, 0),
 	}
-	// The sender is a process too: the upstream race fires in publishers.
 	const messages = 1500
 	sender := startChild(t, "sender", p.dsn, p.url, p.endpoint, messages)
 	time.Sleep(time.Second) // about a third sent

@@ -33,7 +33,7 @@ const (
 	QueueTypeDefault = QueueClassic
 	// DeliveryLimitDefault is the default Config.DeliveryLimit.
 	DeliveryLimitDefault = 20
-	// PrefetchDefault is the default Config.Prefetch: watermill-amqp hands
+	// PrefetchDefault is the default Config.Prefetch: the subscriber hands
 	// out one message at a time per subscription anyway, and a prefetch of
 	// one keeps competing consumers fair.
 	PrefetchDefault = 1
@@ -43,7 +43,7 @@ const (
 type Config struct {
 	// URL is the broker's AMQP URL. Required (POSTROOM_AMQP_URL in the commands).
 	URL string
-	// Logger receives the transport's and watermill-amqp's logs; SetLogger
+	// Logger receives the transport's logs; SetLogger
 	// replaces it later, and a bus sets its own Config.Logger (by default
 	// slog.Default()). Without either, they are discarded.
 	Logger *slog.Logger
@@ -130,7 +130,8 @@ func New(cfg Config) (*Transport, error) {
 }
 
 // config is watermill-amqp's durable pub/sub config with postroom's
-// marshaler, queue names, queue arguments and prefetch.
+// marshaler, queue names, queue arguments and prefetch: the topology the
+// subscriber declares.
 func (t *Transport) config(group string) wamqp.Config {
 	c := wamqp.NewDurablePubSubConfig(t.cfg.URL, func(topic string) string { return QueueName(topic, group) })
 	c.Marshaler = Marshaler{}
@@ -146,7 +147,7 @@ func (t *Transport) config(group string) wamqp.Config {
 	return c
 }
 
-// SetLogger sends the transport's and watermill-amqp's logs to l from now
+// SetLogger sends the transport's logs to l from now
 // on, also for the publisher and subscribers created before. Nil discards them.
 func (t *Transport) SetLogger(l *slog.Logger) { t.log.Set(l) }
 
@@ -180,11 +181,10 @@ func (t *Transport) PublishMandatory(topic string, msgs ...*message.Message) err
 // Subscriber returns a subscriber whose queue for a topic is
 // QueueName(topic, group).
 func (t *Transport) Subscriber(group string) (message.Subscriber, error) {
-	sub, err := wamqp.NewSubscriber(t.config(group), t.log.Watermill())
+	s, err := newSubscriber(t.config(group), group, t.cfg, t.log, t.declared)
 	if err != nil {
 		return nil, fmt.Errorf("amqp: connect subscriber: %w", err)
 	}
-	s := &subscriber{sub: sub, group: group, cfg: t.cfg, log: t.log, record: t.declared, closing: make(chan struct{})}
 	t.opened.Add(s)
 	return s, nil
 }

@@ -1,8 +1,12 @@
-// Package amqp is the RabbitMQ transport: watermill-amqp with durable
-// fanout exchanges (one per topic, see [ExchangeName]), a durable queue per
-// topic and group (see [QueueName]) and persistent messages. Several
-// subscriptions of one group compete for the queue's messages, in one
-// process or many. watermill-amqp reconnects after the connection drops.
+// Package amqp is the RabbitMQ transport, on amqp091 with watermill-amqp's
+// durable pub/sub topology: durable fanout exchanges (one per topic, see
+// [ExchangeName]), a durable queue per topic and group (see [QueueName])
+// and persistent messages. Several subscriptions of one group compete for
+// the queue's messages, in one process or many. The publisher and the
+// subscriber are postroom's own: both reconnect after the connection
+// drops, and a subscriber that closes cancels all its consumers before it
+// returns any message to the queue, so a stop returns each message it
+// holds once (see docs/transports-amqp-notes.md).
 //
 // A nack makes RabbitMQ redeliver at once, so the bus retries in process
 // with backoff and moves a message that keeps failing to the error topic.
@@ -10,8 +14,8 @@
 // # Messages from other producers
 //
 // [Marshaler] reads any message a plain AMQP client publishes and never
-// fails (watermill-amqp would nack a message it cannot read, and RabbitMQ
-// would redeliver it at once, forever). Every header becomes a string by
+// fails (a subscriber that nacks a message it cannot read, as
+// watermill-amqp's does, has RabbitMQ redeliver it at once, forever). Every header becomes a string by
 // the rules of [HeaderString]: integers in decimal, booleans true/false,
 // floats with strconv 'g', decimals in plain notation, timestamps RFC 3339
 // UTC, byte arrays as text if valid UTF-8 else base64, tables and arrays
@@ -52,8 +56,8 @@
 //
 // # Logging
 //
-// [Config.Logger] and [Transport.SetLogger] receive watermill-amqp's logs
-// and the transport's own: connects and reconnects (info), nacks (warn,
-// with the message ID) and messages marked with [metadata.TransportError]
-// (warn, with the reason).
+// [Config.Logger] and [Transport.SetLogger] receive the transport's logs:
+// connects and reconnects (info; lost connections and failed reconnects
+// at warn), nacks (warn, with the message ID) and messages marked with
+// [metadata.TransportError] (warn, with the reason).
 package amqp

@@ -3,40 +3,108 @@ package amqp
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"testing"
+	"time"
 
+	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
+	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/postroom/postroom/internal/logsink"
 )
 
-// TestNoDeliveryHandedOnAfterTheContextEnds: a delivery waiting in
-// watermill-amqp's channel when the subscription's context ends is nacked
-// back to the queue, never handed to the router (whose handler could then
-// run after the bus closed; its ack would be lost with the channel). When
-// both were ready, forward picked the delivery about one time in four.
+// TestNoDeliveryHandedOnAfterTheContextEnds: a delivery read when the
+// subscription's context has ended is nacked back to the queue, never
+// handed to the router (whose handler could then run after the bus
+// closed; its ack would be lost with the channel). With watermill-amqp's
+// subscriber, when both were ready, the delivery was picked about one time
+// in four.
 func TestNoDeliveryHandedOnAfterTheContextEnds(t *testing.T) {
-	s := &subscriber{group: "g", log: logsink.New(slog.New(slog.DiscardHandler)), closing: make(chan struct{})}
+	s := testSubscriber()
 	for range 500 {
 		ctx, cancel := context.WithCancel(context.Background())
-		in, out := make(chan *message.Message, 1), make(chan *message.Message)
-		msg := message.NewMessage("x", nil)
-		msgCtx, msgCancel := context.WithCancel(ctx) // as watermill-amqp derives it
-		msg.SetContext(msgCtx)
-		in <- msg
 		cancel()
-		ended := make(chan struct{})
-		go func() { s.forward(ctx, "t", in, out); close(ended) }()
-		for range out {
-			t.Fatal("a delivery was handed to the router after the context ended")
-		}
-		close(in)
-		<-ended
+		out := make(chan *message.Message)
+		ack := &acknowledger{}
+		ended := make(chan outcome)
+		go func() { ended <- s.deliver(ctx, &consumer{}, delivery(ack), "t", "q", out) }()
 		select {
-		case <-msg.Nacked():
-		default:
-			t.Fatal("the delivery was neither handed on nor nacked")
+		case <-out:
+			t.Fatal("a delivery was handed to the router after the context ended")
+		case o := <-ended:
+			if o != stopped {
+				t.Fatalf("deliver returned %d, want stopped", o)
+			}
 		}
-		msgCancel()
+		if got := ack.settled(); got != "nack requeue" {
+			t.Fatalf("the delivery was settled with %q, want a nack that requeues it", got)
+		}
 	}
 }
+
+// TestHeldMessageSettledAfterTheContextEnds: a message the handler holds
+// when the subscription's context ends is still acked once the handler
+// acks it, and the consumer is cancelled at once, not after.
+func TestHeldMessageSettledAfterTheContextEnds(t *testing.T) {
+	s := testSubscriber()
+	ctx, cancel := context.WithCancel(context.Background())
+	out := make(chan *message.Message)
+	ack := &acknowledger{}
+	c := &consumer{}
+	ended := make(chan outcome)
+	go func() { ended <- s.deliver(ctx, c, delivery(ack), "t", "q", out) }()
+	msg := <-out
+	cancel()
+	for !c.isCancelled() {
+		select {
+		case <-ended:
+			t.Fatal("deliver ended before the held message was settled")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	msg.Ack()
+	if o := <-ended; o != stopped {
+		t.Fatalf("deliver returned %d, want stopped", o)
+	}
+	if got := ack.settled(); got != "ack" {
+		t.Fatalf("the delivery was settled with %q, want the handler's ack", got)
+	}
+}
+
+func testSubscriber() *subscriber {
+	return &subscriber{group: "g", wcfg: wamqp.Config{Marshaler: Marshaler{}},
+		log: logsink.New(slog.New(slog.DiscardHandler)), closing: make(chan struct{})}
+}
+
+func delivery(ack amqp091.Acknowledger) amqp091.Delivery {
+	return amqp091.Delivery{Acknowledger: ack, MessageId: "x", DeliveryTag: 1}
+}
+
+// acknowledger records how a delivery was settled.
+type acknowledger struct {
+	mu  sync.Mutex
+	how string
+}
+
+func (a *acknowledger) record(how string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.how = how
+	return nil
+}
+
+func (a *acknowledger) settled() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.how
+}
+
+func (a *acknowledger) Ack(uint64, bool) error { return a.record("ack") }
+func (a *acknowledger) Nack(_ uint64, _ bool, requeue bool) error {
+	if requeue {
+		return a.record("nack requeue")
+	}
+	return a.record("nack")
+}
+func (a *acknowledger) Reject(uint64, bool) error { return a.record("reject") }

@@ -15,7 +15,7 @@ import (
 )
 
 // TestSetLogger: Config.Logger gets the publisher's connect; after
-// SetLogger the subscribers (watermill-amqp's) log to the new logger, the
+// SetLogger the subscribers log to the new logger, the
 // old one gets nothing more, and nacks and unreadable messages show as
 // warnings with the message ID.
 func TestSetLogger(t *testing.T) {
@@ -33,7 +33,7 @@ func TestSetLogger(t *testing.T) {
 
 	sub, err := tr.Subscriber("g")
 	require.NoError(t, err)
-	require.NotEmpty(t, after.find(slog.LevelInfo, "Connected to AMQP"), "the subscriber's connect")
+	require.Len(t, after.find(slog.LevelInfo, "amqp: connected the subscriber of group g"), 1, "the subscriber's connect")
 	nacked := false
 	got := consume(t, sub, topic, func(*message.Message) bool {
 		if nacked {
@@ -60,6 +60,6 @@ func TestSetLogger(t *testing.T) {
 	require.Len(t, unread, 1)
 	require.Equal(t, amqp.ErrorNoID, attr(unread[0], "reason"))
 
-	require.Empty(t, before.find(slog.LevelInfo, "Connected to AMQP"), "the old logger gets nothing after SetLogger")
+	require.Empty(t, before.find(slog.LevelInfo, "amqp: connected the subscriber of group g"), "the old logger gets nothing after SetLogger")
 	require.Len(t, before.find(slog.LevelInfo, "amqp: connected the publisher"), 1)
 }

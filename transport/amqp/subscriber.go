@@ -16,19 +16,33 @@ import (
 	"github.com/postroom/postroom/transport"
 )
 
-// subscriber wraps watermill-amqp's subscriber of one group: it logs the
-// messages marked with metadata.TransportError and the nacks (RabbitMQ
-// requeues a nacked message at once), and explains a queue declared with
-// other arguments.
+// subscriber is one group's consumer of RabbitMQ queues: each
+// subscription is a channel with a consumer of the topic's queue, on one
+// connection that reconnects; queues, exchanges and bindings are declared
+// as watermill-amqp declares them.
+// It is postroom's own, not watermill-amqp's Subscriber, so that Close can
+// cancel every consumer before any message goes back to the queue (see
+// Close). It logs the messages marked with metadata.TransportError and
+// the nacks (RabbitMQ requeues a nacked message at once), and explains a
+// queue declared with other arguments.
 type subscriber struct {
-	sub    *wamqp.Subscriber
+	conn   *connection
+	wcfg   wamqp.Config // the topology watermill-amqp would declare
 	group  string
 	cfg    Config
 	log    *logsink.Sink
 	record *declaredNames
 
-	closing   chan struct{} // closed by Close: watermill-amqp gives up on what it holds
+	mu        sync.Mutex
+	closed    bool
+	consumers map[*consumer]struct{} // those consuming now
+	active    int                    // consumers started and not cancelled
+	idle      chan struct{}          // closed when active falls to 0
+	running   sync.WaitGroup         // one per subscription
+
+	closing   chan struct{} // closed by Close once every consumer is cancelled
 	closeOnce sync.Once
+	closeErr  error
 }
 
 var (
@@ -36,113 +50,95 @@ var (
 	_ message.SubscribeInitializer = (*subscriber)(nil)
 )
 
-// Subscribe consumes topic from the group's queue, declaring and binding it.
-func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
-	s.recordDeclared(topic)
-	in, err := s.sub.Subscribe(ctx, topic)
+// newSubscriber connects a subscriber of group with watermill-amqp's
+// config wcfg.
+func newSubscriber(wcfg wamqp.Config, group string, cfg Config, log *logsink.Sink, record *declaredNames) (*subscriber, error) {
+	conn, err := dial(cfg.URL, log, "the subscriber of group "+group)
 	if err != nil {
-		return nil, s.explain(topic, err)
+		return nil, err
+	}
+	return &subscriber{conn: conn, wcfg: wcfg, group: group, cfg: cfg, log: log, record: record,
+		consumers: map[*consumer]struct{}{}, closing: make(chan struct{})}, nil
+}
+
+// Subscribe consumes topic from the group's queue, declaring and binding
+// it. The channel closes when ctx ends or the subscriber closes; after a
+// lost connection the subscription consumes again once it is back.
+func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	if err := s.SubscribeInitialize(topic); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, fmt.Errorf("amqp: subscribe to topic %s: the subscriber is closed", topic)
 	}
 	out := make(chan *message.Message)
-	go s.forward(ctx, topic, in, out)
+	s.running.Add(1)
+	go func() {
+		defer s.running.Done()
+		defer close(out)
+		s.run(ctx, topic, out)
+	}()
 	return out, nil
 }
 
 // SubscribeInitialize declares the group's queue for topic and binds it.
 func (s *subscriber) SubscribeInitialize(topic string) error {
-	s.recordDeclared(topic)
-	if err := s.sub.SubscribeInitialize(topic); err != nil {
+	s.record.exchange(ExchangeName(topic))
+	s.record.queue(QueueName(topic, s.group))
+	if err := s.declare(topic); err != nil {
 		return s.explain(topic, err)
 	}
 	return nil
 }
 
-// recordDeclared records the exchange and the queue a subscription to
-// topic declares, for Transport.Declared.
-func (s *subscriber) recordDeclared(topic string) {
-	s.record.exchange(ExchangeName(topic))
-	s.record.queue(QueueName(topic, s.group))
+// declare declares topic's exchange, the group's queue and its binding,
+// on a channel of its own.
+func (s *subscriber) declare(topic string) error {
+	ch, err := s.conn.channel()
+	if err != nil {
+		return fmt.Errorf("open a channel: %w", err)
+	}
+	defer ch.Close() //nolint:errcheck // a declare that failed closed it already
+	builder := &wamqp.DefaultTopologyBuilder{}
+	return builder.BuildTopology(ch, wamqp.BuildTopologyParams{
+		Topic:        topic,
+		QueueName:    s.wcfg.Queue.GenerateName(topic),
+		ExchangeName: s.wcfg.Exchange.GenerateName(topic),
+		RoutingKey:   s.wcfg.QueueBind.GenerateRoutingKey(topic),
+	}, s.wcfg, s.log.Watermill())
 }
 
-// Close stops every subscription and closes the connection.
+// Close stops every subscription and closes the connection. It first
+// cancels every consumer, so RabbitMQ delivers nothing more to this
+// subscriber, and only then returns the messages its subscriptions hold
+// (nacked, or with their channel). Returning them first would let RabbitMQ
+// deliver them to a subscription not yet stopped, which returns them
+// again: on quorum queues each return counts towards the delivery limit,
+// and one stop of 32 subscriptions under a backlog raised the count of the
+// messages at the head of the queue to 24 (watermill-amqp closes its
+// channels one by one). A handler's ack after Close is lost: RabbitMQ
+// redelivers the message.
 func (s *subscriber) Close() error {
-	s.closeOnce.Do(func() { close(s.closing) })
-	return s.sub.Close()
-}
-
-// forward passes each message on and watches its outcome. watermill-amqp
-// hands out one message at a time per subscription and waits for its ack
-// or nack, so waiting here adds no delay. It ends, closing out, when in is
-// closed or when ctx ends.
-//
-// watermill-amqp does not close its channel when ctx ends: it may consume
-// again first (it picks at random between reconnecting and ctx), and a
-// delivery nobody takes blocks it, unacked, until the subscriber closes
-// (Watermill's TestSubscribeCtx failed about one run in four). So once ctx
-// ends, out is closed, and what in still delivers is nacked, back to the
-// queue, until watermill-amqp closes in. A message the handler holds when
-// ctx ends is still watched until it is settled or the subscriber closes:
-// its nack is logged, also past the delivery limit.
-func (s *subscriber) forward(ctx context.Context, topic string, in <-chan *message.Message, out chan<- *message.Message) {
-	outClosed := false
-	closeOut := func() {
-		if !outClosed {
-			outClosed = true
-			close(out)
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		consumers := make([]*consumer, 0, len(s.consumers))
+		for c := range s.consumers {
+			consumers = append(consumers, c)
 		}
-	}
-	defer func() {
-		closeOut()
-		for msg := range in {
-			msg.Nack()
+		s.mu.Unlock()
+		var cancels sync.WaitGroup
+		for _, c := range consumers {
+			cancels.Go(c.cancel)
 		}
-	}()
-	queue := QueueName(topic, s.group)
-	for {
-		var msg *message.Message
-		select {
-		case m, ok := <-in:
-			if !ok {
-				return
-			}
-			msg = m
-		case <-ctx.Done():
-			return
-		}
-		if ctx.Err() != nil { // both were ready
-			msg.Nack() // not taken: back to the queue
-			return
-		}
-		select {
-		case out <- msg:
-		case <-ctx.Done():
-			msg.Nack()
-			return
-		case <-msg.Context().Done(): // watermill-amqp gave up on it (Close), or ctx ended
-			if ctx.Err() != nil {
-				msg.Nack()
-				return
-			}
-			continue
-		}
-		if reason := msg.Metadata.Get(metadata.TransportError); reason != "" {
-			s.log.Logger().Warn("amqp: received a message the transport could not read in full; it goes to the error topic",
-				"message_id", msg.UUID, "topic", topic, "queue", queue, "reason", reason)
-		}
-		select {
-		case <-msg.Acked():
-		case <-msg.Nacked():
-		case <-s.closing:
-		case <-ctx.Done():
-			closeOut()
-			select {
-			case <-msg.Acked():
-			case <-msg.Nacked():
-			case <-s.closing:
-			}
-		}
-		s.logNack(msg, topic, queue)
-	}
+		cancels.Wait()
+		close(s.closing)
+		s.running.Wait()
+		s.closeErr = s.conn.Close()
+	})
+	return s.closeErr
 }
 
 // logNack logs msg's nack, if it was nacked: at warn (RabbitMQ requeues
