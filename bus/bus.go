@@ -292,7 +292,10 @@ func (b *Bus) declareErrorQueue() error {
 // Running is closed once every handler has subscribed.
 func (b *Bus) Running() <-chan struct{} { return b.router.Running() }
 
-// Close stops handling (waiting for messages in flight) and closes the transport.
+// Close stops handling and closes the transport. It waits for the handlers
+// still running to return, but cancels their context first: an attempt in
+// progress rolls back, and its message goes back to the broker (never to
+// the error topic), to be handled again.
 func (b *Bus) Close() error {
 	b.mu.Lock()
 	b.closed = true

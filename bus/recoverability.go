@@ -97,6 +97,12 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 			return fmt.Errorf("bus: %s: closing during retries: %w", handler, err)
 		}
 	}
+	if ctxErr := msg.Context().Err(); ctxErr != nil {
+		// The bus is stopping (the subscription ended): the last attempt
+		// may have failed only because its context did. The message goes
+		// back to the broker, not to the error topic.
+		return fmt.Errorf("bus: %s: closing after the last attempt: %w (attempt error: %w)", handler, ctxErr, err)
+	}
 	if later, laterErr := b.retryLater(handler, topic, msg, err); later {
 		return nil
 	} else if laterErr != nil {

@@ -1,0 +1,95 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/transport"
+)
+
+// TestStopDuringTheLastAttemptReturnsTheMessage: a bus stopped while a
+// message is in its last attempt, which then fails because its context
+// ended, returns the message to the broker; the next run handles it.
+// Before, the failure counted as the last of its retries and the message
+// went to the error topic with "context canceled" (found by a cold trial
+// stopping a bus under load).
+func TestStopDuringTheLastAttemptReturnsTheMessage(t *testing.T) {
+	for _, s := range setups {
+		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
+			db, newTransport := s.open(t)
+			errorTopic := testenv.Name("error_")
+			endpoint := testenv.Name("ep")
+			tr := newTransport()
+			b := newStoppingBus(t, endpoint, db, tr, errorTopic)
+			t.Cleanup(func() { _ = b.Close() })
+			var attempts atomic.Int32
+			last := make(chan struct{})
+			require.NoError(t, bus.Handle(b, func(ctx context.Context, _ *CreateInvoice) error {
+				if attempts.Add(1) < 3 { // MaxRetries 2: the third attempt is the last
+					return errors.New("fails")
+				}
+				close(last)
+				<-ctx.Done() // the bus stops during the attempt
+				return ctx.Err()
+			}))
+			errSub, err := tr.Subscriber(testenv.Name("errors_"))
+			require.NoError(t, err)
+			require.NoError(t, errSub.(message.SubscribeInitializer).SubscribeInitialize(errorTopic))
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- b.Run(ctx) }()
+			<-b.Running()
+			require.NoError(t, bus.Send(ctx, b, &CreateInvoice{OrderID: "o-1"}))
+			select {
+			case <-last:
+			case <-time.After(20 * time.Second):
+				t.Fatal("no third attempt")
+			}
+			cancel()
+			require.NoError(t, <-done)
+			require.Zero(t, b.Counters().Total(metrics.Failed), "the stop sent the message to the error topic")
+
+			// A second bus of the endpoint on the same transport (Close
+			// would close it, and the in-memory one is the broker).
+			again := newStoppingBus(t, endpoint, db, tr, errorTopic)
+			handled := make(chan struct{})
+			require.NoError(t, bus.Handle(again, func(context.Context, *CreateInvoice) error {
+				close(handled)
+				return nil
+			}))
+			ep := start(t, again, errorTopic)
+			select {
+			case <-handled:
+			case m := <-ep.errors:
+				t.Fatalf("the message reached the error topic: %s", m.Metadata)
+			case <-time.After(20 * time.Second):
+				t.Fatal("the message returned at the stop was not delivered again")
+			}
+		})
+	}
+}
+
+func newStoppingBus(t *testing.T, endpoint string, db *gorm.DB, tr transport.Transport, errorTopic string) *bus.Bus {
+	t.Helper()
+	b, err := bus.New(bus.Config{
+		Endpoint:   endpoint,
+		Transport:  tr,
+		DB:         db,
+		ErrorTopic: errorTopic,
+		Retry:      bus.RetryPolicy{MaxRetries: 2, InitialBackoff: 5 * time.Millisecond},
+		Logger:     testenv.Logger(t),
+	})
+	require.NoError(t, err)
+	return b
+}
