@@ -1,7 +1,10 @@
 package amqp
 
 import (
+	"context"
 	"errors"
+	"math/rand/v2"
+	"net"
 	"sync"
 	"time"
 
@@ -10,11 +13,24 @@ import (
 	"github.com/postroom/postroom/internal/logsink"
 )
 
-// Reconnect backoff of a subscriber's connection.
+// Reconnect backoff of a subscriber's connection (and of a subscription
+// whose channel keeps failing): from backoffFirst, doubling to backoffMax,
+// with ±20% jitter; it starts again from backoffFirst once a connection or
+// a consumer has lasted backoffMax.
 const (
-	redialFirst = 100 * time.Millisecond
-	redialMax   = 5 * time.Second
+	backoffFirst = 100 * time.Millisecond
+	backoffMax   = 5 * time.Second
 )
+
+// dialTimeout bounds the TCP connect and the AMQP handshake of a dial
+// (amqp091's default).
+const dialTimeout = 30 * time.Second
+
+// nextBackoff returns the wait after wait, and the wait jittered.
+func nextBackoff(wait time.Duration) (next, jittered time.Duration) {
+	jittered = time.Duration(float64(wait) * (0.8 + 0.4*rand.Float64()))
+	return min(2*wait, backoffMax), jittered
+}
 
 // connection is a subscriber's connection to RabbitMQ: after it is lost,
 // it dials again, with backoff, until it is closed. (watermill-amqp's
@@ -36,15 +52,50 @@ type connection struct {
 
 // dial connects; the connection then reconnects by itself until Close.
 func dial(url string, log *logsink.Sink, what string) (*connection, error) {
-	conn, err := amqp091.Dial(url)
+	c := &connection{url: url, log: log, what: what,
+		changed: make(chan struct{}), closing: make(chan struct{}), done: make(chan struct{})}
+	conn, err := c.dialOnce()
 	if err != nil {
 		return nil, err
 	}
+	c.conn = conn
 	log.Logger().Info("amqp: connected " + what)
-	c := &connection{url: url, log: log, what: what, conn: conn,
-		changed: make(chan struct{}), closing: make(chan struct{}), done: make(chan struct{})}
 	go c.watch(conn)
 	return c, nil
+}
+
+// dialOnce dials the broker; Close interrupts it (amqp091.Dial alone
+// would hold Close for up to 30 s on a broker that takes the TCP
+// connection and never answers).
+func (c *connection) dialOnce() (*amqp091.Connection, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-c.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	var stopInterrupt func() bool
+	conn, err := amqp091.DialConfig(c.url, amqp091.Config{Locale: "en_US",
+		Dial: func(network, addr string) (net.Conn, error) {
+			nc, err := (&net.Dialer{Timeout: dialTimeout}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			if err := nc.SetDeadline(time.Now().Add(dialTimeout)); err != nil { // cleared after the handshake
+				_ = nc.Close()
+				return nil, err
+			}
+			stopInterrupt = context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
+			return nc, nil
+		}})
+	if stopInterrupt != nil && !stopInterrupt() && err == nil { // closing came just after the handshake
+		_ = conn.Close()
+		return nil, errors.New("amqp: the subscriber closed while connecting")
+	}
+	return conn, err
 }
 
 // current returns the connection, or nil while reconnecting, and a channel
@@ -97,7 +148,9 @@ func (c *connection) set(conn *amqp091.Connection) bool {
 // watch waits for conn to be lost and dials again, until Close.
 func (c *connection) watch(conn *amqp091.Connection) {
 	defer close(c.done)
+	wait := backoffFirst
 	for {
+		since := time.Now()
 		select {
 		case err := <-conn.NotifyClose(make(chan *amqp091.Error, 1)):
 			c.log.Logger().Warn("amqp: lost the connection of "+c.what+"; reconnecting", "error", err)
@@ -105,7 +158,10 @@ func (c *connection) watch(conn *amqp091.Connection) {
 			return
 		}
 		c.set(nil)
-		conn = c.redial()
+		if time.Since(since) >= backoffMax {
+			wait = backoffFirst
+		}
+		conn, wait = c.redial(wait)
 		if conn == nil {
 			return
 		}
@@ -117,21 +173,34 @@ func (c *connection) watch(conn *amqp091.Connection) {
 	}
 }
 
-// redial dials until it connects (nil once closing).
-func (c *connection) redial() *amqp091.Connection {
-	wait := redialFirst
+// redial dials until it connects, first after wait; it returns the
+// connection (nil once closing) and the next wait.
+func (c *connection) redial(wait time.Duration) (*amqp091.Connection, time.Duration) {
 	for attempt := 1; ; attempt++ {
+		next, jittered := nextBackoff(wait)
 		select {
-		case <-time.After(wait):
+		case <-time.After(jittered):
 		case <-c.closing:
-			return nil
+			return nil, wait
 		}
-		conn, err := amqp091.Dial(c.url)
+		wait = next
+		conn, err := c.dialOnce()
 		if err == nil {
-			return conn
+			return conn, wait
+		}
+		if c.isClosing() {
+			return nil, wait
 		}
 		c.log.Logger().Warn("amqp: reconnect "+c.what+" failed; trying again", "attempt", attempt, "error", err)
-		wait = min(2*wait, redialMax)
+	}
+}
+
+func (c *connection) isClosing() bool {
+	select {
+	case <-c.closing:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -3,6 +3,7 @@ package amqp
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"time"
 
@@ -12,11 +13,8 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/postroom/postroom/metadata"
+	"github.com/postroom/postroom/transport"
 )
-
-// reconsumeAfter is the pause before a subscription whose channel failed
-// consumes again (watermill-amqp's).
-const reconsumeAfter = 100 * time.Millisecond
 
 // returnGrace is how long a subscription whose context ended waits, at
 // most, for the other consumers of its subscriber to stop before it
@@ -24,27 +22,37 @@ const reconsumeAfter = 100 * time.Millisecond
 const returnGrace = time.Second
 
 // run consumes topic into out until ctx ends or the subscriber closes,
-// again after each lost channel or connection.
+// again after each lost channel or connection (with backoff while that
+// keeps failing at once).
 func (s *subscriber) run(ctx context.Context, topic string, out chan<- *message.Message) {
 	queue := QueueName(topic, s.group)
+	wait := backoffFirst
 	for again := false; ; again = true {
 		if again {
+			next, jittered := nextBackoff(wait)
 			select {
-			case <-time.After(reconsumeAfter):
+			case <-time.After(jittered):
 			case <-ctx.Done():
 				return
 			case <-s.closing:
 				return
 			}
-			if err := s.declare(topic); err != nil {
-				s.log.Logger().Warn("amqp: declare the queue again after a lost channel", "topic", topic, "queue", queue, "error", err)
-			}
+			wait = next
 		}
 		if !s.conn.await(ctx.Done(), s.closing) {
 			return
 		}
+		if again { // the queue may have gone with the broker
+			if err := s.declare(topic); err != nil {
+				s.log.Logger().Warn("amqp: declare the queue again after a lost channel", "topic", topic, "queue", queue, "error", err)
+			}
+		}
+		began := time.Now()
 		if s.consume(ctx, topic, queue, out) == stopped {
 			return
+		}
+		if time.Since(began) >= backoffMax {
+			wait = backoffFirst
 		}
 	}
 }
@@ -59,32 +67,39 @@ const (
 )
 
 // consume consumes queue on a channel of its own until the channel fails
-// (lost) or ctx ends or the subscriber closes (stopped). Closing the
-// channel returns to the queue what it holds unacked; when stopped, only
-// once the consumer is cancelled and the subscriber is quiet.
+// (lost) or ctx ends or the subscriber closes (stopped). When stopped, it
+// returns what the channel still holds (deliveries not handed out) only
+// once its consumer is cancelled and the subscriber is quiet.
 func (s *subscriber) consume(ctx context.Context, topic, queue string, out chan<- *message.Message) (o outcome) {
 	ch, err := s.conn.channel()
 	if err != nil {
 		s.log.Logger().Warn("amqp: open a channel to consume; trying again", "topic", topic, "queue", queue, "error", err)
 		return lost
 	}
-	c := &consumer{ch: ch, tag: "postroom-" + watermill.NewShortUUID(), s: s}
+	c := &consumer{ch: ch, tag: "postroom-" + watermill.NewShortUUID()}
+	var deliveries <-chan amqp091.Delivery
 	defer func() {
-		c.cancel()
 		if o == stopped {
-			s.quiet()
+			s.stop(c)
+			if deliveries != nil {
+				for d := range deliveries { // closed by the cancel, after what it buffered
+					s.giveBack(d, topic, queue)
+				}
+			}
+		} else {
+			c.cancel()
 		}
-		_ = ch.Close() // fails only when closed already
+		s.unregister(c)
+		_ = ch.Close() // returns anything unacked; fails only when closed already
 	}()
 	if err := ch.Qos(s.cfg.Prefetch, 0, false); err != nil {
 		s.log.Logger().Warn("amqp: set the prefetch; trying again", "topic", topic, "queue", queue, "error", err)
 		return lost
 	}
-	if !s.register(c) {
+	if ctx.Err() != nil || !s.register(c) {
 		return stopped
 	}
-	defer s.unregister(c)
-	deliveries, err := c.start(queue)
+	deliveries, err = c.start(queue)
 	if errors.Is(err, errCancelled) {
 		return stopped
 	}
@@ -96,6 +111,7 @@ func (s *subscriber) consume(ctx context.Context, topic, queue string, out chan<
 		select {
 		case d, ok := <-deliveries:
 			if !ok { // the channel closed, or the consumer was cancelled
+				deliveries = nil
 				if c.isCancelled() || ctx.Err() != nil || s.isClosing() {
 					return stopped
 				}
@@ -116,11 +132,12 @@ func (s *subscriber) consume(ctx context.Context, topic, queue string, out chan<
 // deliver hands d to out as a message and acks or nacks d as the message
 // is settled. Messages are handed out one at a time per subscription.
 //
-// Once ctx ends, nothing more is handed out: d, if not taken, is nacked
-// back to the queue, and a message already taken is still watched, its
-// ack or nack passed on, until it is settled or the subscriber closes.
-// Once the subscriber closes, what is not settled is nacked: RabbitMQ
-// redelivers it.
+// Once ctx ends or the subscriber closes, nothing more is handed out: d,
+// if not taken, is given back to the queue once the consumer is cancelled
+// and the subscriber quiet. A message already taken when ctx ends is still
+// watched, its ack or nack passed on, until it is settled or the
+// subscriber closes; what is not settled when the subscriber closes is
+// given back (RabbitMQ redelivers it; the handler's later ack is lost).
 func (s *subscriber) deliver(ctx context.Context, c *consumer, d amqp091.Delivery, topic, queue string, out chan<- *message.Message) outcome {
 	msg, err := s.wcfg.Marshaler.Unmarshal(d)
 	if err != nil { // Marshaler never fails; another one could
@@ -133,22 +150,20 @@ func (s *subscriber) deliver(ctx context.Context, c *consumer, d amqp091.Deliver
 	msgCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	msg.SetContext(msgCtx)
-	if ctx.Err() != nil { // ended while the delivery was read
-		c.cancel()
-		s.quiet()
-		settle(d, false)
+	giveBack := func() outcome {
+		s.stop(c)
+		s.giveBack(d, topic, queue)
 		return stopped
+	}
+	if ctx.Err() != nil || s.isClosing() { // ended while the delivery was read
+		return giveBack()
 	}
 	select {
 	case out <- msg:
 	case <-ctx.Done():
-		c.cancel()
-		s.quiet()
-		settle(d, false)
-		return stopped
+		return giveBack()
 	case <-s.closing:
-		settle(d, false)
-		return stopped
+		return giveBack()
 	}
 	if reason := msg.Metadata.Get(metadata.TransportError); reason != "" {
 		s.log.Logger().Warn("amqp: received a message the transport could not read in full; it goes to the error topic",
@@ -159,15 +174,15 @@ func (s *subscriber) deliver(ctx context.Context, c *consumer, d amqp091.Deliver
 	case <-msg.Acked():
 	case <-msg.Nacked():
 	case <-s.closing:
-		return settle(d, false)
+		return giveBack()
 	case <-ctx.Done():
-		c.cancel() // no more deliveries; this one is still settled
+		s.stop(c) // no more deliveries; this one is still settled
 		o = stopped
 		select {
 		case <-msg.Acked():
 		case <-msg.Nacked():
 		case <-s.closing:
-			return settle(d, false)
+			return giveBack()
 		}
 	}
 	acked := false
@@ -176,9 +191,6 @@ func (s *subscriber) deliver(ctx context.Context, c *consumer, d amqp091.Deliver
 		acked = true
 	default:
 		s.logNack(msg, topic, queue)
-		if o == stopped {
-			s.quiet()
-		}
 	}
 	if settle(d, acked) == lost {
 		return lost
@@ -201,14 +213,44 @@ func settle(d amqp091.Delivery, ack bool) outcome {
 	return next
 }
 
-// register adds c to the consumers Close cancels; false once Close began.
+// giveBack nacks d back to the queue for a stopping subscription, saying
+// so at error if the return takes d past its quorum queue's delivery
+// limit (RabbitMQ then drops it).
+func (s *subscriber) giveBack(d amqp091.Delivery, topic, queue string) {
+	if s.cfg.QueueType == QueueQuorum && s.group != transport.ErrorQueueGroup {
+		count, _ := HeaderString(d.Headers["x-delivery-count"])
+		if before, _ := strconv.ParseInt(count, 10, 64); before+1 > int64(s.cfg.DeliveryLimit) {
+			s.log.Logger().Error("amqp: message returned while stopping at its queue's delivery limit; RabbitMQ drops it",
+				"message_id", deliveryID(d), "topic", topic, "queue", queue, "delivery_limit", s.cfg.DeliveryLimit)
+		}
+	}
+	settle(d, false)
+}
+
+// deliveryID is d's message ID as Marshaler reads it.
+func deliveryID(d amqp091.Delivery) string {
+	if id, _ := HeaderString(d.Headers[uuidHeader]); id != "" {
+		return id
+	}
+	return d.MessageId
+}
+
+// register adds c to the consumers Close cancels, counted as active until
+// cancelled; false once Close began.
 func (s *subscriber) register(c *consumer) bool {
+	c.mu.Lock() // the order everywhere: c.mu, then s.mu
+	defer c.mu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return false
 	}
 	s.consumers[c] = struct{}{}
+	if s.active == 0 {
+		s.idle = make(chan struct{})
+	}
+	s.active++
+	c.s = s
 	return true
 }
 
@@ -218,22 +260,22 @@ func (s *subscriber) unregister(c *consumer) {
 	delete(s.consumers, c)
 }
 
-// activate and deactivate count the consumers started and not cancelled.
-func (s *subscriber) activate() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.active == 0 {
-		s.idle = make(chan struct{})
-	}
-	s.active++
-}
-
+// deactivate counts c as no longer active.
 func (s *subscriber) deactivate() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.active--
 	if s.active == 0 {
 		close(s.idle)
+	}
+}
+
+// stop cancels c and, once per consumer, waits for the subscriber to be
+// quiet (see quiet) before the caller returns messages to the queue.
+func (s *subscriber) stop(c *consumer) {
+	c.cancel()
+	if c.quietOnce() {
+		s.quiet()
 	}
 }
 
@@ -275,11 +317,12 @@ var errCancelled = errors.New("amqp: consumer cancelled before it started")
 type consumer struct {
 	ch  *amqp091.Channel
 	tag string
-	s   *subscriber // counts it while active
 
 	mu        sync.Mutex
+	s         *subscriber // set by register: the subscriber counting it as active
 	started   bool
 	cancelled bool
+	quieted   bool
 }
 
 // start consumes queue, unless the consumer was cancelled first.
@@ -290,10 +333,7 @@ func (c *consumer) start(queue string) (<-chan amqp091.Delivery, error) {
 		return nil, errCancelled
 	}
 	deliveries, err := c.ch.Consume(queue, c.tag, false, false, false, false, nil)
-	if err == nil {
-		c.started = true
-		c.s.activate()
-	}
+	c.started = err == nil
 	return deliveries, err
 }
 
@@ -308,6 +348,8 @@ func (c *consumer) cancel() {
 	c.cancelled = true
 	if c.started {
 		_ = c.ch.Cancel(c.tag, false) // fails only with the channel, which then returns everything anyway
+	}
+	if c.s != nil {
 		c.s.deactivate()
 	}
 }
@@ -316,4 +358,13 @@ func (c *consumer) isCancelled() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.cancelled
+}
+
+// quietOnce reports whether this is the consumer's first wait for quiet.
+func (c *consumer) quietOnce() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	first := !c.quieted
+	c.quieted = true
+	return first
 }

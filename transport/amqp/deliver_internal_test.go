@@ -1,8 +1,10 @@
 package amqp
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -108,3 +110,65 @@ func (a *acknowledger) Nack(_ uint64, _ bool, requeue bool) error {
 	return a.record("nack")
 }
 func (a *acknowledger) Reject(uint64, bool) error { return a.record("reject") }
+
+// TestNothingHandedOutAfterClose: a delivery read once Close has begun
+// (with a prefetch above 1 the channel holds several) is given back, not
+// handed to the router, and the subscription stops. A review found 3 such
+// messages handed out during one Close with 16 subscriptions at prefetch
+// 8, each nacked at once while its handler ran, so handled twice.
+func TestNothingHandedOutAfterClose(t *testing.T) {
+	s := testSubscriber()
+	close(s.closing)
+	out := make(chan *message.Message)
+	ack := &acknowledger{}
+	ended := make(chan outcome)
+	go func() { ended <- s.deliver(context.Background(), &consumer{}, delivery(ack), "t", "q", out) }()
+	select {
+	case <-out:
+		t.Fatal("a delivery was handed to the router after Close began")
+	case o := <-ended:
+		if o != stopped {
+			t.Fatalf("deliver returned %d, want stopped", o)
+		}
+	}
+	if got := ack.settled(); got != "nack requeue" {
+		t.Fatalf("the delivery was settled with %q, want a nack that requeues it", got)
+	}
+}
+
+// TestHeldMessageAtCloseStopsTheSubscription: a message the handler holds
+// when the subscriber closes is given back and the subscription stops
+// (before, deliver reported "go on", and the subscription went on reading
+// what its channel still held).
+func TestHeldMessageAtCloseStopsTheSubscription(t *testing.T) {
+	s := testSubscriber()
+	out := make(chan *message.Message)
+	ack := &acknowledger{}
+	ended := make(chan outcome)
+	go func() { ended <- s.deliver(context.Background(), &consumer{}, delivery(ack), "t", "q", out) }()
+	<-out
+	close(s.closing)
+	if o := <-ended; o != stopped {
+		t.Fatalf("deliver returned %d after Close, want stopped", o)
+	}
+	if got := ack.settled(); got != "nack requeue" {
+		t.Fatalf("the held delivery was settled with %q, want a nack that requeues it", got)
+	}
+}
+
+// TestGivenBackAtTheLimitIsLogged: a delivery the transport itself returns
+// while stopping (not the handler's nack) past its quorum queue's delivery
+// limit is logged at error: RabbitMQ drops it.
+func TestGivenBackAtTheLimitIsLogged(t *testing.T) {
+	var logs bytes.Buffer
+	s := testSubscriber()
+	s.log = logsink.New(slog.New(slog.NewTextHandler(&logs, nil)))
+	s.cfg = Config{QueueType: QueueQuorum, DeliveryLimit: 2}
+	close(s.closing)
+	d := delivery(&acknowledger{})
+	d.Headers = amqp091.Table{"x-delivery-count": int64(2)}
+	s.deliver(context.Background(), &consumer{}, d, "t", "q", make(chan *message.Message))
+	if !strings.Contains(logs.String(), "level=ERROR msg=\"amqp: message returned while stopping at its queue's delivery limit; RabbitMQ drops it\"") {
+		t.Fatalf("no error line for the drop; logs:\n%s", logs.String())
+	}
+}

@@ -1,0 +1,179 @@
+package amqp_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	"github.com/postroom/postroom/internal/amqptest"
+	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/transport/amqp"
+)
+
+// TestReconnectAfterTheConnectionDrops: the subscriber's connection drops
+// (a proxy between it and the broker closes every connection) while a
+// handler holds a message; its ack goes to the dead channel, and after the
+// reconnect every message is consumed, the held one again. The bus's
+// TestBrokerConnectionsClosedMidRun does the same across processes with
+// rabbitmqctl, which disturbs every test on the broker; this one touches
+// only its own connection.
+func TestReconnectAfterTheConnectionDrops(t *testing.T) {
+	t.Parallel()
+	p, sub, topic := proxiedSubscriber(t, 50)
+	var seen sync.Map
+	var distinct atomic.Int64
+	held, release := make(chan struct{}), make(chan struct{})
+	var first sync.Once
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for range 2 {
+		out, err := sub.Subscribe(ctx, topic)
+		require.NoError(t, err)
+		go func() {
+			for m := range out {
+				holding := false
+				first.Do(func() { holding = true })
+				if holding {
+					close(held)
+					<-release
+				}
+				if _, dup := seen.LoadOrStore(m.UUID, true); !dup {
+					distinct.Add(1)
+				}
+				m.Ack()
+			}
+		}()
+	}
+	<-held
+	p.drop()
+	time.Sleep(300 * time.Millisecond)
+	close(release) // acked on the dead channel
+	require.Eventually(t, func() bool { return distinct.Load() == 50 }, 20*time.Second, 20*time.Millisecond,
+		"every message consumed after the reconnect")
+	require.NoError(t, sub.Close())
+}
+
+// TestCloseInterruptsARedial: Close returns at once while the subscriber
+// is redialling a broker that takes the TCP connection and never answers.
+// With amqp091.Dial's own timeout it took 29.6 s (found by a review).
+func TestCloseInterruptsARedial(t *testing.T) {
+	t.Parallel()
+	p, sub, topic := proxiedSubscriber(t, 1)
+	out, err := sub.Subscribe(context.Background(), topic)
+	require.NoError(t, err)
+	go func() {
+		for m := range out {
+			m.Ack()
+		}
+	}()
+	p.blackhole.Store(true)
+	p.drop()
+	time.Sleep(time.Second) // the redial is waiting for the handshake now
+	start := time.Now()
+	require.NoError(t, sub.Close())
+	require.Less(t, time.Since(start), 5*time.Second, "Close waited for the redial")
+}
+
+// proxiedSubscriber returns a subscriber of group g connected through a
+// proxy, and a topic with n messages in the group's queue.
+func proxiedSubscriber(t *testing.T, n int) (*proxy, message.Subscriber, string) {
+	t.Helper()
+	p, proxied := newProxy(t)
+	topic := testenv.Name("reconnect_")
+	a := newAdmin(t)
+	a.cleanup(topic, "g")
+	direct := newTransport(t, amqp.Config{})
+	tr, err := amqp.New(amqp.Config{URL: proxied})
+	require.NoError(t, err)
+	amqptest.Cleanup(t, tr)
+	sub, err := tr.Subscriber("g")
+	require.NoError(t, err)
+	require.NoError(t, sub.(message.SubscribeInitializer).SubscribeInitialize(topic))
+	msgs := make([]*message.Message, n)
+	for i := range msgs {
+		msgs[i] = message.NewMessage(watermill.NewUUID(), nil)
+	}
+	require.NoError(t, direct.Publisher().Publish(topic, msgs...))
+	return p, sub, topic
+}
+
+// proxy forwards TCP connections to the test broker; drop closes them all.
+// With blackhole set, it takes new connections and never answers.
+type proxy struct {
+	ln        net.Listener
+	target    string
+	blackhole atomic.Bool
+
+	mu    sync.Mutex
+	conns []net.Conn
+	wg    sync.WaitGroup
+}
+
+func newProxy(t *testing.T) (*proxy, string) {
+	t.Helper()
+	u, err := url.Parse(testenv.RequireAMQP(t))
+	require.NoError(t, err)
+	target := u.Host
+	if u.Port() == "" {
+		target = net.JoinHostPort(u.Hostname(), "5672")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &proxy{ln: ln, target: target}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		p.drop()
+		p.wg.Wait()
+	})
+	u.Host = ln.Addr().String()
+	return p, u.String()
+}
+
+func (p *proxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.keep(c)
+		if p.blackhole.Load() {
+			continue
+		}
+		b, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		p.keep(b)
+		p.wg.Add(2)
+		go func() { defer p.wg.Done(); _, _ = io.Copy(b, c); _ = b.Close() }()
+		go func() { defer p.wg.Done(); _, _ = io.Copy(c, b); _ = c.Close() }()
+	}
+}
+
+func (p *proxy) keep(c net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.conns = append(p.conns, c)
+}
+
+func (p *proxy) drop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = nil
+}
