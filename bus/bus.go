@@ -218,7 +218,8 @@ func (b *Bus) Run(ctx context.Context) error {
 	}
 	// Watermill stops a router on Close, not on its context: a
 	// subscription that misses the cancel (watermill-amqp's reconnect loop
-	// can) would keep Run waiting forever.
+	// could, when it was the RabbitMQ subscriber) would keep Run waiting
+	// forever.
 	go func() {
 		<-ctx.Done()
 		_ = b.router.Close()
