@@ -94,14 +94,14 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 		select {
 		case <-time.After(policy.backoff(retries)):
 		case <-msg.Context().Done():
-			return fmt.Errorf("bus: %s: closing during retries: %w", handler, err)
+			return fmt.Errorf("bus: %s: the message's context ended during retries (the bus stopping, or a deadline of the transport or a Middleware): %w", handler, err)
 		}
 	}
-	if ctxErr := msg.Context().Err(); ctxErr != nil {
-		// The bus is stopping (the subscription ended): the last attempt
-		// may have failed only because its context did. The message goes
-		// back to the broker, not to the error topic.
-		return fmt.Errorf("bus: %s: closing after the last attempt: %w (attempt error: %w)", handler, ctxErr, err)
+	if ctxErr := msg.Context().Err(); ctxErr != nil && b.isStopping() {
+		// The last attempt may have failed only because the stop ended
+		// its context: the message goes back to the broker, not to the
+		// error topic.
+		return fmt.Errorf("bus: %s: stopping after the last attempt: %w (attempt error: %w)", handler, ctxErr, err)
 	}
 	if later, laterErr := b.retryLater(handler, topic, msg, err); later {
 		return nil

@@ -13,6 +13,7 @@ import (
 
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/transport"
 )
@@ -80,7 +81,50 @@ func TestStopDuringTheLastAttemptReturnsTheMessage(t *testing.T) {
 	}
 }
 
-func newStoppingBus(t *testing.T, endpoint string, db *gorm.DB, tr transport.Transport, errorTopic string) *bus.Bus {
+// TestADeadlineIsNotAStop: a message whose context ends during its last
+// attempt while the bus runs on (a Middleware's timeout here; the SQL
+// transport's ack deadline does the same after 30 s) goes to the error
+// topic with the handler's error, like any message whose retries ran out.
+// Taking every ended context for a stop (as the first version of the fix
+// above did, found by a review) nacked it instead: redelivered until the
+// poison-loop guard moved it aside with "delivered N times", the real
+// error lost.
+func TestADeadlineIsNotAStop(t *testing.T) {
+	for _, s := range setups {
+		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
+			db, newTransport := s.open(t)
+			errorTopic := testenv.Name("error_")
+			timeout := func(h message.HandlerFunc) message.HandlerFunc {
+				return func(msg *message.Message) ([]*message.Message, error) {
+					ctx, cancel := context.WithTimeout(msg.Context(), 200*time.Millisecond)
+					defer cancel()
+					msg.SetContext(ctx)
+					return h(msg)
+				}
+			}
+			b := newStoppingBus(t, testenv.Name("ep"), db, newTransport(), errorTopic, timeout)
+			var attempts atomic.Int32
+			require.NoError(t, bus.Handle(b, func(ctx context.Context, _ *CreateInvoice) error {
+				if attempts.Add(1)%3 == 0 { // the last attempt outlives the deadline
+					<-ctx.Done()
+				}
+				return errors.New("the real failure")
+			}))
+			ep := start(t, b, errorTopic)
+			require.NoError(t, bus.Send(context.Background(), b, &CreateInvoice{OrderID: "o-1"}))
+			select {
+			case m := <-ep.errors:
+				require.Equal(t, "the real failure", m.Metadata.Get(metadata.ErrorReason))
+			case <-time.After(20 * time.Second):
+				t.Fatal("the message did not reach the error topic")
+			}
+			require.EqualValues(t, 3, attempts.Load(), "one delivery: three attempts, no redelivery")
+		})
+	}
+}
+
+func newStoppingBus(t *testing.T, endpoint string, db *gorm.DB, tr transport.Transport, errorTopic string, mw ...message.HandlerMiddleware) *bus.Bus {
 	t.Helper()
 	b, err := bus.New(bus.Config{
 		Endpoint:   endpoint,
@@ -89,6 +133,7 @@ func newStoppingBus(t *testing.T, endpoint string, db *gorm.DB, tr transport.Tra
 		ErrorTopic: errorTopic,
 		Retry:      bus.RetryPolicy{MaxRetries: 2, InitialBackoff: 5 * time.Millisecond},
 		Logger:     testenv.Logger(t),
+		Middleware: mw,
 	})
 	require.NoError(t, err)
 	return b

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -23,8 +24,14 @@ const (
 )
 
 // dialTimeout bounds the TCP connect and the AMQP handshake of a dial
-// (amqp091's default).
+// (amqp091's default; the URL's connection_timeout, in ms, replaces it).
 const dialTimeout = 30 * time.Second
+
+// closeWait bounds how long a subscriber's Close waits for the broker
+// (the consumers' cancels, the connection's close): a connection that
+// went silent without closing (a half-open TCP connection) would
+// otherwise hold Close until the heartbeat gives up on it, about 30 s.
+const closeWait = 5 * time.Second
 
 // nextBackoff returns the wait after wait, and the wait jittered.
 func nextBackoff(wait time.Duration) (next, jittered time.Duration) {
@@ -77,14 +84,18 @@ func (c *connection) dialOnce() (*amqp091.Connection, error) {
 		case <-ctx.Done():
 		}
 	}()
+	timeout := dialTimeout
+	if uri, err := amqp091.ParseURI(c.url); err == nil && uri.ConnectionTimeout > 0 {
+		timeout = time.Duration(uri.ConnectionTimeout) * time.Millisecond
+	}
 	var stopInterrupt func() bool
 	conn, err := amqp091.DialConfig(c.url, amqp091.Config{Locale: "en_US",
 		Dial: func(network, addr string) (net.Conn, error) {
-			nc, err := (&net.Dialer{Timeout: dialTimeout}).DialContext(ctx, network, addr)
+			nc, err := (&net.Dialer{Timeout: timeout}).DialContext(ctx, network, addr)
 			if err != nil {
 				return nil, err
 			}
-			if err := nc.SetDeadline(time.Now().Add(dialTimeout)); err != nil { // cleared after the handshake
+			if err := nc.SetDeadline(time.Now().Add(timeout)); err != nil { // cleared after the handshake
 				_ = nc.Close()
 				return nil, err
 			}
@@ -204,8 +215,9 @@ func (c *connection) isClosing() bool {
 	}
 }
 
-// Close stops reconnecting and closes the connection.
-func (c *connection) Close() error {
+// Close stops reconnecting and closes the connection, waiting for the
+// broker's answer until deadline.
+func (c *connection) Close(deadline time.Time) error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -219,5 +231,13 @@ func (c *connection) Close() error {
 	if conn == nil || conn.IsClosed() {
 		return nil
 	}
-	return conn.Close()
+	err := conn.CloseDeadline(deadline)
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		c.log.Logger().Warn("amqp: the broker did not answer the close of " + c.what + "; the connection is closed anyway")
+		return nil
+	case errors.Is(err, amqp091.ErrClosed):
+		return nil
+	}
+	return err
 }

@@ -76,7 +76,7 @@ func (s *subscriber) consume(ctx context.Context, topic, queue string, out chan<
 		s.log.Logger().Warn("amqp: open a channel to consume; trying again", "topic", topic, "queue", queue, "error", err)
 		return lost
 	}
-	c := &consumer{ch: ch, tag: "postroom-" + watermill.NewShortUUID()}
+	c := &consumer{ch: ch, tag: "postroom-" + watermill.NewShortUUID(), done: make(chan struct{})}
 	var deliveries <-chan amqp091.Delivery
 	defer func() {
 		if o == stopped {
@@ -155,7 +155,7 @@ func (s *subscriber) deliver(ctx context.Context, c *consumer, d amqp091.Deliver
 		s.giveBack(d, topic, queue)
 		return stopped
 	}
-	if ctx.Err() != nil || s.isClosing() { // ended while the delivery was read
+	if ctx.Err() != nil || s.isClosing() || c.isCancelled() { // ended while the delivery was read
 		return giveBack()
 	}
 	select {
@@ -163,6 +163,8 @@ func (s *subscriber) deliver(ctx context.Context, c *consumer, d amqp091.Deliver
 	case <-ctx.Done():
 		return giveBack()
 	case <-s.closing:
+		return giveBack()
+	case <-c.done: // Close is cancelling every consumer
 		return giveBack()
 	}
 	if reason := msg.Metadata.Get(metadata.TransportError); reason != "" {
@@ -191,6 +193,10 @@ func (s *subscriber) deliver(ctx context.Context, c *consumer, d amqp091.Deliver
 		acked = true
 	default:
 		s.logNack(msg, topic, queue)
+		if o == next && (ctx.Err() != nil || s.isClosing()) { // the nack won the race with the stop
+			s.stop(c)
+			o = stopped
+		}
 	}
 	if settle(d, acked) == lost {
 		return lost
@@ -318,6 +324,8 @@ type consumer struct {
 	ch  *amqp091.Channel
 	tag string
 
+	done chan struct{} // closed by cancel (nil in tests that need none)
+
 	mu        sync.Mutex
 	s         *subscriber // set by register: the subscriber counting it as active
 	started   bool
@@ -346,6 +354,9 @@ func (c *consumer) cancel() {
 		return
 	}
 	c.cancelled = true
+	if c.done != nil {
+		close(c.done)
+	}
 	if c.started {
 		_ = c.ch.Cancel(c.tag, false) // fails only with the channel, which then returns everything anyway
 	}

@@ -113,26 +113,38 @@ func (a *acknowledger) Reject(uint64, bool) error { return a.record("reject") }
 
 // TestNothingHandedOutAfterClose: a delivery read once Close has begun
 // (with a prefetch above 1 the channel holds several) is given back, not
-// handed to the router, and the subscription stops. A review found 3 such
-// messages handed out during one Close with 16 subscriptions at prefetch
-// 8, each nacked at once while its handler ran, so handled twice.
+// handed to the router, and the subscription stops: once Close closed
+// the subscriber, and already while it cancels every consumer (a second
+// review: a consumer cancelled first still handed out what it buffered
+// until Close went on). A review found 3 such messages handed out during
+// one Close with 16 subscriptions at prefetch 8, each nacked at once while
+// its handler ran, so handled twice.
 func TestNothingHandedOutAfterClose(t *testing.T) {
-	s := testSubscriber()
-	close(s.closing)
-	out := make(chan *message.Message)
-	ack := &acknowledger{}
-	ended := make(chan outcome)
-	go func() { ended <- s.deliver(context.Background(), &consumer{}, delivery(ack), "t", "q", out) }()
-	select {
-	case <-out:
-		t.Fatal("a delivery was handed to the router after Close began")
-	case o := <-ended:
-		if o != stopped {
-			t.Fatalf("deliver returned %d, want stopped", o)
-		}
-	}
-	if got := ack.settled(); got != "nack requeue" {
-		t.Fatalf("the delivery was settled with %q, want a nack that requeues it", got)
+	for _, phase := range []string{"closed", "cancelling"} {
+		t.Run(phase, func(t *testing.T) {
+			s := testSubscriber()
+			c := &consumer{done: make(chan struct{})}
+			if phase == "closed" {
+				close(s.closing)
+			} else {
+				c.cancel()
+			}
+			out := make(chan *message.Message)
+			ack := &acknowledger{}
+			ended := make(chan outcome)
+			go func() { ended <- s.deliver(context.Background(), c, delivery(ack), "t", "q", out) }()
+			select {
+			case <-out:
+				t.Fatal("a delivery was handed to the router after Close began")
+			case o := <-ended:
+				if o != stopped {
+					t.Fatalf("deliver returned %d, want stopped", o)
+				}
+			}
+			if got := ack.settled(); got != "nack requeue" {
+				t.Fatalf("the delivery was settled with %q, want a nack that requeues it", got)
+			}
+		})
 	}
 }
 

@@ -2,7 +2,6 @@ package amqp_test
 
 import (
 	"context"
-	"io"
 	"net"
 	"net/url"
 	"sync"
@@ -83,6 +82,32 @@ func TestCloseInterruptsARedial(t *testing.T) {
 	require.Less(t, time.Since(start), 5*time.Second, "Close waited for the redial")
 }
 
+// TestCloseBoundedOnASilentBroker: Close returns within its bound when the
+// broker stops answering without closing the connection (a half-open TCP
+// connection: the proxy holds every byte). The consumers' cancel and the
+// connection's close would wait for the heartbeat to give up, about 30 s
+// (found by a review).
+func TestCloseBoundedOnASilentBroker(t *testing.T) {
+	t.Parallel()
+	p, sub, topic := proxiedSubscriber(t, 3)
+	out, err := sub.Subscribe(context.Background(), topic)
+	require.NoError(t, err)
+	got := make(chan struct{}, 3)
+	go func() {
+		for m := range out {
+			m.Ack()
+			got <- struct{}{}
+		}
+	}()
+	<-got
+	p.frozen.Store(true)
+	start := time.Now()
+	require.NoError(t, sub.Close())
+	t.Logf("Close took %v", time.Since(start))
+	require.Less(t, time.Since(start), 10*time.Second, "Close waited for the silent broker")
+	p.drop() // the broker's side of the connection goes now, so the cleanup finds the queue unused
+}
+
 // proxiedSubscriber returns a subscriber of group g connected through a
 // proxy, and a topic with n messages in the group's queue.
 func proxiedSubscriber(t *testing.T, n int) (*proxy, message.Subscriber, string) {
@@ -107,11 +132,14 @@ func proxiedSubscriber(t *testing.T, n int) (*proxy, message.Subscriber, string)
 }
 
 // proxy forwards TCP connections to the test broker; drop closes them all.
-// With blackhole set, it takes new connections and never answers.
+// With blackhole set, it takes new connections and never answers; with
+// frozen set, it holds every byte it reads, closing nothing.
 type proxy struct {
 	ln        net.Listener
 	target    string
 	blackhole atomic.Bool
+	frozen    atomic.Bool
+	stopped   atomic.Bool
 
 	mu    sync.Mutex
 	conns []net.Conn
@@ -132,6 +160,7 @@ func newProxy(t *testing.T) (*proxy, string) {
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(func() {
+		p.stopped.Store(true)
 		_ = ln.Close()
 		p.drop()
 		p.wg.Wait()
@@ -158,8 +187,29 @@ func (p *proxy) accept() {
 		}
 		p.keep(b)
 		p.wg.Add(2)
-		go func() { defer p.wg.Done(); _, _ = io.Copy(b, c); _ = b.Close() }()
-		go func() { defer p.wg.Done(); _, _ = io.Copy(c, b); _ = c.Close() }()
+		go p.pipe(b, c)
+		go p.pipe(c, b)
+	}
+}
+
+// pipe copies src to dst, holding what it read while frozen.
+func (p *proxy) pipe(dst, src net.Conn) {
+	defer p.wg.Done()
+	defer dst.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		for p.frozen.Load() && !p.stopped.Load() {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
 	}
 }
 

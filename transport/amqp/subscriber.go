@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -117,9 +118,11 @@ func (s *subscriber) declare(topic string) error {
 // deliver them to a subscription not yet stopped, which returns them
 // again: on quorum queues each return counts towards the delivery limit,
 // and one stop of 32 subscriptions under a backlog raised the count of the
-// messages at the head of the queue to 24 (watermill-amqp closes its
-// channels one by one). A handler's ack after Close is lost: RabbitMQ
-// redelivers the message.
+// messages at the head of the queue to 24 (watermill-amqp's subscriber
+// closed its channels one by one). A handler's ack after Close is lost:
+// RabbitMQ redelivers the message. Close waits for the broker at most
+// closeWait in all: after that it closes the connection, which returns
+// everything, and the subscriptions stuck on the broker return.
 func (s *subscriber) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
@@ -129,16 +132,36 @@ func (s *subscriber) Close() error {
 			consumers = append(consumers, c)
 		}
 		s.mu.Unlock()
+		deadline := time.Now().Add(closeWait)
 		var cancels sync.WaitGroup
 		for _, c := range consumers {
 			cancels.Go(c.cancel)
 		}
-		cancels.Wait()
+		if !waitUntil(&cancels, deadline) {
+			s.log.Logger().Warn("amqp: the broker did not answer the consumers' cancel; closing the subscriber's connection anyway",
+				"group", s.group, "waited", closeWait)
+		}
 		close(s.closing)
+		waitUntil(&s.running, deadline) // a subscription stuck on a silent broker returns once the connection is closed
+		s.closeErr = s.conn.Close(deadline)
 		s.running.Wait()
-		s.closeErr = s.conn.Close()
 	})
 	return s.closeErr
+}
+
+// waitUntil waits for wg until deadline; false if the deadline came first.
+func waitUntil(wg *sync.WaitGroup, deadline time.Time) bool {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-time.After(time.Until(deadline)):
+		return false
+	}
 }
 
 // logNack logs msg's nack, if it was nacked: at warn (RabbitMQ requeues

@@ -33,6 +33,16 @@
 // replication) and an auto_increment_increment other than 1 are not
 // supported.
 //
+// # Thirty seconds per message
+//
+// watermill-sql gives a message 30 s (its ack deadline, left at its
+// default) from the moment it is read: the handler, its retries and their
+// backoff included. Then the message's context ends and the message is
+// read again, whatever the handler does after. The bus moves a message
+// whose last attempt failed so to the error topic with the handler's
+// error, like any other; a handler that needs longer than 30 s per message
+// is not a fit for this transport.
+//
 // # Logging
 //
 // [Config.Logger] and [Transport.SetLogger] (the bus passes its
