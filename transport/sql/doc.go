@@ -38,10 +38,12 @@
 // watermill-sql gives a message 30 s (its ack deadline, left at its
 // default) from the moment it is read: the handler, its retries and their
 // backoff included. Then the message's context ends and the message is
-// read again, whatever the handler does after. The bus moves a message
-// whose last attempt failed so to the error topic with the handler's
-// error, like any other; a handler that needs longer than 30 s per message
-// is not a fit for this transport.
+// read again, whatever happens to it after: an ack, or a move to the
+// error topic, made after the deadline may not be recorded, so the message
+// can be handled again (the inbox skips it only if a handler's
+// transaction committed) and reach the error topic more than once. A
+// handler that needs longer than 30 s per message, retries included, is
+// not a fit for this transport.
 //
 // # Logging
 //
