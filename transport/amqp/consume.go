@@ -115,7 +115,12 @@ func (s *subscriber) consume(ctx context.Context, topic, queue string, out chan<
 				if c.isCancelled() || ctx.Err() != nil || s.isClosing() {
 					return stopped
 				}
-				s.log.Logger().Warn("amqp: consumer ended by the broker or a lost connection; consuming again", "topic", topic, "queue", queue)
+				if conn, _ := s.conn.current(); conn == nil || conn.IsClosed() {
+					// The connection's own warning says it; one per subscription would repeat it.
+					s.log.Logger().Debug("amqp: consumer ended with the connection; consuming again once it is back", "topic", topic, "queue", queue)
+				} else {
+					s.log.Logger().Warn("amqp: consumer ended by the broker (queue deleted?) or its channel failed; consuming again", "topic", topic, "queue", queue)
+				}
 				return lost
 			}
 			if o := s.deliver(ctx, c, d, topic, queue, out); o != next {
