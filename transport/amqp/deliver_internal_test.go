@@ -27,21 +27,29 @@ func TestNoDeliveryHandedOnAfterTheContextEnds(t *testing.T) {
 	for range 500 {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		out := make(chan *message.Message)
-		ack := &acknowledger{}
-		ended := make(chan outcome)
-		go func() { ended <- s.deliver(ctx, &consumer{}, delivery(ack), "t", "q", out) }()
-		select {
-		case <-out:
-			t.Fatal("a delivery was handed to the router after the context ended")
-		case o := <-ended:
-			if o != stopped {
-				t.Fatalf("deliver returned %d, want stopped", o)
-			}
+		requireGivenBack(t, s, ctx, &consumer{})
+	}
+}
+
+// requireGivenBack delivers one message through s and c and fails t unless
+// it is nacked back to the queue without being handed out, and the
+// subscription stops.
+func requireGivenBack(t *testing.T, s *subscriber, ctx context.Context, c *consumer) {
+	t.Helper()
+	out := make(chan *message.Message)
+	ack := &acknowledger{}
+	ended := make(chan outcome)
+	go func() { ended <- s.deliver(ctx, c, delivery(ack), "t", "q", out) }()
+	select {
+	case <-out:
+		t.Fatal("a delivery was handed to the router after the subscription began to stop")
+	case o := <-ended:
+		if o != stopped {
+			t.Fatalf("deliver returned %d, want stopped", o)
 		}
-		if got := ack.settled(); got != "nack requeue" {
-			t.Fatalf("the delivery was settled with %q, want a nack that requeues it", got)
-		}
+	}
+	if got := ack.settled(); got != "nack requeue" {
+		t.Fatalf("the delivery was settled with %q, want a nack that requeues it", got)
 	}
 }
 
@@ -129,21 +137,7 @@ func TestNothingHandedOutAfterClose(t *testing.T) {
 			} else {
 				c.cancel()
 			}
-			out := make(chan *message.Message)
-			ack := &acknowledger{}
-			ended := make(chan outcome)
-			go func() { ended <- s.deliver(context.Background(), c, delivery(ack), "t", "q", out) }()
-			select {
-			case <-out:
-				t.Fatal("a delivery was handed to the router after Close began")
-			case o := <-ended:
-				if o != stopped {
-					t.Fatalf("deliver returned %d, want stopped", o)
-				}
-			}
-			if got := ack.settled(); got != "nack requeue" {
-				t.Fatalf("the delivery was settled with %q, want a nack that requeues it", got)
-			}
+			requireGivenBack(t, s, context.Background(), c)
 		})
 	}
 }
