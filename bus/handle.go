@@ -244,7 +244,14 @@ func (b *Bus) register(name string, byRun bool, opts []HandlerOption, build func
 						}
 					}()
 				}
-				return guarded(msg)
+				err := guarded(msg)
+				if errors.Is(err, errStopping) {
+					// Given back because the bus stops, said at info by
+					// deliver; Watermill would log it at error.
+					msg.Nack()
+					return nil
+				}
+				return err
 			})
 		}
 	}

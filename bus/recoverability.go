@@ -30,6 +30,10 @@ func (sendFailed) MessageName() string { return "postroom.send" }
 // ErrPanic wraps a handler's panic.
 var ErrPanic = errors.New("bus: handler panicked")
 
+// errStopping marks a delivery given back to the broker because the bus is
+// stopping: it is nacked without Watermill's error line (see Handle).
+var errStopping = errors.New("the bus is stopping")
+
 // deliver runs one delivery: attempts with backoff, then the error topic.
 // A transient failure (the database out of reach) is waited out under the
 // handler's rate limiting instead (see RateLimit). It returns an error (a
@@ -70,6 +74,13 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 			}
 			return nil
 		}
+		if msg.Context().Err() != nil && b.isStopping() {
+			// Most likely failed because the stop ended its context: no
+			// retry can run on it, and the message is not at fault.
+			b.cfg.Logger.Info("bus: attempt ended by the stop; the message goes back to the broker", "handler", handler,
+				"message_id", msg.UUID, "attempt", attempts, "error", err)
+			return fmt.Errorf("bus: %s: %w: %w", handler, errStopping, err)
+		}
 		b.cfg.Logger.Warn("bus: attempt failed", "handler", handler, "message_id", msg.UUID, "attempt", attempts,
 			"transient", transient, "rate_limited", limited, "error", err)
 		if IsUnrecoverable(err) {
@@ -94,14 +105,17 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 		select {
 		case <-time.After(policy.backoff(retries)):
 		case <-msg.Context().Done():
-			return fmt.Errorf("bus: %s: the message's context ended during retries (the bus stopping, or a deadline of the transport or a Middleware): %w", handler, err)
+			if b.isStopping() {
+				return fmt.Errorf("bus: %s: %w during retries: %w", handler, errStopping, err)
+			}
+			return fmt.Errorf("bus: %s: the message's context ended during retries (a deadline of the transport or a Middleware): %w", handler, err)
 		}
 	}
 	if ctxErr := msg.Context().Err(); ctxErr != nil && b.isStopping() {
 		// The last attempt may have failed only because the stop ended
 		// its context: the message goes back to the broker, not to the
 		// error topic.
-		return fmt.Errorf("bus: %s: stopping after the last attempt: %w (attempt error: %w)", handler, ctxErr, err)
+		return fmt.Errorf("bus: %s: %w after the last attempt: %w (attempt error: %w)", handler, errStopping, ctxErr, err)
 	}
 	if later, laterErr := b.retryLater(handler, topic, msg, err); later {
 		return nil

@@ -5,6 +5,7 @@ package logsink
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync/atomic"
 
@@ -58,8 +59,19 @@ func (f forwardingLogger) enabled(t *logTarget, level slog.Level) bool {
 	return t.slog.Enabled(context.Background(), level)
 }
 
+// Error forwards an error, but one caused by a cancelled context at info:
+// only a stop cancels the contexts Watermill's components run under (a
+// poll, a read transaction cut short when the bus stops), and a routine
+// stop should not page anyone.
 func (f forwardingLogger) Error(msg string, err error, fields watermill.LogFields) {
-	if t := f.sink.target.Load(); f.enabled(t, slog.LevelError) {
+	t := f.sink.target.Load()
+	if errors.Is(err, context.Canceled) {
+		if f.enabled(t, slog.LevelInfo) {
+			t.wm.Info(msg, f.fields.Add(fields).Add(watermill.LogFields{"err": err, "stopping": true}))
+		}
+		return
+	}
+	if f.enabled(t, slog.LevelError) {
 		t.wm.Error(msg, err, f.fields.Add(fields))
 	}
 }

@@ -197,11 +197,11 @@ func (s *subscriber) deliver(ctx context.Context, c *consumer, d amqp091.Deliver
 	case <-msg.Acked():
 		acked = true
 	default:
-		s.logNack(msg, topic, queue)
 		if o == next && (ctx.Err() != nil || s.isClosing()) { // the nack won the race with the stop
 			s.stop(c)
 			o = stopped
 		}
+		s.logNack(msg, topic, queue, o == stopped)
 	}
 	if settle(d, acked) == lost {
 		return lost

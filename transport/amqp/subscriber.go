@@ -165,9 +165,10 @@ func waitUntil(wg *sync.WaitGroup, deadline time.Time) bool {
 }
 
 // logNack logs msg's nack, if it was nacked: at warn (RabbitMQ requeues
-// it), or at error past its quorum queue's delivery limit (RabbitMQ drops
-// it).
-func (s *subscriber) logNack(msg *message.Message, topic, queue string) {
+// it), at info when the subscription is stopping (a handler cut short by
+// the stop), or at error past its quorum queue's delivery limit (RabbitMQ
+// drops it), stopping or not.
+func (s *subscriber) logNack(msg *message.Message, topic, queue string, stopping bool) {
 	select {
 	case <-msg.Nacked():
 	default:
@@ -180,6 +181,11 @@ func (s *subscriber) logNack(msg *message.Message, topic, queue string) {
 	if s.atDeliveryLimit(msg) {
 		s.log.Logger().Error("amqp: message nacked at its queue's delivery limit; RabbitMQ drops it",
 			"message_id", msg.UUID, "topic", topic, "queue", queue, "delivery_limit", s.cfg.DeliveryLimit, "reason", reason)
+		return
+	}
+	if stopping { // a handler cut short by the stop: routine
+		s.log.Logger().Info("amqp: message nacked while its subscription stops; RabbitMQ requeues it",
+			"message_id", msg.UUID, "topic", topic, "queue", queue, "reason", reason)
 		return
 	}
 	s.log.Logger().Warn("amqp: message nacked; RabbitMQ requeues it for immediate redelivery",

@@ -49,7 +49,9 @@
 //
 // [Config.Logger] and [Transport.SetLogger] (the bus passes its
 // Config.Logger) receive watermill-sql's logs: failed polls and acks at
-// error level, the rest at debug and trace.
+// error level, the rest at debug and trace. An error caused by a
+// cancelled context (a poll or a read cut short by a stop) comes at info,
+// with stopping=true: a routine stop logs nothing at error.
 //
 // # Commands
 //
