@@ -200,6 +200,12 @@ func (s *Scheduler) state(ctx context.Context, name string) (next time.Time, pau
 // errors are logged and retried on the next tick.
 func (s *Scheduler) Run(ctx context.Context) error {
 	if err := s.Define(ctx); err != nil {
+		if ctx.Err() != nil {
+			// Stopped while defining: SQLite reports a query cut short as
+			// "interrupted (9)", which does not wrap ctx's error (a CI
+			// run's bus Run failed so when stopped right after starting).
+			return ctx.Err()
+		}
 		return err
 	}
 	t := time.NewTicker(s.cfg.PollInterval)
