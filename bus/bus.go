@@ -127,7 +127,10 @@ func (b *Bus) Counters() *metrics.Counters {
 	return c
 }
 
-// Run handles messages until ctx is done or Close is called.
+// Run handles messages until ctx is done or Close is called, or until a
+// task it runs beside the handlers (the outbox's relay, the delayed
+// relay, the scheduler, the metrics server) fails: then it logs the
+// failure at error, stops, and returns the error.
 func (b *Bus) Run(ctx context.Context) error {
 	b.mu.Lock()
 	switch {
@@ -220,10 +223,7 @@ func (b *Bus) Run(ctx context.Context) error {
 		background = append(background, serve)
 	}
 	started = true
-	done := make(chan error, len(background))
-	for _, run := range background {
-		go func() { done <- run() }()
-	}
+	done := b.startBackground(ctx, cancel, background)
 	// Watermill stops a router on Close, not on its context: a
 	// subscription that misses the cancel (watermill-amqp's reconnect loop
 	// could, when it was the RabbitMQ subscriber) would keep Run waiting
@@ -301,6 +301,28 @@ func (b *Bus) declareErrorQueue() error {
 
 // Running is closed once every handler has subscribed.
 func (b *Bus) Running() <-chan struct{} { return b.router.Running() }
+
+// startBackground runs each task beside the router; the channel gets
+// each one's result. A task that fails while ctx is live (the outbox's
+// relay, the delayed relay, the scheduler, the metrics server) is logged
+// at error and stops the bus (cancel), so that Run returns its error:
+// running on without it would, say, leave every sent message in the
+// outbox without a word. NServiceBus stops an endpoint on such a critical
+// error too.
+func (b *Bus) startBackground(ctx context.Context, cancel context.CancelFunc, tasks []func() error) <-chan error {
+	done := make(chan error, len(tasks))
+	for _, run := range tasks {
+		go func() {
+			err := run()
+			if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) {
+				b.cfg.Logger.Error("bus: a background task failed; the bus stops", "error", err)
+				cancel()
+			}
+			done <- err
+		}()
+	}
+	return done
+}
 
 // markStopping records that the bus begins to stop (see isStopping).
 func (b *Bus) markStopping() { b.stoppingOnce.Do(func() { close(b.stopping) }) }
