@@ -314,7 +314,7 @@ func (b *Bus) startBackground(ctx context.Context, cancel context.CancelFunc, ta
 	for _, run := range tasks {
 		go func() {
 			err := run()
-			if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) {
+			if err != nil && ctx.Err() == nil && !b.isStopping() && !errors.Is(err, context.Canceled) {
 				b.cfg.Logger.Error("bus: a background task failed; the bus stops", "error", err)
 				cancel()
 			}
