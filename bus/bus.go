@@ -35,10 +35,6 @@ type Bus struct {
 	registry *prometheus.Registry
 	// unsettled counts the deliveries nacked, for the poison-loop guard.
 	unsettled unsettled
-	// stopping is closed when the bus begins to stop: the context of a Run
-	// that started the router ends, or Close is called.
-	stopping     chan struct{}
-	stoppingOnce sync.Once
 
 	mu        sync.Mutex
 	handlers  map[string]bool
@@ -79,7 +75,7 @@ func New(cfg Config) (*Bus, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bus: router: %w", err)
 	}
-	b := &Bus{cfg: cfg, router: router, wmLog: wmLog, handlers: map[string]bool{}, stopping: make(chan struct{}),
+	b := &Bus{cfg: cfg, router: router, wmLog: wmLog, handlers: map[string]bool{},
 		retryTargets: map[string]func(string, *message.Message) error{}, retryDelays: map[string][]time.Duration{}}
 	if cfg.MetricsAddr != "" {
 		b.addRouterMetrics()
@@ -230,7 +226,6 @@ func (b *Bus) Run(ctx context.Context) error {
 	// forever.
 	go func() {
 		<-ctx.Done()
-		b.markStopping()
 		_ = b.router.Close()
 	}()
 	errs := []error{b.router.Run(ctx)}
@@ -324,25 +319,17 @@ func (b *Bus) startBackground(ctx context.Context, cancel context.CancelFunc, ta
 	return done
 }
 
-// markStopping records that the bus begins to stop (see isStopping).
-func (b *Bus) markStopping() { b.stoppingOnce.Do(func() { close(b.stopping) }) }
-
 // isStopping reports whether the bus has begun to stop. A message's
 // context can also end for other reasons (the SQL transport's ack
 // deadline, a Middleware's timeout); only a stop makes the bus give a
-// failed message back instead of moving it to the error topic. Run's
-// context is checked itself, not only through stopping: it is an
-// ancestor of every message's context, so when a message's context ended
-// with it, it has ended already, while stopping is closed a moment later.
+// failed message back instead of moving it to the error topic. The bus
+// stops when Close is called or when the context of the Run that started
+// the router ends; that context is an ancestor of every message's, so
+// when a message's context ended with it, it has ended already.
 func (b *Bus) isStopping() bool {
-	select {
-	case <-b.stopping:
-		return true
-	default:
-	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.runCtx != nil && b.runCtx.Err() != nil
+	return b.closed || b.runCtx != nil && b.runCtx.Err() != nil
 }
 
 // Close stops handling and closes the transport. It waits for the handlers
@@ -350,7 +337,6 @@ func (b *Bus) isStopping() bool {
 // progress rolls back, and its message goes back to the broker (never to
 // the error topic), to be handled again.
 func (b *Bus) Close() error {
-	b.markStopping()
 	b.mu.Lock()
 	b.closed = true
 	ran := b.routerRan

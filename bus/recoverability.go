@@ -111,12 +111,6 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 			return fmt.Errorf("bus: %s: the message's context ended during retries (a deadline of the transport or a Middleware): %w", handler, err)
 		}
 	}
-	if ctxErr := msg.Context().Err(); ctxErr != nil && b.isStopping() {
-		// The last attempt may have failed only because the stop ended
-		// its context: the message goes back to the broker, not to the
-		// error topic.
-		return fmt.Errorf("bus: %s: %w after the last attempt: %w (attempt error: %w)", handler, errStopping, ctxErr, err)
-	}
 	if later, laterErr := b.retryLater(handler, topic, msg, err); later {
 		return nil
 	} else if laterErr != nil {

@@ -3,7 +3,6 @@ package amqp
 import (
 	"context"
 	"errors"
-	"strconv"
 	"sync"
 	"time"
 
@@ -13,7 +12,6 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/postroom/postroom/metadata"
-	"github.com/postroom/postroom/transport"
 )
 
 // returnGrace is how long a subscription whose context ended waits, at
@@ -76,7 +74,7 @@ func (s *subscriber) consume(ctx context.Context, topic, queue string, out chan<
 		s.log.Logger().Warn("amqp: open a channel to consume; trying again", "topic", topic, "queue", queue, "error", err)
 		return lost
 	}
-	c := &consumer{ch: ch, tag: "postroom-" + watermill.NewShortUUID(), done: make(chan struct{})}
+	c := newConsumer(ch, "postroom-"+watermill.NewShortUUID())
 	var deliveries <-chan amqp091.Delivery
 	defer func() {
 		if o == stopped {
@@ -228,22 +226,12 @@ func settle(d amqp091.Delivery, ack bool) outcome {
 // so at error if the return takes d past its quorum queue's delivery
 // limit (RabbitMQ then drops it).
 func (s *subscriber) giveBack(d amqp091.Delivery, topic, queue string) {
-	if s.cfg.QueueType == QueueQuorum && s.group != transport.ErrorQueueGroup {
-		count, _ := HeaderString(d.Headers["x-delivery-count"])
-		if before, _ := strconv.ParseInt(count, 10, 64); before+1 > int64(s.cfg.DeliveryLimit) {
-			s.log.Logger().Error("amqp: message returned while stopping at its queue's delivery limit; RabbitMQ drops it",
-				"message_id", deliveryID(d), "topic", topic, "queue", queue, "delivery_limit", s.cfg.DeliveryLimit)
-		}
+	if count, _ := HeaderString(d.Headers[deliveryCountHeader]); s.pastDeliveryLimit(count) {
+		id, _ := deliveryID(d)
+		s.log.Logger().Error("amqp: message returned while stopping at its queue's delivery limit; RabbitMQ drops it",
+			"message_id", id, "topic", topic, "queue", queue, "delivery_limit", s.cfg.DeliveryLimit)
 	}
 	settle(d, false)
-}
-
-// deliveryID is d's message ID as Marshaler reads it.
-func deliveryID(d amqp091.Delivery) string {
-	if id, _ := HeaderString(d.Headers[uuidHeader]); id != "" {
-		return id
-	}
-	return d.MessageId
 }
 
 // register adds c to the consumers Close cancels, counted as active until
@@ -329,20 +317,23 @@ type consumer struct {
 	ch  *amqp091.Channel
 	tag string
 
-	done chan struct{} // closed by cancel (nil in tests that need none)
+	done chan struct{} // closed by cancel
 
-	mu        sync.Mutex
-	s         *subscriber // set by register: the subscriber counting it as active
-	started   bool
-	cancelled bool
-	quieted   bool
+	mu      sync.Mutex
+	s       *subscriber // set by register: the subscriber counting it as active
+	started bool
+	quieted bool
+}
+
+func newConsumer(ch *amqp091.Channel, tag string) *consumer {
+	return &consumer{ch: ch, tag: tag, done: make(chan struct{})}
 }
 
 // start consumes queue, unless the consumer was cancelled first.
 func (c *consumer) start(queue string) (<-chan amqp091.Delivery, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.cancelled {
+	if c.isCancelled() {
 		return nil, errCancelled
 	}
 	deliveries, err := c.ch.Consume(queue, c.tag, false, false, false, false, nil)
@@ -355,13 +346,10 @@ func (c *consumer) start(queue string) (<-chan amqp091.Delivery, error) {
 func (c *consumer) cancel() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.cancelled {
+	if c.isCancelled() {
 		return
 	}
-	c.cancelled = true
-	if c.done != nil {
-		close(c.done)
-	}
+	close(c.done)
 	if c.started {
 		_ = c.ch.Cancel(c.tag, false) // fails only with the channel, which then returns everything anyway
 	}
@@ -370,10 +358,15 @@ func (c *consumer) cancel() {
 	}
 }
 
+// isCancelled reports whether cancel was called (whose close of done
+// happens under c.mu, so a caller holding c.mu sees it exactly).
 func (c *consumer) isCancelled() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.cancelled
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // quietOnce reports whether this is the consumer's first wait for quiet.

@@ -27,7 +27,7 @@ func TestNoDeliveryHandedOnAfterTheContextEnds(t *testing.T) {
 	for range 500 {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		requireGivenBack(t, s, ctx, &consumer{})
+		requireGivenBack(t, s, ctx, newConsumer(nil, ""))
 	}
 }
 
@@ -61,7 +61,7 @@ func TestHeldMessageSettledAfterTheContextEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	out := make(chan *message.Message)
 	ack := &acknowledger{}
-	c := &consumer{}
+	c := newConsumer(nil, "")
 	ended := make(chan outcome)
 	go func() { ended <- s.deliver(ctx, c, delivery(ack), "t", "q", out) }()
 	msg := <-out
@@ -131,7 +131,7 @@ func TestNothingHandedOutAfterClose(t *testing.T) {
 	for _, phase := range []string{"closed", "cancelling"} {
 		t.Run(phase, func(t *testing.T) {
 			s := testSubscriber()
-			c := &consumer{done: make(chan struct{})}
+			c := newConsumer(nil, "")
 			if phase == "closed" {
 				close(s.closing)
 			} else {
@@ -151,7 +151,7 @@ func TestHeldMessageAtCloseStopsTheSubscription(t *testing.T) {
 	out := make(chan *message.Message)
 	ack := &acknowledger{}
 	ended := make(chan outcome)
-	go func() { ended <- s.deliver(context.Background(), &consumer{}, delivery(ack), "t", "q", out) }()
+	go func() { ended <- s.deliver(context.Background(), newConsumer(nil, ""), delivery(ack), "t", "q", out) }()
 	<-out
 	close(s.closing)
 	if o := <-ended; o != stopped {
@@ -173,7 +173,7 @@ func TestGivenBackAtTheLimitIsLogged(t *testing.T) {
 	close(s.closing)
 	d := delivery(&acknowledger{})
 	d.Headers = amqp091.Table{"x-delivery-count": int64(2)}
-	s.deliver(context.Background(), &consumer{}, d, "t", "q", make(chan *message.Message))
+	s.deliver(context.Background(), newConsumer(nil, ""), d, "t", "q", make(chan *message.Message))
 	if !strings.Contains(logs.String(), "level=ERROR msg=\"amqp: message returned while stopping at its queue's delivery limit; RabbitMQ drops it\"") {
 		t.Fatalf("no error line for the drop; logs:\n%s", logs.String())
 	}

@@ -71,20 +71,28 @@ func (Marshaler) Marshal(msg *message.Message) (amqp091.Publishing, error) {
 	return p, nil
 }
 
+// deliveryID is d's message ID: the Watermill UUID header if it is not
+// empty, else the message_id property; the error says why the header
+// could not be read.
+func deliveryID(d amqp091.Delivery) (string, error) {
+	var err error
+	id := ""
+	if v, ok := d.Headers[uuidHeader]; ok {
+		id, err = HeaderString(v)
+	}
+	if id == "" {
+		id = d.MessageId
+	}
+	return id, err
+}
+
 // Unmarshal returns the message of d. Its error is always nil.
 func (Marshaler) Unmarshal(d amqp091.Delivery) (*message.Message, error) {
 	var problems []string
 	const idKey = uuidHeader
-	id := ""
-	if v, ok := d.Headers[idKey]; ok {
-		s, err := HeaderString(v)
-		if err != nil {
-			problems = append(problems, fmt.Sprintf("header %s: %v", idKey, err))
-		}
-		id = s
-	}
-	if id == "" {
-		id = d.MessageId
+	id, err := deliveryID(d)
+	if err != nil {
+		problems = append(problems, fmt.Sprintf("header %s: %v", idKey, err))
 	}
 
 	md := make(message.Metadata, len(d.Headers)+3)

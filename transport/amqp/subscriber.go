@@ -198,10 +198,17 @@ func (s *subscriber) logNack(msg *message.Message, topic, queue string, stopping
 // (x-delivery-count, metadata.DeliveryCount) is of the returns before
 // this delivery.
 func (s *subscriber) atDeliveryLimit(msg *message.Message) bool {
+	return s.pastDeliveryLimit(msg.Metadata.Get(metadata.DeliveryCount))
+}
+
+// pastDeliveryLimit reports whether one more return of a message whose
+// x-delivery-count is count takes it past its quorum queue's delivery
+// limit, so that RabbitMQ drops it.
+func (s *subscriber) pastDeliveryLimit(count string) bool {
 	if s.cfg.QueueType != QueueQuorum || s.group == transport.ErrorQueueGroup {
 		return false
 	}
-	before, _ := strconv.Atoi(msg.Metadata.Get(metadata.DeliveryCount))
+	before, _ := strconv.Atoi(count)
 	return before+1 > s.cfg.DeliveryLimit
 }
 
