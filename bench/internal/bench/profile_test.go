@@ -22,6 +22,7 @@ import (
 //
 //	go test -run '^$' -bench 'Batch/inbox.batch/size=100$' -benchtime 8000x -count 3 -cpuprofile batch.prof ./internal/bench/
 //	go test -run '^$' -bench 'RabbitMQ/bus$' -benchtime 8000x -count 3 -cpuprofile amqp.prof ./internal/bench/
+//	go test -run '^$' -bench 'InMemory/(ceiling|bus)$' -benchtime 8000x -count 3 ./internal/bench/
 //
 // They need PostgreSQL (POSTROOM_POSTGRES_DSN) and, for RabbitMQ,
 // POSTROOM_AMQP_URL, with the defaults of a local machine; a missing
@@ -125,4 +126,30 @@ func benchDB(b *testing.B) (*gorm.DB, *pgxpool.Pool) {
 	}
 	b.Cleanup(pool.Close)
 	return db, pool
+}
+
+// BenchmarkInMemory is the inbox at concurrency 8 on PostgreSQL: raw pgx
+// (the ceiling) and the bus on the in-memory transport (framework/ceiling).
+func BenchmarkInMemory(b *testing.B) {
+	db, pool := benchDB(b)
+	b.Run("ceiling", func(b *testing.B) {
+		if err := db.Exec(truncateAll).Error; err != nil {
+			b.Fatal(err)
+		}
+		d, err := runRaw(context.Background(), pool, rawOps[Inbox], 8, int64(b.N))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(b.N)/d.Seconds(), "msg/s")
+	})
+	b.Run("bus", func(b *testing.B) {
+		if err := db.Exec(truncateAll).Error; err != nil {
+			b.Fatal(err)
+		}
+		d, err := runE2EOn(context.Background(), gochannel.New(gochannel.Config{}), db, Inbox, 8, int64(b.N))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(b.N)/d.Seconds(), "msg/s")
+	})
 }
