@@ -56,6 +56,14 @@ var setups = []setup{
 			return tr
 		}
 	}},
+	{"sql+mariadb", func(t *testing.T) (*gorm.DB, func() transport.Transport) {
+		db := testenv.MySQL(t)
+		return db, func() transport.Transport {
+			tr, err := wsql.New(wsql.Config{DB: db, PollInterval: 20 * time.Millisecond})
+			require.NoError(t, err)
+			return tr
+		}
+	}},
 	{"amqp+postgres", func(t *testing.T) (*gorm.DB, func() transport.Transport) {
 		url := testenv.RequireAMQP(t)
 		return testenv.Postgres(t), func() transport.Transport {
@@ -239,7 +247,7 @@ func TestBusScenarios(t *testing.T) {
 				require.Equal(t, len(big), len(failed.Payload), "the payload is kept for a replay")
 			})
 
-			if s.name != "sql+postgres" { // watermill-sql stores metadata as JSON, which makes it valid UTF-8
+			if !strings.HasPrefix(s.name, "sql+") { // watermill-sql stores metadata as JSON, which makes it valid UTF-8
 				t.Run("metadata that is not UTF-8 goes to the error topic", func(t *testing.T) {
 					msg := message.NewMessage(uuid.NewString(), []byte(`{"OrderID":"o-9"}`))
 					msg.Metadata.Set(metadata.MessageType, "sales.OrderPlaced")
