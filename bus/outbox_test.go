@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"net/url"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +22,7 @@ import (
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/store"
 	"github.com/postroom/postroom/transport/gochannel"
 )
 
@@ -155,5 +159,75 @@ func TestOutboxRelaysEveryCommit(t *testing.T) {
 			}
 			require.Empty(t, missing, "events committed and never delivered")
 		})
+	}
+}
+
+// TestARelayThatCannotRunStopsTheBus: the outbox's relay fails for real
+// (its tables are missing, and the database role may not create them, as
+// in a deployment whose migration missed them): the bus logs it at
+// error and stops, and Run returns the relay's error. Before, the relay's
+// error waited unseen while the handlers ran on, and every message they
+// sent stayed in the outbox.
+func TestARelayThatCannotRunStopsTheBus(t *testing.T) {
+	dsn := testenv.PostgresSchemaDSN(t)
+	admin := testenv.Migrated(t, dsn, "PostgreSQL")
+	u, err := url.Parse(dsn)
+	require.NoError(t, err)
+	schema := u.Query().Get("search_path")
+	role := testenv.Name("app_")
+	for _, stmt := range []string{
+		"DROP TABLE watermill_postroom_outbox, watermill_offsets_postroom_outbox",
+		"CREATE ROLE " + role + " LOGIN",
+		"GRANT USAGE ON SCHEMA " + schema + " TO " + role, // and no CREATE
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA " + schema + " TO " + role,
+		"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA " + schema + " TO " + role,
+	} {
+		require.NoError(t, admin.Exec(stmt).Error, stmt)
+	}
+	u.User = url.User(role)
+	app, err := store.Open(u.String())
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		store.Close(app)
+		admin.Exec("DROP OWNED BY " + role)
+		admin.Exec("DROP ROLE " + role)
+	})
+
+	errorLines := &errorCounter{inner: testenv.Logger(t).Handler(), n: &atomic.Int32{}}
+	b, err := bus.New(bus.Config{Endpoint: "warehouse", Transport: gochannel.New(gochannel.Config{}), DB: app, Outbox: true,
+		Logger: slog.New(errorLines)})
+	require.NoError(t, err)
+	require.NoError(t, bus.Handle(b, shipTwice(&b, false), bus.WithInbox()))
+	done := make(chan error, 1)
+	go func() { done <- b.Run(context.Background()) }()
+	select {
+	case err := <-done:
+		require.ErrorContains(t, err, "outbox: create the outbox tables")
+		require.ErrorContains(t, err, "permission denied")
+	case <-time.After(20 * time.Second):
+		t.Fatal("the bus ran on without its outbox relay")
+	}
+	require.NotZero(t, errorLines.n.Load(), "the relay's failure was not logged at error")
+	closeWithin(t, b, 5*time.Second) // Watermill's router of the relay, never run, waited 30 s
+}
+
+// TestCloseOfABusThatNeverRan, with an outbox, returns at once.
+func TestCloseOfABusThatNeverRan(t *testing.T) {
+	b, err := bus.New(bus.Config{Endpoint: "warehouse", Transport: gochannel.New(gochannel.Config{}), DB: testenv.Postgres(t),
+		Outbox: true, Logger: testenv.Logger(t)})
+	require.NoError(t, err)
+	require.NoError(t, bus.Handle(b, shipTwice(&b, false), bus.WithInbox()))
+	closeWithin(t, b, 5*time.Second)
+}
+
+func closeWithin(t *testing.T, b *bus.Bus, d time.Duration) {
+	t.Helper()
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close() }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(d):
+		t.Fatalf("Close took more than %s", d)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -67,6 +68,10 @@ type Outbox struct {
 	schema    wsql.SchemaAdapter
 	forwarder *forwarder.Forwarder
 	sub       *wsql.Subscriber
+
+	mu     sync.Mutex
+	ran    bool // the forwarder's router was started
+	closed bool
 }
 
 // New validates cfg and prepares the relay. It does no I/O: Run creates
@@ -153,10 +158,11 @@ func sqlTxOf(pool gorm.ConnPool) (*sql.Tx, bool) {
 	return nil, false
 }
 
-// Run relays committed messages until ctx is done or Close is called. It
-// first creates the outbox tables if they are missing (`postroom migrate`
-// creates them, and then the bus needs no DDL rights), and on MySQL
-// finishes their upgrade to per-row acks (upgradeMySQL).
+// Run relays committed messages until ctx is done or Close is called (at
+// once if Close came first). It first creates the outbox tables if they
+// are missing (`postroom migrate` creates them, and then the bus needs no
+// DDL rights), and on MySQL finishes their upgrade to per-row acks
+// (upgradeMySQL).
 func (o *Outbox) Run(ctx context.Context) error {
 	if err := o.cfg.DB.WithContext(ctx).Exec(o.d.OutboxTablesExist(o.cfg.Topic)).Error; err != nil {
 		if err := o.sub.SubscribeInitialize(o.cfg.Topic); err != nil {
@@ -168,11 +174,30 @@ func (o *Outbox) Run(ctx context.Context) error {
 			return fmt.Errorf("outbox: upgrade the outbox table to per-row acks (or run `postroom migrate`): %w", err)
 		}
 	}
+	o.mu.Lock()
+	if o.closed {
+		o.mu.Unlock()
+		return nil
+	}
+	o.ran = true
+	o.mu.Unlock()
 	return o.forwarder.Run(ctx)
 }
 
 // Running is closed once the relay runs.
 func (o *Outbox) Running() chan struct{} { return o.forwarder.Running() }
 
-// Close stops the relay.
-func (o *Outbox) Close() error { return errors.Join(o.forwarder.Close(), o.sub.Close()) }
+// Close stops the relay. A relay that never ran (Run not called, or
+// failed before relaying) is not waited for: Watermill's router would
+// wait its whole close timeout (30 s) for handlers that never started.
+func (o *Outbox) Close() error {
+	o.mu.Lock()
+	o.closed = true
+	ran := o.ran
+	o.mu.Unlock()
+	var errs []error
+	if ran {
+		errs = append(errs, o.forwarder.Close())
+	}
+	return errors.Join(append(errs, o.sub.Close())...)
+}

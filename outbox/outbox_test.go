@@ -183,3 +183,28 @@ func TestTableFromBeforePerRowAcks(t *testing.T) {
 		})
 	}
 }
+
+// TestCloseOfARelayThatNeverRan returns at once, and a Run after it does
+// not relay. Watermill's router, closed without having run, waits its
+// whole close timeout (30 s) for handlers that never started: a program
+// that made a bus with an outbox and gave up before running it (or whose
+// relay failed to start) hung that long in Close.
+func TestCloseOfARelayThatNeverRan(t *testing.T) {
+	db := testenv.Postgres(t)
+	broker := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+	defer broker.Close()
+	o, err := outbox.New(outbox.Config{DB: db, Destination: broker})
+	require.NoError(t, err)
+	closed := make(chan error, 1)
+	go func() { closed <- o.Close() }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close waited for a relay that never ran")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, o.Run(ctx), "a Run after Close returns at once")
+	require.NoError(t, ctx.Err(), "a Run after Close returned only at its context's end")
+}
