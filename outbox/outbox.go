@@ -59,6 +59,11 @@ type Config struct {
 	OnMovedAside func(topic string, msg *message.Message, reason error)
 	// Logger is Watermill's logger. Defaults to watermill.NopLogger.
 	Logger watermill.LoggerAdapter
+
+	// ackDeadline is how long the relay waits for one message to be
+	// published before it reads its batch again: watermill-sql's 30 s
+	// default unless a test shortens it.
+	ackDeadline time.Duration
 }
 
 // Outbox writes messages through transactions and relays them.
@@ -106,7 +111,9 @@ func New(cfg Config) (*Outbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outbox: %w", err)
 	}
+	ackDeadline := cmp.Or(cfg.ackDeadline, 30*time.Second)
 	o.sub, err = wsql.NewSubscriber(wsql.BeginnerFromStdSQL(sqlDB), wsql.SubscriberConfig{
+		AckDeadline:    &ackDeadline,
 		ConsumerGroup:  group,
 		PollInterval:   cfg.PollInterval,
 		ResendInterval: cfg.PollInterval,
