@@ -233,7 +233,9 @@ func (c *connection) Close(deadline time.Time) error {
 	}
 	err := conn.CloseDeadline(deadline)
 	switch {
-	case errors.Is(err, os.ErrDeadlineExceeded):
+	// Past the deadline, amqp091's reader shuts the socket down while the
+	// close is being written: the write fails either way.
+	case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, net.ErrClosed):
 		c.log.Logger().Warn("amqp: the broker did not answer the close of " + c.what + "; the connection is closed anyway")
 		return nil
 	case errors.Is(err, amqp091.ErrClosed):
