@@ -40,6 +40,8 @@ type Bus struct {
 	handlers  map[string]bool
 	running   bool
 	routerRan bool // Run started the router: Close must stop it
+	// routerDone is closed when the router's Run returned (set with routerRan).
+	routerDone chan struct{}
 	// retryTargets runs a delayed retry of a handler group's message.
 	retryTargets map[string]func(topic string, msg *message.Message) error
 	retryDelays  map[string][]time.Duration // per handler, from WithDelayedRetries
@@ -162,7 +164,7 @@ func (b *Bus) Run(ctx context.Context) error {
 	}
 	for _, c := range consumers {
 		if err := store.AdoptLegacyKeys(ctx, b.cfg.DB, store.Tables{}, c.name, c.legacyInbox, c.watermarks); err != nil {
-			return fmt.Errorf("bus: %w (has `postroom migrate` run?)", err)
+			return startupError(ctx, err)
 		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -192,7 +194,7 @@ func (b *Bus) Run(ctx context.Context) error {
 			return err
 		}
 		if err := sched.Define(ctx); err != nil {
-			return fmt.Errorf("bus: %w (has `postroom migrate` run?)", err)
+			return startupError(ctx, err)
 		}
 	}
 	if sched != nil {
@@ -201,8 +203,10 @@ func (b *Bus) Run(ctx context.Context) error {
 	b.mu.Lock()
 	closed := b.closed
 	b.routerRan = !closed
+	routerDone := make(chan struct{})
 	if !closed {
 		b.runCtx = ctx
+		b.routerDone = routerDone
 	}
 	b.mu.Unlock()
 	if closed {
@@ -226,9 +230,10 @@ func (b *Bus) Run(ctx context.Context) error {
 	// forever.
 	go func() {
 		<-ctx.Done()
-		_ = b.router.Close()
+		_ = b.closeRouter(routerDone)
 	}()
 	errs := []error{b.router.Run(ctx)}
+	close(routerDone)
 	if ctx.Err() != nil && errors.Is(errs[0], context.Canceled) {
 		errs[0] = nil // stopped while a subscription was still starting
 	}
@@ -240,6 +245,16 @@ func (b *Bus) Run(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// startupError is err of a step of Run that reads postroom's tables: with
+// a hint to migrate, unless Run was stopped while it started (then the
+// tables are not the cause).
+func startupError(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("bus: stopped while starting: %w", err)
+	}
+	return fmt.Errorf("bus: %w (has `postroom migrate` run?)", err)
 }
 
 // serveMetrics listens on Config.MetricsAddr and returns the function that
@@ -339,16 +354,29 @@ func (b *Bus) isStopping() bool {
 func (b *Bus) Close() error {
 	b.mu.Lock()
 	b.closed = true
-	ran := b.routerRan
+	ran, routerDone := b.routerRan, b.routerDone
 	b.mu.Unlock()
 	var errs []error
-	if ran { // a router that never ran would wait its close timeout for nothing
-		errs = append(errs, b.router.Close())
+	if ran {
+		errs = append(errs, b.closeRouter(routerDone))
 	}
 	if b.outbox != nil {
 		errs = append(errs, b.outbox.Close())
 	}
 	return errors.Join(append(errs, b.cfg.Transport.Close())...)
+}
+
+// closeRouter closes the router once it runs. A router whose Run returned
+// without running (a subscribe failed) or that Run never started is left
+// alone: Watermill's Close would wait its whole close timeout (30 s) for
+// handlers that never started.
+func (b *Bus) closeRouter(done <-chan struct{}) error {
+	select {
+	case <-b.router.Running():
+		return b.router.Close()
+	case <-done:
+		return nil
+	}
 }
 
 // Tx returns the database transaction of the message being handled, for

@@ -23,6 +23,7 @@ import (
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/store"
+	"github.com/postroom/postroom/transport"
 	"github.com/postroom/postroom/transport/gochannel"
 )
 
@@ -230,4 +231,42 @@ func closeWithin(t *testing.T, b *bus.Bus, d time.Duration) {
 	case <-time.After(d):
 		t.Fatalf("Close took more than %s", d)
 	}
+}
+
+// TestCloseAfterASubscribeFailed: a handler's subscribe fails (the broker
+// or the database refuses it; on the SQL transport a stop during startup
+// does it too), so Run returns the error; Close then returns at once.
+// Watermill's router, whose handlers never started, waited its whole
+// close timeout (30 s) in Close: past Kubernetes' default grace period
+// (found by a review).
+func TestCloseAfterASubscribeFailed(t *testing.T) {
+	b, err := bus.New(bus.Config{Endpoint: "warehouse", Transport: refusingSubscribes{gochannel.New(gochannel.Config{})},
+		DB: testenv.SQLite(t), Logger: testenv.Logger(t)})
+	require.NoError(t, err)
+	require.NoError(t, bus.Handle(b, func(context.Context, *Order) error { return nil }))
+	ran := make(chan error, 1)
+	go func() { ran <- b.Run(context.Background()) }()
+	select {
+	case err := <-ran:
+		require.ErrorIs(t, err, errSubscribeRefused)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run went on after its subscribe failed")
+	}
+	closeWithin(t, b, 5*time.Second)
+}
+
+var errSubscribeRefused = errors.New("subscribe refused")
+
+// refusingSubscribes is a transport whose subscriptions all fail.
+type refusingSubscribes struct{ transport.Transport }
+
+func (t refusingSubscribes) Subscriber(group string) (message.Subscriber, error) {
+	sub, err := t.Transport.Subscriber(group)
+	return refusingSubscriber{sub}, err
+}
+
+type refusingSubscriber struct{ message.Subscriber }
+
+func (refusingSubscriber) Subscribe(context.Context, string) (<-chan *message.Message, error) {
+	return nil, errSubscribeRefused
 }

@@ -75,7 +75,7 @@ type Outbox struct {
 	sub       *wsql.Subscriber
 
 	mu     sync.Mutex
-	ran    bool // the forwarder's router was started
+	ran    chan struct{} // made when the relay's router is started, closed when its Run returned
 	closed bool
 }
 
@@ -186,25 +186,31 @@ func (o *Outbox) Run(ctx context.Context) error {
 		o.mu.Unlock()
 		return nil
 	}
-	o.ran = true
+	ran := make(chan struct{})
+	o.ran = ran
 	o.mu.Unlock()
+	defer close(ran)
 	return o.forwarder.Run(ctx)
 }
 
 // Running is closed once the relay runs.
 func (o *Outbox) Running() chan struct{} { return o.forwarder.Running() }
 
-// Close stops the relay. A relay that never ran (Run not called, or
-// failed before relaying) is not waited for: Watermill's router would
-// wait its whole close timeout (30 s) for handlers that never started.
+// Close stops the relay. A relay that never ran (Run not called, or its
+// router's subscribe failed) is not closed: Watermill's router would wait
+// its whole close timeout (30 s) for handlers that never started.
 func (o *Outbox) Close() error {
 	o.mu.Lock()
 	o.closed = true
 	ran := o.ran
 	o.mu.Unlock()
 	var errs []error
-	if ran {
-		errs = append(errs, o.forwarder.Close())
+	if ran != nil {
+		select {
+		case <-o.forwarder.Running():
+			errs = append(errs, o.forwarder.Close())
+		case <-ran:
+		}
 	}
 	return errors.Join(append(errs, o.sub.Close())...)
 }

@@ -23,7 +23,11 @@ import (
 func TestMain(m *testing.M) {
 	// gorm's prepared-statement cache (Session{PrepareStmt}) starts an
 	// expiry goroutine that it never stops (gorm/internal/lru).
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("gorm.io/gorm/internal/lru.NewLRU[...].func1"))
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("gorm.io/gorm/internal/lru.NewLRU[...].func1"),
+		// Watermill's router leaves this goroutine for good when its Run
+		// failed at a subscribe (TestCloseOfARelayWhoseSubscribeFailed):
+		// it waits for handlers that never started.
+		goleak.IgnoreAnyFunction("github.com/ThreeDotsLabs/watermill/message.(*Router).watchAllHandlersStopped.func1"))
 }
 
 // TestReturnedMessagesCommitThenRelay, on PostgreSQL and MariaDB: messages
@@ -207,4 +211,28 @@ func TestCloseOfARelayThatNeverRan(t *testing.T) {
 	defer cancel()
 	require.NoError(t, o.Run(ctx), "a Run after Close returns at once")
 	require.NoError(t, ctx.Err(), "a Run after Close returned only at its context's end")
+}
+
+// TestCloseOfARelayWhoseSubscribeFailed returns at once: Run stopped
+// while starting (its context cancelled, as by a SIGTERM at startup) fails
+// at the relay's subscribe on PostgreSQL, and Watermill's router, whose
+// handler never started, waited its whole close timeout (30 s) in Close
+// (found by a review).
+func TestCloseOfARelayWhoseSubscribeFailed(t *testing.T) {
+	db := testenv.Postgres(t)
+	broker := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+	defer broker.Close()
+	o, err := outbox.New(outbox.Config{DB: db, Destination: broker})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.Error(t, o.Run(ctx))
+	closed := make(chan error, 1)
+	go func() { closed <- o.Close() }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close waited for a relay whose subscribe failed")
+	}
 }
