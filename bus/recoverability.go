@@ -135,12 +135,27 @@ func (b *Bus) attempt(msg *message.Message, h message.HandlerFunc) (ran bool, er
 	if _, err = h(msg); err != nil {
 		return false, err
 	}
-	for _, out := range in.outgoing {
+	for i, out := range in.outgoing {
 		if err := b.publishCommitted(msg.Context(), out); err != nil {
+			b.notDispatched(msg, in.outgoing[i:], err)
 			return in.ran, err
 		}
 	}
 	return in.ran, nil
+}
+
+// notDispatched says at error which messages a committed handler sent
+// could not be dispatched before its message's context ended (the bus
+// stopping during a broker outage): a handler with the inbox does not run
+// again for the redelivery, so without Config.Outbox they are lost.
+func (b *Bus) notDispatched(msg *message.Message, unsent []outgoing, err error) {
+	ids := make([]string, len(unsent))
+	for i, out := range unsent {
+		ids[i] = out.topic + "/" + out.msg.UUID
+	}
+	b.cfg.Logger.Error("bus: the handler committed, but messages it sent were not dispatched; "+
+		"a redelivery its inbox skips will not send them again (Config.Outbox keeps them)",
+		"message_id", msg.UUID, "unsent", strings.Join(ids, ", "), "error", err)
 }
 
 // checkReceived refuses what the transport could not read in full (it says

@@ -4,12 +4,17 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
@@ -18,6 +23,7 @@ import (
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/transport"
+	"github.com/postroom/postroom/transport/gochannel"
 )
 
 // TestStopDuringTheLastAttemptReturnsTheMessage: a bus stopped while a
@@ -176,4 +182,93 @@ func (h *errorCounter) WithAttrs(as []slog.Attr) slog.Handler {
 
 func (h *errorCounter) WithGroup(g string) slog.Handler {
 	return &errorCounter{inner: h.inner.WithGroup(g), n: h.n}
+}
+
+// TestADispatchCutShortByTheStopIsLoggedAtError: a handler with the inbox
+// commits, the broker refuses the events it sent, and the bus stops while
+// the dispatch retries. Without Config.Outbox the events are lost (the
+// redelivery is a duplicate the inbox skips, docs/guarantees.md); that is
+// said at error, naming them. Before, a warning per retry and "the message
+// goes back to the broker" at info were all (found by a review).
+func TestADispatchCutShortByTheStopIsLoggedAtError(t *testing.T) {
+	tr := gochannel.New(gochannel.Config{})
+	logs := newRecordedLogs()
+	b, err := bus.New(bus.Config{Endpoint: "warehouse", Transport: failingTransport{tr}, DB: testenv.SQLite(t),
+		Logger: slog.New(logs), Cleanup: bus.CleanupSchedule{Disabled: true}})
+	require.NoError(t, err)
+	require.NoError(t, bus.Handle(b, shipTwice(&b, false), bus.WithInbox()))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	<-b.Running()
+	order := message.NewMessage(uuid.NewString(), []byte(`{"ID":"o-1"}`))
+	order.Metadata.Set(metadata.MessageType, "test.Order")
+	require.NoError(t, tr.Publisher().Publish("test.Order", order)) // past the refusing publisher
+	require.Eventually(t, func() bool { _, n := logs.find(slog.LevelWarn, "bus: dispatch after commit failed"); return n > 0 },
+		20*time.Second, 10*time.Millisecond, "the dispatch did not fail")
+	cancel()
+	require.NoError(t, <-done)
+	require.NoError(t, b.Close())
+	lost, _ := logs.find(slog.LevelError, "messages it sent were not dispatched")
+	require.NotEmpty(t, lost, "the events lost with the stop were not logged at error")
+	require.Contains(t, lost, order.UUID)
+	require.Equal(t, 2, strings.Count(lost, "test.Shipped/"), "both events named: %s", lost)
+}
+
+// recordedLogs keeps every record as one line of text, shared with the
+// handlers made by WithAttrs and WithGroup.
+type recordedLogs struct {
+	lines *recordedLines
+	attrs []slog.Attr
+}
+
+type recordedLines struct {
+	mu    sync.Mutex
+	lines []recordedLine
+}
+
+type recordedLine struct {
+	level slog.Level
+	text  string
+}
+
+func newRecordedLogs() *recordedLogs { return &recordedLogs{lines: &recordedLines{}} }
+
+func (h *recordedLogs) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *recordedLogs) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString(r.Message)
+	for _, a := range h.attrs {
+		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+		return true
+	})
+	h.lines.mu.Lock()
+	defer h.lines.mu.Unlock()
+	h.lines.lines = append(h.lines.lines, recordedLine{r.Level, b.String()})
+	return nil
+}
+
+func (h *recordedLogs) WithAttrs(as []slog.Attr) slog.Handler {
+	return &recordedLogs{lines: h.lines, attrs: append(slices.Clone(h.attrs), as...)}
+}
+
+func (h *recordedLogs) WithGroup(string) slog.Handler { return h }
+
+// find returns the first line at level containing substr, and how many there are.
+func (h *recordedLogs) find(level slog.Level, substr string) (first string, n int) {
+	h.lines.mu.Lock()
+	defer h.lines.mu.Unlock()
+	for _, l := range h.lines.lines {
+		if l.level == level && strings.Contains(l.text, substr) {
+			if n == 0 {
+				first = l.text
+			}
+			n++
+		}
+	}
+	return first, n
 }
