@@ -218,6 +218,7 @@ func (b *Bus) Run(ctx context.Context) error {
 			b.mu.Lock()
 			b.routerRan = false
 			b.mu.Unlock()
+			close(routerDone) // a Close that saw routerRan waits on it
 			return err
 		}
 		background = append(background, serve)

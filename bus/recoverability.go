@@ -146,15 +146,16 @@ func (b *Bus) attempt(msg *message.Message, h message.HandlerFunc) (ran bool, er
 
 // notDispatched says at error which messages a committed handler sent
 // could not be dispatched before its message's context ended (the bus
-// stopping during a broker outage): a handler with the inbox does not run
-// again for the redelivery, so without Config.Outbox they are lost.
+// stopping, or the SQL transport's ack deadline, during a broker outage).
+// A handler with the inbox does not run again for the redelivery, so
+// without Config.Outbox they are lost; one without it sends them again.
 func (b *Bus) notDispatched(msg *message.Message, unsent []outgoing, err error) {
 	ids := make([]string, len(unsent))
 	for i, out := range unsent {
 		ids[i] = out.topic + "/" + out.msg.UUID
 	}
 	b.cfg.Logger.Error("bus: the handler committed, but messages it sent were not dispatched; "+
-		"a redelivery its inbox skips will not send them again (Config.Outbox keeps them)",
+		"lost unless the handler runs again for a redelivery (with the inbox it does not; Config.Outbox keeps them)",
 		"message_id", msg.UUID, "unsent", strings.Join(ids, ", "), "error", err)
 }
 

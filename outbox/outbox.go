@@ -171,6 +171,9 @@ func sqlTxOf(pool gorm.ConnPool) (*sql.Tx, bool) {
 // DDL rights), and on MySQL finishes their upgrade to per-row acks
 // (upgradeMySQL).
 func (o *Outbox) Run(ctx context.Context) error {
+	if o.isClosed() {
+		return nil
+	}
 	if err := o.cfg.DB.WithContext(ctx).Exec(o.d.OutboxTablesExist(o.cfg.Topic)).Error; err != nil {
 		if err := o.sub.SubscribeInitialize(o.cfg.Topic); err != nil {
 			return fmt.Errorf("outbox: create the outbox tables (or run `postroom migrate`): %w", err)
@@ -191,6 +194,12 @@ func (o *Outbox) Run(ctx context.Context) error {
 	o.mu.Unlock()
 	defer close(ran)
 	return o.forwarder.Run(ctx)
+}
+
+func (o *Outbox) isClosed() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.closed
 }
 
 // Running is closed once the relay runs.
