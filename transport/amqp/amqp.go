@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 
 	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -129,6 +130,14 @@ func New(cfg Config) (*Transport, error) {
 		publisher: &confirmPublisher{url: cfg.URL, log: log, record: declared}}, nil
 }
 
+// deliveryLimitArg is the quorum queue argument of Config.DeliveryLimit.
+const deliveryLimitArg = "x-delivery-limit"
+
+// errorQueueDeliveryLimit is the x-delivery-limit of a quorum error queue:
+// the largest RabbitMQ takes, never reached (-1, "no limit" on RabbitMQ
+// 4.x, is a limit of 0 on 3.x).
+const errorQueueDeliveryLimit = math.MaxInt32
+
 // config is watermill-amqp's durable pub/sub config with postroom's
 // marshaler, queue names, queue arguments and prefetch: the topology the
 // subscriber declares.
@@ -137,11 +146,14 @@ func (t *Transport) config(group string) wamqp.Config {
 	c.Marshaler = Marshaler{}
 	c.Consume.Qos.PrefetchCount = t.cfg.Prefetch
 	if t.cfg.QueueType == QueueQuorum {
-		c.Queue.Arguments = amqp091.Table{amqp091.QueueTypeArg: amqp091.QueueTypeQuorum}
-		if group != transport.ErrorQueueGroup {
-			// Not on the error queue: browsing it (postroom errors, the
-			// console) returns its messages, which the limit would count.
-			c.Queue.Arguments["x-delivery-limit"] = int64(t.cfg.DeliveryLimit)
+		c.Queue.Arguments = amqp091.Table{amqp091.QueueTypeArg: amqp091.QueueTypeQuorum,
+			deliveryLimitArg: int64(t.cfg.DeliveryLimit)}
+		if group == transport.ErrorQueueGroup {
+			// Browsing the error queue (postroom errors, the console)
+			// returns its messages, which a limit counts. No argument is
+			// not enough: RabbitMQ 4.0 to 4.2 give a quorum queue without
+			// one a limit of 20, and count each return.
+			c.Queue.Arguments[deliveryLimitArg] = int64(errorQueueDeliveryLimit)
 		}
 	}
 	return c

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"testing"
 	"time"
 
@@ -81,11 +82,15 @@ func TestQuorumDeliveryLimit(t *testing.T) {
 	require.Equal(t, "2", attr(dropped[0], "delivery_limit"))
 }
 
-// TestQuorumErrorQueueHasNoDeliveryLimit: the error queue of quorum
-// transports is declared without x-delivery-limit, so an operator browsing
-// it (each look returns the messages to the queue, which a limit counts)
-// never makes RabbitMQ drop a failed message.
-func TestQuorumErrorQueueHasNoDeliveryLimit(t *testing.T) {
+// TestQuorumErrorQueueHasADeliveryLimitNeverReached: the error queue of
+// quorum transports is declared with x-delivery-limit 2147483647, so an
+// operator browsing it (each look returns the messages to the queue, which
+// a limit counts) never makes RabbitMQ drop a failed message. Declared
+// without the argument, as before, RabbitMQ 4.0 to 4.2 give it a limit of
+// 20 (found by a review; the broker here is 3.10, so the argument is
+// checked by redeclaring the queue with it, which RabbitMQ refuses for an
+// inequivalent argument).
+func TestQuorumErrorQueueHasADeliveryLimitNeverReached(t *testing.T) {
 	t.Parallel()
 	topic := testenv.Name("errors_")
 	a := newAdmin(t)
@@ -95,19 +100,54 @@ func TestQuorumErrorQueueHasNoDeliveryLimit(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 	require.NoError(t, sub.(message.SubscribeInitializer).SubscribeInitialize(topic))
+	queue := amqp.QueueName(topic, transport.ErrorQueueGroup)
+	ch, err := a.conn.Channel()
+	require.NoError(t, err)
+	_, err = ch.QueueDeclare(queue, true, false, false, false,
+		amqp091.Table{amqp091.QueueTypeArg: amqp091.QueueTypeQuorum, "x-delivery-limit": int64(math.MaxInt32)})
+	require.NoError(t, err, "the error queue has x-delivery-limit 2147483647")
+	require.NoError(t, ch.Close())
+
 	require.NoError(t, tr.Publisher().Publish(topic, message.NewMessage("failed-1", nil)))
-	for i := range 6 { // three times the limit
+	for i := range 6 { // three times the transport's limit
 		ch, err := a.conn.Channel()
 		require.NoError(t, err)
 		var d amqp091.Delivery
 		var ok bool
 		require.Eventually(t, func() bool {
-			d, ok, err = ch.Get(amqp.QueueName(topic, transport.ErrorQueueGroup), false)
+			d, ok, err = ch.Get(queue, false)
 			return err == nil && ok
 		}, 5*time.Second, 10*time.Millisecond, "look %d: the failed message is still there", i)
 		require.Equal(t, "failed-1", d.MessageId)
 		require.NoError(t, ch.Close()) // returns it unacked, as browsing does
 	}
+}
+
+// TestQuorumErrorQueueFromBefore: an error queue declared by an earlier
+// postroom, without x-delivery-limit, is used as it is (RabbitMQ refuses
+// to change an existing queue's arguments), with a warning that says what
+// to do.
+func TestQuorumErrorQueueFromBefore(t *testing.T) {
+	t.Parallel()
+	topic := testenv.Name("errors_")
+	a := newAdmin(t)
+	a.cleanup(topic, transport.ErrorQueueGroup)
+	ch, err := a.conn.Channel()
+	require.NoError(t, err)
+	_, err = ch.QueueDeclare(amqp.QueueName(topic, transport.ErrorQueueGroup), true, false, false, false,
+		amqp091.Table{amqp091.QueueTypeArg: amqp091.QueueTypeQuorum})
+	require.NoError(t, err)
+	require.NoError(t, ch.Close())
+	logs := &recorder{}
+	tr := newTransport(t, amqp.Config{QueueType: amqp.QueueQuorum, Logger: slog.New(logs)})
+	sub, err := tr.Subscriber(transport.ErrorQueueGroup)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	require.NoError(t, sub.(message.SubscribeInitializer).SubscribeInitialize(topic))
+	require.Len(t, logs.find(slog.LevelWarn, "amqp: the error queue has no x-delivery-limit (declared by an earlier postroom); "+
+		"on RabbitMQ 4.0 to 4.2 a quorum queue without one drops a failed message after 20 looks at the error queue: "+
+		"add a policy with delivery-limit 2147483647 for it, or drain and delete it so that it is declared again"), 1)
+	require.NoError(t, tr.Publisher().Publish(topic, message.NewMessage("failed-1", nil)), "the error topic reaches the queue")
 }
 
 // TestQuorumOverClassicQueue: subscribing with QueueType quorum to a queue

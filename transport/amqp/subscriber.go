@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -94,9 +96,38 @@ func (s *subscriber) SubscribeInitialize(topic string) error {
 	return nil
 }
 
-// declare declares topic's exchange, the group's queue and its binding,
-// on a channel of its own.
+// declare declares topic's exchange, the group's queue and its binding.
+// A quorum error queue declared before it had its delivery limit
+// (errorQueueDeliveryLimit) is used as it is, with a warning: RabbitMQ
+// does not change an existing queue's arguments.
 func (s *subscriber) declare(topic string) error {
+	err := s.declareWith(topic, s.wcfg)
+	if err == nil || s.group != transport.ErrorQueueGroup || !withoutDeliveryLimit(err) {
+		return err
+	}
+	older := s.wcfg
+	older.Queue.Arguments = maps.Clone(s.wcfg.Queue.Arguments)
+	delete(older.Queue.Arguments, deliveryLimitArg)
+	if err := s.declareWith(topic, older); err != nil {
+		return err
+	}
+	s.log.Logger().Warn("amqp: the error queue has no x-delivery-limit (declared by an earlier postroom); "+
+		"on RabbitMQ 4.0 to 4.2 a quorum queue without one drops a failed message after 20 looks at the error queue: "+
+		"add a policy with delivery-limit 2147483647 for it, or drain and delete it so that it is declared again",
+		"queue", QueueName(topic, s.group))
+	return nil
+}
+
+// withoutDeliveryLimit reports whether a declare failed because the queue
+// exists without an x-delivery-limit.
+func withoutDeliveryLimit(err error) bool {
+	var amqpErr *amqp091.Error
+	return errors.As(err, &amqpErr) && amqpErr.Code == amqp091.PreconditionFailed &&
+		strings.Contains(amqpErr.Reason, "'"+deliveryLimitArg+"'") && strings.Contains(amqpErr.Reason, "current is none")
+}
+
+// declareWith declares with wcfg's topology, on a channel of its own.
+func (s *subscriber) declareWith(topic string, wcfg wamqp.Config) error {
 	ch, err := s.conn.channel()
 	if err != nil {
 		return fmt.Errorf("open a channel: %w", err)
@@ -105,10 +136,10 @@ func (s *subscriber) declare(topic string) error {
 	builder := &wamqp.DefaultTopologyBuilder{}
 	return builder.BuildTopology(ch, wamqp.BuildTopologyParams{
 		Topic:        topic,
-		QueueName:    s.wcfg.Queue.GenerateName(topic),
-		ExchangeName: s.wcfg.Exchange.GenerateName(topic),
-		RoutingKey:   s.wcfg.QueueBind.GenerateRoutingKey(topic),
-	}, s.wcfg, s.log.Watermill())
+		QueueName:    wcfg.Queue.GenerateName(topic),
+		ExchangeName: wcfg.Exchange.GenerateName(topic),
+		RoutingKey:   wcfg.QueueBind.GenerateRoutingKey(topic),
+	}, wcfg, s.log.Watermill())
 }
 
 // Close stops every subscription and closes the connection. It first
