@@ -74,18 +74,18 @@ func (q *Queue) Browse(ctx context.Context, limit int, visit func(*message.Messa
 	var m postroomamqp.Marshaler
 	for range min(limit, state.Messages) {
 		if err := ctx.Err(); err != nil {
-			return err
+			return errors.Join(err, ack(taken))
 		}
 		d, ok, err := ch.Get(q.queue, false)
 		if err != nil {
-			return fmt.Errorf("amqpqueue: get from %s: %w", q.queue, err)
+			return errors.Join(fmt.Errorf("amqpqueue: get from %s: %w", q.queue, err), ack(taken))
 		}
 		if !ok {
 			break
 		}
 		msg, err := m.Unmarshal(d)
 		if err != nil {
-			return fmt.Errorf("amqpqueue: message %d of %s: %w", d.DeliveryTag, q.queue, err)
+			return errors.Join(fmt.Errorf("amqpqueue: message %d of %s: %w", d.DeliveryTag, q.queue, err), ack(taken))
 		}
 		take, err := visit(msg)
 		if take {

@@ -1,0 +1,50 @@
+package amqpqueue_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	"github.com/postroom/postroom/internal/amqpqueue"
+	"github.com/postroom/postroom/internal/amqptest"
+	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/transport/amqp"
+)
+
+// TestBrowseRemovesWhatItTookWhenStopped: a Browse whose context ends
+// after visit took a message (the console's request ended by the browser)
+// still removes that message. Before, it went back to the queue, so a
+// message already replayed came back to be replayed again, and a deleted
+// one reappeared (found by a review).
+func TestBrowseRemovesWhatItTookWhenStopped(t *testing.T) {
+	url := testenv.RequireAMQP(t)
+	tr, err := amqp.New(amqp.Config{URL: url})
+	require.NoError(t, err)
+	amqptest.Cleanup(t, tr)
+	topic := testenv.Name("errors_")
+	sub, err := tr.Subscriber("g")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	require.NoError(t, sub.(message.SubscribeInitializer).SubscribeInitialize(topic))
+	for _, id := range []string{"m1", "m2", "m3"} {
+		require.NoError(t, tr.Publisher().Publish(topic, message.NewMessage(id, nil)))
+	}
+	q, err := amqpqueue.Open(url, topic, "g")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = q.Close() })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	err = q.Browse(ctx, 10, func(*message.Message) (bool, error) {
+		cancel() // the request ends once the first is taken
+		return true, nil
+	})
+	require.ErrorIs(t, err, context.Canceled)
+	var left []string
+	require.NoError(t, q.Browse(context.Background(), 10, func(m *message.Message) (bool, error) {
+		left = append(left, m.UUID)
+		return false, nil
+	}))
+	require.Equal(t, []string{"m2", "m3"}, left, "the message taken before the stop is gone")
+}
