@@ -169,11 +169,13 @@ func (b *Bus) deliverDue(ctx context.Context) (int, error) {
 	}
 	b.mu.Unlock()
 	var rows, claimed []delayedRow
+	var claimedUntil time.Time
 	err = b.cfg.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Raw(stmts.Due, d.Time(b.cfg.Now()), groups, delayedBatch).Scan(&rows).Error; err != nil {
 			return err
 		}
-		lease := b.cfg.Now().Add(b.cfg.Retry.Horizon() + time.Minute)
+		lease := b.cfg.Now().Add(b.retryLease())
+		claimedUntil = lease
 		for _, r := range rows {
 			if r.TargetGroup != "" {
 				if err := tx.Exec(stmts.Claim, d.Time(lease), r.ID).Error; err != nil {
@@ -202,15 +204,58 @@ func (b *Bus) deliverDue(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	for _, r := range claimed {
-		if err := b.runDelayedRetry(ctx, r, r.message()); err != nil {
-			b.cfg.Logger.Warn("bus: a delayed retry did not settle; it runs again when its lease ends", "message_id", r.MessageID, "error", err)
-			continue
-		}
-		if err := b.cfg.DB.WithContext(ctx).Exec(stmts.Delete, r.ID).Error; err != nil {
+		if err := b.runClaimed(ctx, d, stmts, r, claimedUntil); err != nil {
 			return 0, err
 		}
 	}
 	return len(rows), nil
+}
+
+// retryLease is how long an instance holds a delayed retry it claimed: its
+// handler's retries, a wait of the rate limiter through an outage, and a
+// minute. Another instance runs it once the lease ran out.
+func (b *Bus) retryLease() time.Duration {
+	lease := b.cfg.Retry.Horizon() + time.Minute
+	if !b.cfg.RateLimit.Disabled {
+		lease += b.cfg.RateLimit.MaxWait
+	}
+	return lease
+}
+
+// runClaimed runs a delayed retry claimed until claimedUntil with the
+// batch. Its lease starts again when it runs (the rows before it in the
+// batch took their time), and only while this instance still holds it:
+// once it ran out, another instance may have claimed the retry, and
+// running it here too would run the handler twice, each run sending the
+// message on to its next retry or the error topic (found by a review).
+func (b *Bus) runClaimed(ctx context.Context, d dialect.Dialect, stmts dialect.DelayedStatements, r delayedRow, claimedUntil time.Time) error {
+	db := b.cfg.DB.WithContext(ctx)
+	lease := b.cfg.Now().Add(b.retryLease())
+	if !lease.After(claimedUntil) {
+		// A changed value, always: MySQL counts only changed rows.
+		lease = claimedUntil.Add(time.Microsecond)
+	}
+	renewed := db.Exec(stmts.Renew, d.Time(lease), r.ID, d.Time(claimedUntil))
+	if renewed.Error != nil {
+		return renewed.Error
+	}
+	if renewed.RowsAffected == 0 {
+		b.cfg.Logger.Info("bus: a delayed retry's lease ran out before it ran; another instance has it", "message_id", r.MessageID)
+		return nil
+	}
+	if err := b.runDelayedRetry(ctx, r, r.message()); err != nil {
+		b.cfg.Logger.Warn("bus: a delayed retry did not settle; it runs again when its lease ends", "message_id", r.MessageID, "error", err)
+		return nil
+	}
+	settled := db.Exec(stmts.Settle, r.ID, d.Time(lease))
+	if settled.Error != nil {
+		return settled.Error
+	}
+	if settled.RowsAffected == 0 {
+		b.cfg.Logger.Warn("bus: a delayed retry ran past its lease; another instance may have run it too", "message_id", r.MessageID,
+			"lease", b.retryLease())
+	}
+	return nil
 }
 
 // message is the Watermill message of a delayed row.

@@ -17,8 +17,15 @@ type DelayedStatements struct {
 	// a handler runs it (arguments: the time, the id): a process that dies
 	// meanwhile leaves it to be run again.
 	Claim string
+	// Renew moves a claimed retry's lease to a new end, only if it still
+	// holds the old one (arguments: the new end, the id, the old end): 0
+	// rows when its lease ran out and another instance claimed it.
+	Renew string
 	// Delete removes a delivered message (argument: its id).
 	Delete string
+	// Settle removes a delayed retry that ran, only if it still holds its
+	// lease (arguments: the id, the lease's end).
+	Settle string
 	// Summary counts the messages and returns the earliest due time.
 	Summary string
 	// List selects up to a number of messages, earliest due first: id,
@@ -39,7 +46,9 @@ func (d Dialect) Delayed(table string) (DelayedStatements, error) {
 		Insert:  "INSERT INTO " + table + " (due_at, topic, target_group, message_id, payload, metadata, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
 		Due:     "SELECT id, topic, target_group, message_id, payload, metadata FROM " + table + " WHERE due_at <= ? AND target_group IN ? ORDER BY due_at, id LIMIT ?" + lock,
 		Claim:   "UPDATE " + table + " SET due_at = ? WHERE id = ?",
+		Renew:   "UPDATE " + table + " SET due_at = ? WHERE id = ? AND due_at = ?",
 		Delete:  "DELETE FROM " + table + " WHERE id = ?",
+		Settle:  "DELETE FROM " + table + " WHERE id = ? AND due_at = ?",
 		Summary: "SELECT COUNT(*) AS n, MIN(due_at) AS next_due FROM " + table,
 		List:    "SELECT id, due_at, topic, target_group, message_id, created_at FROM " + table + " ORDER BY due_at, id LIMIT ?",
 	}, nil
