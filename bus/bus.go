@@ -45,13 +45,15 @@ type Bus struct {
 	// retryTargets runs a delayed retry of a handler group's message.
 	retryTargets map[string]func(topic string, msg *message.Message) error
 	retryDelays  map[string][]time.Duration // per handler, from WithDelayedRetries
-	delayedReady bool                       // the database has the delayed table (checked at Run)
-	closed       bool
-	runCtx       context.Context // the context of the Run that started the router
-	needsCleanup bool
-	consumers    []consumerKeys
-	cleanup      *scheduler.Scheduler // built by the first Run that needs it
-	metricsAddr  string
+	// delayedAttempts counts the refused publishes of due delayed messages, by row.
+	delayedAttempts map[int64]int
+	delayedReady    bool // the database has the delayed table (checked at Run)
+	closed          bool
+	runCtx          context.Context // the context of the Run that started the router
+	needsCleanup    bool
+	consumers       []consumerKeys
+	cleanup         *scheduler.Scheduler // built by the first Run that needs it
+	metricsAddr     string
 }
 
 // New returns a bus; register handlers with Handle, then call Run.
@@ -78,7 +80,8 @@ func New(cfg Config) (*Bus, error) {
 		return nil, fmt.Errorf("bus: router: %w", err)
 	}
 	b := &Bus{cfg: cfg, router: router, wmLog: wmLog, handlers: map[string]bool{},
-		retryTargets: map[string]func(string, *message.Message) error{}, retryDelays: map[string][]time.Duration{}}
+		retryTargets: map[string]func(string, *message.Message) error{}, retryDelays: map[string][]time.Duration{},
+		delayedAttempts: map[int64]int{}}
 	if cfg.MetricsAddr != "" {
 		b.addRouterMetrics()
 	}

@@ -170,6 +170,7 @@ func (b *Bus) deliverDue(ctx context.Context) (int, error) {
 	b.mu.Unlock()
 	var rows, claimed []delayedRow
 	var claimedUntil time.Time
+	var refused error // the broker refused a message: the ones before it are sent, the rest wait
 	err = b.cfg.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Raw(stmts.Due, d.Time(b.cfg.Now()), groups, delayedBatch).Scan(&rows).Error; err != nil {
 			return err
@@ -187,12 +188,13 @@ func (b *Bus) deliverDue(ctx context.Context) (int, error) {
 			msg := r.message()
 			out := outgoing{topic: r.Topic, msg: msg}
 			if err := b.publish(out); err != nil {
-				if !errors.Is(err, transport.ErrNoRoute) {
-					return err // the broker: try again at the next tick
+				if moveErr := b.delayedRefused(r, out, err); moveErr != nil {
+					// Commit what went out; this one and the rest wait for the next tick.
+					refused = moveErr
+					break
 				}
-				if err := b.moveToErrorTopic(MessageName[sendFailed](), out.topic, msg, 1, err); err != nil {
-					return err
-				}
+			} else {
+				b.delayedSent(r)
 			}
 			if err := tx.Exec(stmts.Delete, r.ID).Error; err != nil {
 				return err
@@ -208,7 +210,44 @@ func (b *Bus) deliverDue(ctx context.Context) (int, error) {
 			return 0, err
 		}
 	}
+	if refused != nil {
+		return 0, refused
+	}
 	return len(rows), nil
+}
+
+// maxDelayedAttempts is how often the delayed relay tries to publish one
+// message before it moves it to the error topic (as the outbox's relay,
+// outbox.MaxRelayAttemptsDefault).
+const maxDelayedAttempts = 5
+
+// delayedRefused handles a due message the transport refused: one no queue
+// takes, or one refused maxDelayedAttempts times, goes to the error topic
+// (nil: delete it); otherwise, or when the error topic refuses it too (an
+// outage), the error says to try again later. Before, one message the
+// broker always refused (over its size limit) held back every delayed
+// message of the database and sent the ones before it again at every tick
+// (found by a review).
+func (b *Bus) delayedRefused(r delayedRow, out outgoing, err error) error {
+	b.mu.Lock()
+	b.delayedAttempts[r.ID]++
+	n := b.delayedAttempts[r.ID]
+	b.mu.Unlock()
+	if !errors.Is(err, transport.ErrNoRoute) && n < maxDelayedAttempts {
+		return fmt.Errorf("bus: publish delayed message %s (attempt %d of %d): %w", r.MessageID, n, maxDelayedAttempts, err)
+	}
+	if moveErr := b.moveToErrorTopic(MessageName[sendFailed](), out.topic, out.msg, n, err); moveErr != nil {
+		return fmt.Errorf("bus: publish delayed message %s: %w (and the error topic refused it: %w)", r.MessageID, err, moveErr)
+	}
+	b.delayedSent(r)
+	return nil
+}
+
+// delayedSent forgets the failed attempts of a delayed message gone out.
+func (b *Bus) delayedSent(r delayedRow) {
+	b.mu.Lock()
+	delete(b.delayedAttempts, r.ID)
+	b.mu.Unlock()
 }
 
 // retryLease is how long an instance holds a delayed retry it claimed: its
