@@ -194,19 +194,8 @@ func TestTableFromBeforePerRowAcks(t *testing.T) {
 // that made a bus with an outbox and gave up before running it (or whose
 // relay failed to start) hung that long in Close.
 func TestCloseOfARelayThatNeverRan(t *testing.T) {
-	db := testenv.Postgres(t)
-	broker := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
-	defer broker.Close()
-	o, err := outbox.New(outbox.Config{DB: db, Destination: broker})
-	require.NoError(t, err)
-	closed := make(chan error, 1)
-	go func() { closed <- o.Close() }()
-	select {
-	case err := <-closed:
-		require.NoError(t, err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("Close waited for a relay that never ran")
-	}
+	o := newRelay(t)
+	closeWithin(t, o, 5*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	require.NoError(t, o.Run(ctx), "a Run after Close returns at once")
@@ -219,20 +208,31 @@ func TestCloseOfARelayThatNeverRan(t *testing.T) {
 // handler never started, waited its whole close timeout (30 s) in Close
 // (found by a review).
 func TestCloseOfARelayWhoseSubscribeFailed(t *testing.T) {
-	db := testenv.Postgres(t)
-	broker := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
-	defer broker.Close()
-	o, err := outbox.New(outbox.Config{DB: db, Destination: broker})
-	require.NoError(t, err)
+	o := newRelay(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	require.Error(t, o.Run(ctx))
+	closeWithin(t, o, 5*time.Second)
+}
+
+// newRelay is an outbox on a fresh PostgreSQL schema relaying to memory.
+func newRelay(t *testing.T) *outbox.Outbox {
+	broker := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+	t.Cleanup(func() { _ = broker.Close() })
+	o, err := outbox.New(outbox.Config{DB: testenv.Postgres(t), Destination: broker})
+	require.NoError(t, err)
+	return o
+}
+
+// closeWithin closes o, failing the test if that takes more than d.
+func closeWithin(t *testing.T, o *outbox.Outbox, d time.Duration) {
+	t.Helper()
 	closed := make(chan error, 1)
 	go func() { closed <- o.Close() }()
 	select {
 	case err := <-closed:
 		require.NoError(t, err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("Close waited for a relay whose subscribe failed")
+	case <-time.After(d):
+		t.Fatalf("Close took more than %s", d)
 	}
 }
