@@ -116,6 +116,11 @@ func (q *Queue) SendToQueue(ctx context.Context, queue string, msg *message.Mess
 	if err := q.exists(queue); err != nil {
 		return err
 	}
+	return q.send(ctx, queue, msg)
+}
+
+// send publishes msg to queue, mandatory, and waits for the confirm.
+func (q *Queue) send(ctx context.Context, queue string, msg *message.Message) error {
 	ch, err := q.conn.Channel()
 	if err != nil {
 		return fmt.Errorf("amqpqueue: channel: %w", err)
@@ -124,6 +129,9 @@ func (q *Queue) SendToQueue(ctx context.Context, queue string, msg *message.Mess
 	if err := ch.Confirm(false); err != nil {
 		return fmt.Errorf("amqpqueue: confirm mode: %w", err)
 	}
+	// A queue deleted since the check: RabbitMQ returns the mandatory
+	// message before it confirms it, and the confirm alone would say ok.
+	returns := ch.NotifyReturn(make(chan amqp091.Return, 1))
 	p, err := postroomamqp.Marshaler{}.Marshal(msg)
 	if err != nil {
 		return err
@@ -139,7 +147,12 @@ func (q *Queue) SendToQueue(ctx context.Context, queue string, msg *message.Mess
 	if !ok {
 		return errors.New("amqpqueue: the broker refused the message to " + queue)
 	}
-	return nil
+	select {
+	case r := <-returns:
+		return fmt.Errorf("amqpqueue: queue %s is gone: RabbitMQ returned the message (%d %s)", queue, r.ReplyCode, r.ReplyText)
+	default:
+		return nil
+	}
 }
 
 // Replay sends a failed message back to the queue of the handler it came

@@ -1,0 +1,26 @@
+package amqpqueue
+
+import (
+	"context"
+	"testing"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/postroom/postroom/internal/testenv"
+)
+
+// TestSendToAQueueGoneFails: a queue deleted between SendToQueue's check
+// and its publish (here: never there) makes the send fail. RabbitMQ
+// returns the mandatory message and then confirms it; on the confirm
+// alone the send succeeded, and a replay acked the error copy of a
+// message that went nowhere (found by a review).
+func TestSendToAQueueGoneFails(t *testing.T) {
+	conn, err := amqp091.Dial(testenv.RequireAMQP(t))
+	require.NoError(t, err)
+	q := &Queue{conn: conn}
+	t.Cleanup(func() { _ = q.Close() })
+	err = q.send(context.Background(), testenv.Name("gone_"), message.NewMessage("m1", nil))
+	require.ErrorContains(t, err, "is gone: RabbitMQ returned the message")
+}
