@@ -62,7 +62,9 @@ type refusingOne struct {
 	id, errorTopic string
 }
 
-func (t refusingOne) Publisher() message.Publisher { return refusingOnePublisher{t.Transport.Publisher(), t} }
+func (t refusingOne) Publisher() message.Publisher {
+	return refusingOnePublisher{t.Transport.Publisher(), t}
+}
 
 type refusingOnePublisher struct {
 	message.Publisher
