@@ -165,6 +165,11 @@ func (b *Bus) Run(ctx context.Context) error {
 	if err := b.declareErrorQueue(); err != nil {
 		return err
 	}
+	if b.cfg.DB != nil {
+		if err := store.CheckFoundRows(ctx, b.cfg.DB, store.Tables{}); err != nil {
+			return fmt.Errorf("bus: %w", err)
+		}
+	}
 	for _, c := range consumers {
 		if err := store.AdoptLegacyKeys(ctx, b.cfg.DB, store.Tables{}, c.name, c.legacyInbox, c.watermarks); err != nil {
 			return startupError(ctx, err)

@@ -8,7 +8,8 @@
 //     ("host=db dbname=app user=app"): PostgreSQL through pgx (the primary
 //     target);
 //   - "mysql://user:pass@tcp(host:3306)/db", or the same without the scheme
-//     (go-sql-driver's form): MySQL or MariaDB (parseTime is forced on);
+//     (go-sql-driver's form): MySQL or MariaDB (parseTime is forced on;
+//     clientFoundRows=true is refused, ErrFoundRows);
 //   - "sqlite:path", "sqlite://path", a "file:" URI, ":memory:", or a path
 //     ending in .db, .sqlite or .sqlite3: SQLite through a pure-Go driver,
 //     in WAL mode with a busy timeout and a single connection, so

@@ -36,7 +36,11 @@ func Open(dsn string) (*gorm.DB, error) {
 	case dialect.Postgres:
 		db, err = gorm.Open(postgres.Open(dsn), cfg)
 	case dialect.MySQL:
-		db, err = gorm.Open(mysql.Open(mysqlDSN(strings.TrimPrefix(dsn, "mysql://"))), cfg)
+		mdsn := mysqlDSN(strings.TrimPrefix(dsn, "mysql://"))
+		if err := checkMySQLDSN(mdsn); err != nil {
+			return nil, err
+		}
+		db, err = gorm.Open(mysql.Open(mdsn), cfg)
 	default:
 		db, err = openSQLite(dsn, cfg)
 	}

@@ -1,0 +1,35 @@
+package bus_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"gorm.io/driver/mysql"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/store"
+	"github.com/postroom/postroom/transport/gochannel"
+)
+
+// TestRunRefusesAConnectionCountingFoundRows: a bus whose MySQL connection
+// counts found rows (clientFoundRows=true, opened without store.Open)
+// does not start: its inbox would handle every duplicate again.
+func TestRunRefusesAConnectionCountingFoundRows(t *testing.T) {
+	db, err := gorm.Open(mysql.Open(testenv.MySQLDatabaseDSN(t)+"&clientFoundRows=true"), &gorm.Config{Logger: logger.Discard})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = store.Close(db) })
+	_, err = store.Migrate(context.Background(), db, store.Tables{})
+	require.NoError(t, err)
+	b, err := bus.New(bus.Config{Endpoint: "billing", Transport: gochannel.New(gochannel.Config{}), DB: db, Logger: testenv.Logger(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	require.NoError(t, bus.Handle(b, func(context.Context, *CreateInvoice) error { return nil }, bus.WithInbox()))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.ErrorIs(t, b.Run(ctx), store.ErrFoundRows)
+}
