@@ -30,7 +30,11 @@ func (b *Bus) scheduleCleanup() (*scheduler.Scheduler, error) {
 const outboxTable = "watermill_" + outbox.TopicDefault
 
 func (b *Bus) newCleanup() (*scheduler.Scheduler, error) {
-	ccfg := handlers.CleanupConfig{DB: b.cfg.DB, Logger: b.cfg.Logger, Now: b.cfg.Now}
+	// Only this endpoint's keys and watermarks: another endpoint on the
+	// database may keep its own longer (found by a review: a short
+	// retention here purged another endpoint's keys inside its
+	// redelivery window, and it handled a redelivery again).
+	ccfg := handlers.CleanupConfig{DB: b.cfg.DB, Logger: b.cfg.Logger, Now: b.cfg.Now, ConsumerPrefix: b.consumer("")}
 	if b.outbox != nil {
 		ccfg.OutboxTopic = outbox.TopicDefault
 	}

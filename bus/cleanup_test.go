@@ -26,8 +26,12 @@ func TestCleanupIsScheduledWithTheInbox(t *testing.T) {
 	now.Store(t0.UnixNano())
 	clock := func() time.Time { return time.Unix(0, now.Load()).UTC() }
 	old, recent := t0.Add(-11*24*time.Hour), t0.Add(-time.Hour)
-	require.NoError(t, db.Exec(d.InboxInsert("postroom_inbox"), "c", "", "old", "t", d.Time(old)).Error)
-	require.NoError(t, db.Exec(d.InboxInsert("postroom_inbox"), "c", "", "recent", "t", d.Time(recent)).Error)
+	require.NoError(t, db.Exec(d.InboxInsert("postroom_inbox"), "billing/h", "", "old", "t", d.Time(old)).Error)
+	require.NoError(t, db.Exec(d.InboxInsert("postroom_inbox"), "billing/h", "", "recent", "t", d.Time(recent)).Error)
+	// Another endpoint's key on the same database: its own cleanup, with
+	// its own retention, purges it (found by a review: this one's purged
+	// it inside the other's redelivery window).
+	require.NoError(t, db.Exec(d.InboxInsert("postroom_inbox"), "billing_eu/h", "", "other's", "t", d.Time(old)).Error)
 
 	b, err := bus.New(bus.Config{Endpoint: "billing", Transport: gochannel.New(gochannel.Config{}), DB: db,
 		Logger: testenv.Logger(t), Now: clock, Cleanup: bus.CleanupSchedule{Interval: time.Hour}})
@@ -36,15 +40,15 @@ func TestCleanupIsScheduledWithTheInbox(t *testing.T) {
 	start(t, b, "error")
 	var ids []string
 	require.NoError(t, db.Raw("SELECT message_id FROM postroom_inbox ORDER BY message_id").Scan(&ids).Error)
-	require.Equal(t, []string{"old", "recent"}, ids, "nothing purged before the slot")
+	require.Equal(t, []string{"old", "other's", "recent"}, ids, "nothing purged before the slot")
 
 	now.Store(t0.Add(45 * time.Minute).UnixNano()) // past the 12:00 slot
 	waitFor(t, "the scheduled cleanup", func() bool {
 		ids = nil
 		require.NoError(t, db.Raw("SELECT message_id FROM postroom_inbox ORDER BY message_id").Scan(&ids).Error)
-		return len(ids) == 1
+		return len(ids) == 2
 	})
-	require.Equal(t, []string{"recent"}, ids)
+	require.Equal(t, []string{"other's", "recent"}, ids, "this endpoint's old key purged, another endpoint's kept")
 }
 
 func TestShortRetentionIsRefused(t *testing.T) {
@@ -53,6 +57,18 @@ func TestShortRetentionIsRefused(t *testing.T) {
 	err = bus.Handle(b, func(context.Context, *CreateInvoice) error { return nil }, bus.WithInbox())
 	require.ErrorContains(t, err, "retention 30m0s is shorter than the retry and redelivery horizon")
 	require.ErrorContains(t, err, "raise the retention")
+}
+
+// TestRetentionCoversDelayedRetries: a delayed retry runs long after the
+// first delivery; a copy handled meanwhile leaves a key that must outlive
+// it, or the retry applies the message again (found by a review: a 2 h
+// retention with 24 h delays was accepted).
+func TestRetentionCoversDelayedRetries(t *testing.T) {
+	b, err := bus.New(bus.Config{Endpoint: "billing", DB: testenv.SQLite(t), InboxRetention: 2 * time.Hour})
+	require.NoError(t, err)
+	require.NoError(t, bus.Handle(b, func(context.Context, *CreateInvoice) error { return nil }, bus.WithInbox()), "2 h covers the default horizon")
+	err = bus.Handle(b, func(context.Context, *OrderPlaced) error { return nil }, bus.WithInbox(), bus.WithDelayedRetries(24*time.Hour))
+	require.ErrorContains(t, err, "retention 2h0m0s is shorter than the retry and redelivery horizon")
 }
 
 // TestCleanupWiring: a handler with only a transaction keeps nothing to

@@ -28,6 +28,23 @@ func DelayedRetriesDefault() []time.Duration {
 	return []time.Duration{10 * time.Second, 20 * time.Second, 30 * time.Second}
 }
 
+// keyHorizon is how long after its first delivery a message of hc can
+// still be handled: the redelivery horizon, and each delayed retry's wait
+// with its round of immediate retries and its lease. An inbox key purged
+// sooner would not stop a copy that succeeded meanwhile from being applied
+// again by a late delayed retry (found by a review).
+func (b *Bus) keyHorizon(hc handlerConfig) time.Duration {
+	delays := b.cfg.DelayedRetries.Delays
+	if hc.delays != nil {
+		delays = *hc.delays
+	}
+	horizon := b.cfg.RedeliveryHorizon()
+	for _, d := range delays {
+		horizon += d + b.cfg.Retry.withDefaults().Horizon() + b.retryLease()
+	}
+	return horizon
+}
+
 // retryLater schedules msg's next delayed retry for handler, if it has one
 // left: it returns false when the message should go to the error topic
 // instead (none left, turned off, no delayed table, unrecoverable).

@@ -337,7 +337,7 @@ func (b *Bus) chain(hc handlerConfig, h message.HandlerFunc) (message.HandlerFun
 	}
 	icfg := inbox.Config{DB: b.cfg.DB, Consumer: consumer, Key: hc.inboxKey, Recorder: rec, Logger: b.cfg.Logger, Now: b.cfg.Now,
 		Checksum: hc.checksum, StorePayload: hc.payload}
-	horizon := b.cfg.RedeliveryHorizon()
+	horizon := b.keyHorizon(hc)
 	if hc.external != nil {
 		// The claim commits before the handler runs, so the External mode
 		// opens the handler's unit of work itself; a copy may wait a

@@ -87,7 +87,7 @@ func batched[T any](b *Bus, hc handlerConfig, fn BatchFunc[T]) (message.HandlerF
 	}
 	var claimer *inbox.Batch
 	if hc.inbox {
-		if err := inbox.CheckRetention(b.cfg.InboxRetention, b.cfg.RedeliveryHorizon()); err != nil {
+		if err := inbox.CheckRetention(b.cfg.InboxRetention, b.keyHorizon(hc)); err != nil {
 			return nil, fmt.Errorf("bus: handler %s: %w", hc.name, err)
 		}
 		var err error

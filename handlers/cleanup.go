@@ -65,6 +65,12 @@ type CleanupConfig struct {
 	// Progress is called after each batch with the table and the rows
 	// deleted from it so far (for a progress bar). Defaults to nil.
 	Progress func(table string, deleted int64)
+	// ConsumerPrefix limits the inbox and watermark purges to the
+	// consumers whose names start with it: a bus passes its endpoint's
+	// ("billing/"), so that its retention never purges the keys of
+	// another endpoint sharing the database, which may need them longer.
+	// Defaults to "": every consumer (the CLI's purge).
+	ConsumerPrefix string
 }
 
 // Cleanup handles CleanupStore.
@@ -122,6 +128,13 @@ func (c *Cleanup) targets(m CleanupStore) ([]target, time.Time, error) {
 	targets := []target{
 		{c.stmts.Inbox, []any{c.d.Time(cutoff), c.d.Time(c.cfg.Now())}},
 		{c.stmts.Watermarks, []any{c.d.Time(cutoff)}},
+	}
+	if p := c.cfg.ConsumerPrefix; p != "" {
+		targets[0].PurgeTarget = c.stmts.InboxOf
+		targets[1].PurgeTarget = c.stmts.WatermarksOf
+		for i := range targets {
+			targets[i].args = append(targets[i].args, len(p), p)
+		}
 	}
 	if c.stmts.Outbox.Table != "" {
 		// The outbox's created_at is the database's clock: the cut-off

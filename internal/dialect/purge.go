@@ -21,6 +21,10 @@ type CleanupStatements struct {
 	Inbox PurgeTarget
 	// Watermarks: watermarks updated before the cut-off. Argument: cut-off.
 	Watermarks PurgeTarget
+	// InboxOf and WatermarksOf are Inbox and Watermarks for the consumers
+	// whose names start with a prefix (an endpoint's, "billing/"):
+	// arguments as theirs, then the prefix's length and the prefix.
+	InboxOf, WatermarksOf PurgeTarget
 	// Outbox: messages relayed (at or below the relay's acked offset) and
 	// created more than a number of seconds ago, by the database's own
 	// clock. Argument: that age in seconds. Its Table is "" without an
@@ -36,8 +40,10 @@ func (d Dialect) Cleanup(t Tables, outboxTopic string) (CleanupStatements, error
 	}
 	t = t.WithDefaults()
 	c := CleanupStatements{
-		Inbox:      d.purgeTarget(t.Inbox, inboxExpired),
-		Watermarks: d.purgeTarget(t.Watermarks, "updated_at < ?"),
+		Inbox:        d.purgeTarget(t.Inbox, inboxExpired),
+		Watermarks:   d.purgeTarget(t.Watermarks, "updated_at < ?"),
+		InboxOf:      d.purgeTarget(t.Inbox, inboxExpired+consumerPrefix),
+		WatermarksOf: d.purgeTarget(t.Watermarks, "updated_at < ?"+consumerPrefix),
 	}
 	if outboxTopic != "" {
 		if err := ValidateIdentifier(outboxTopic); err != nil {
@@ -51,6 +57,12 @@ func (d Dialect) Cleanup(t Tables, outboxTopic string) (CleanupStatements, error
 	}
 	return c, nil
 }
+
+// consumerPrefix narrows a purge to the consumers whose names start with
+// a prefix (arguments: its length, the prefix). SUBSTR, not LIKE: an
+// endpoint's name may hold '_', a LIKE wildcard; it is ASCII, so characters
+// and bytes count alike.
+const consumerPrefix = " AND SUBSTR(consumer, 1, ?) = ?"
 
 func (d Dialect) purgeTarget(table, where string) PurgeTarget {
 	return PurgeTarget{Table: table, Count: "SELECT COUNT(*) FROM " + table + " WHERE " + where, Delete: d.purgeWhere(table, where)}
