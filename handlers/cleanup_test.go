@@ -67,7 +67,8 @@ func TestCleanupKeepsAClaimUntilItsLeaseRanOut(t *testing.T) {
 			d, err := dialect.Of(db)
 			require.NoError(t, err)
 			// Old claims of the external-effects mode: one still under its
-			// lease (a call in flight), one whose lease ran out, one parked.
+			// lease (a call in flight), one whose lease ran out, one parked
+			// (kept until resolved).
 			claim := func(id string, lease time.Time) {
 				require.NoError(t, db.Exec(d.ClaimInsert("postroom_inbox"), "c", "", id, "t", d.Time(old), d.Time(lease), "", nil).Error)
 			}
@@ -79,10 +80,10 @@ func TestCleanupKeepsAClaimUntilItsLeaseRanOut(t *testing.T) {
 			require.NoError(t, err)
 			res, err := c.Purge(context.Background(), handlers.CleanupStore{Retention: 240 * time.Hour})
 			require.NoError(t, err)
-			require.EqualValues(t, 2, res.Inbox)
+			require.EqualValues(t, 1, res.Inbox)
 			var left []string
-			require.NoError(t, db.Raw("SELECT message_id FROM postroom_inbox").Scan(&left).Error)
-			require.Equal(t, []string{"live"}, left)
+			require.NoError(t, db.Raw("SELECT message_id FROM postroom_inbox ORDER BY message_id").Scan(&left).Error)
+			require.Equal(t, []string{"live", "parked"}, left, "a parked key waits for a person however old (found by a review: purged, a replay ran its effect again)")
 		})
 	}
 }

@@ -86,8 +86,11 @@ func (d Dialect) ClaimsUnresolved(table string) string {
 }
 
 // inboxExpired matches the inbox rows cleanup deletes: older than the
-// cut-off, and not processing under a live lease. Arguments: cut-off, now.
-const inboxExpired = "received_at < ? AND (status <> '" + StatusProcessing + "' OR lease_until < ?)"
+// cut-off, not processing under a live lease, and not parked: a parked
+// key waits for a person (postroom inbox resolve) however old it is, or
+// a replay of its message would run an effect of unknown outcome again.
+// Arguments: cut-off, now.
+const inboxExpired = "received_at < ? AND status <> '" + StatusParked + "' AND (status <> '" + StatusProcessing + "' OR lease_until < ?)"
 
 // InboxCountDuplicate adds one to a key's count of duplicates skipped.
 // Arguments: consumer, source, message_id.
