@@ -48,22 +48,8 @@ var setups = []setup{
 		tr := gochannel.New(gochannel.Config{})
 		return testenv.SQLite(t), func() transport.Transport { return tr }
 	}},
-	{"sql+postgres", func(t *testing.T) (*gorm.DB, func() transport.Transport) {
-		db := testenv.Postgres(t)
-		return db, func() transport.Transport {
-			tr, err := wsql.New(wsql.Config{DB: db, PollInterval: 20 * time.Millisecond})
-			require.NoError(t, err)
-			return tr
-		}
-	}},
-	{"sql+mariadb", func(t *testing.T) (*gorm.DB, func() transport.Transport) {
-		db := testenv.MySQL(t)
-		return db, func() transport.Transport {
-			tr, err := wsql.New(wsql.Config{DB: db, PollInterval: 20 * time.Millisecond})
-			require.NoError(t, err)
-			return tr
-		}
-	}},
+	{"sql+postgres", sqlSetup(testenv.Postgres)},
+	{"sql+mariadb", sqlSetup(testenv.MySQL)},
 	{"amqp+postgres", func(t *testing.T) (*gorm.DB, func() transport.Transport) {
 		url := testenv.RequireAMQP(t)
 		return testenv.Postgres(t), func() transport.Transport {
@@ -73,6 +59,18 @@ var setups = []setup{
 			return tr
 		}
 	}},
+}
+
+// sqlSetup is the SQL transport on the database open returns.
+func sqlSetup(open func(testing.TB) *gorm.DB) func(t *testing.T) (*gorm.DB, func() transport.Transport) {
+	return func(t *testing.T) (*gorm.DB, func() transport.Transport) {
+		db := open(t)
+		return db, func() transport.Transport {
+			tr, err := wsql.New(wsql.Config{DB: db, PollInterval: 20 * time.Millisecond})
+			require.NoError(t, err)
+			return tr
+		}
+	}
 }
 
 // endpoint is a running bus and what reached its error topic.

@@ -40,7 +40,7 @@ func (b *Bus) keyHorizon(hc handlerConfig) time.Duration {
 	}
 	horizon := b.cfg.RedeliveryHorizon()
 	for _, d := range delays {
-		horizon += d + b.cfg.Retry.withDefaults().Horizon() + b.retryLease()
+		horizon += d + b.cfg.Retry.Horizon() + b.retryLease()
 	}
 	return horizon
 }

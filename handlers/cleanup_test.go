@@ -15,6 +15,19 @@ import (
 	"github.com/postroom/postroom/store"
 )
 
+// onEachDatabase runs test in parallel on each store, migrated.
+func onEachDatabase(t *testing.T, test func(t *testing.T, db *gorm.DB, d dialect.Dialect)) {
+	for _, store := range testenv.Databases {
+		t.Run(store.Name, func(t *testing.T) {
+			t.Parallel()
+			db := store.Open(t)
+			d, err := dialect.Of(db)
+			require.NoError(t, err)
+			test(t, db, d)
+		})
+	}
+}
+
 func count(t *testing.T, db *gorm.DB, query string) int64 {
 	var n int64
 	require.NoError(t, db.Raw(query).Scan(&n).Error)
@@ -24,68 +37,56 @@ func count(t *testing.T, db *gorm.DB, query string) int64 {
 func TestCleanupDeletesExactlyTheOldRowsInBatches(t *testing.T) {
 	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
 	cutoff := now.Add(-240 * time.Hour)
-	for _, store := range testenv.Databases {
-		t.Run(store.Name, func(t *testing.T) {
-			t.Parallel()
-			db := store.Open(t)
-			d, err := dialect.Of(db)
-			require.NoError(t, err)
-			// 23 old and 7 recent rows in each table; one exactly at the cut-off (kept).
-			for i := range 30 {
-				at := cutoff.Add(-time.Duration(i+1) * time.Minute)
-				if i >= 23 {
-					at = cutoff.Add(time.Duration(i-23) * time.Microsecond)
-				}
-				require.NoError(t, db.Exec(d.InboxInsert("postroom_inbox"), "c", "s", fmt.Sprint(i), "t", d.Time(at)).Error)
-				require.NoError(t, db.Exec(d.WatermarkUpsert("postroom_stale_watermarks"), "c", "t", fmt.Sprint(i), 1, "m", d.Time(at)).Error)
+	onEachDatabase(t, func(t *testing.T, db *gorm.DB, d dialect.Dialect) {
+		// 23 old and 7 recent rows in each table; one exactly at the cut-off (kept).
+		for i := range 30 {
+			at := cutoff.Add(-time.Duration(i+1) * time.Minute)
+			if i >= 23 {
+				at = cutoff.Add(time.Duration(i-23) * time.Microsecond)
 			}
-			c, err := handlers.NewCleanup(handlers.CleanupConfig{DB: db, Now: func() time.Time { return now }, Logger: testenv.Logger(t)})
-			require.NoError(t, err)
-			res, err := c.Purge(context.Background(), handlers.CleanupStore{Retention: 240 * time.Hour, BatchSize: 5})
-			require.NoError(t, err)
-			require.EqualValues(t, 23, res.Inbox)
-			require.EqualValues(t, 23, res.Watermarks)
-			require.Equal(t, 10, res.Batches, "5 batches of 5 rows and a short one per table")
-			require.EqualValues(t, 7, count(t, db, "SELECT COUNT(*) FROM postroom_inbox"))
-			require.EqualValues(t, 7, count(t, db, "SELECT COUNT(*) FROM postroom_stale_watermarks"))
-			require.Zero(t, count(t, db, "SELECT COUNT(*) FROM postroom_inbox WHERE CAST(message_id AS INTEGER) < 23"), "every old row went, no recent one")
+			require.NoError(t, db.Exec(d.InboxInsert("postroom_inbox"), "c", "s", fmt.Sprint(i), "t", d.Time(at)).Error)
+			require.NoError(t, db.Exec(d.WatermarkUpsert("postroom_stale_watermarks"), "c", "t", fmt.Sprint(i), 1, "m", d.Time(at)).Error)
+		}
+		c, err := handlers.NewCleanup(handlers.CleanupConfig{DB: db, Now: func() time.Time { return now }, Logger: testenv.Logger(t)})
+		require.NoError(t, err)
+		res, err := c.Purge(context.Background(), handlers.CleanupStore{Retention: 240 * time.Hour, BatchSize: 5})
+		require.NoError(t, err)
+		require.EqualValues(t, 23, res.Inbox)
+		require.EqualValues(t, 23, res.Watermarks)
+		require.Equal(t, 10, res.Batches, "5 batches of 5 rows and a short one per table")
+		require.EqualValues(t, 7, count(t, db, "SELECT COUNT(*) FROM postroom_inbox"))
+		require.EqualValues(t, 7, count(t, db, "SELECT COUNT(*) FROM postroom_stale_watermarks"))
+		require.Zero(t, count(t, db, "SELECT COUNT(*) FROM postroom_inbox WHERE CAST(message_id AS INTEGER) < 23"), "every old row went, no recent one")
 
-			again, err := c.Purge(context.Background(), handlers.CleanupStore{Before: cutoff})
-			require.NoError(t, err)
-			require.Zero(t, again.Inbox+again.Watermarks, "a repeat deletes nothing more")
-		})
-	}
+		again, err := c.Purge(context.Background(), handlers.CleanupStore{Before: cutoff})
+		require.NoError(t, err)
+		require.Zero(t, again.Inbox+again.Watermarks, "a repeat deletes nothing more")
+	})
 }
 
 func TestCleanupKeepsAClaimUntilItsLeaseRanOut(t *testing.T) {
 	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
 	old := now.Add(-300 * time.Hour)
-	for _, store := range testenv.Databases {
-		t.Run(store.Name, func(t *testing.T) {
-			t.Parallel()
-			db := store.Open(t)
-			d, err := dialect.Of(db)
-			require.NoError(t, err)
-			// Old claims of the external-effects mode: one still under its
-			// lease (a call in flight), one whose lease ran out, one parked
-			// (kept until resolved).
-			claim := func(id string, lease time.Time) {
-				require.NoError(t, db.Exec(d.ClaimInsert("postroom_inbox"), "c", "", id, "t", d.Time(old), d.Time(lease), "", nil).Error)
-			}
-			claim("live", now.Add(time.Minute))
-			claim("expired", now.Add(-time.Minute))
-			claim("parked", now.Add(time.Minute))
-			require.NoError(t, db.Exec("UPDATE postroom_inbox SET status = 'parked' WHERE message_id = 'parked'").Error)
-			c, err := handlers.NewCleanup(handlers.CleanupConfig{DB: db, Now: func() time.Time { return now }, Logger: testenv.Logger(t)})
-			require.NoError(t, err)
-			res, err := c.Purge(context.Background(), handlers.CleanupStore{Retention: 240 * time.Hour})
-			require.NoError(t, err)
-			require.EqualValues(t, 1, res.Inbox)
-			var left []string
-			require.NoError(t, db.Raw("SELECT message_id FROM postroom_inbox ORDER BY message_id").Scan(&left).Error)
-			require.Equal(t, []string{"live", "parked"}, left, "a parked key waits for a person however old (found by a review: purged, a replay ran its effect again)")
-		})
-	}
+	onEachDatabase(t, func(t *testing.T, db *gorm.DB, d dialect.Dialect) {
+		// Old claims of the external-effects mode: one still under its
+		// lease (a call in flight), one whose lease ran out, one parked
+		// (kept until resolved).
+		claim := func(id string, lease time.Time) {
+			require.NoError(t, db.Exec(d.ClaimInsert("postroom_inbox"), "c", "", id, "t", d.Time(old), d.Time(lease), "", nil).Error)
+		}
+		claim("live", now.Add(time.Minute))
+		claim("expired", now.Add(-time.Minute))
+		claim("parked", now.Add(time.Minute))
+		require.NoError(t, db.Exec("UPDATE postroom_inbox SET status = 'parked' WHERE message_id = 'parked'").Error)
+		c, err := handlers.NewCleanup(handlers.CleanupConfig{DB: db, Now: func() time.Time { return now }, Logger: testenv.Logger(t)})
+		require.NoError(t, err)
+		res, err := c.Purge(context.Background(), handlers.CleanupStore{Retention: 240 * time.Hour})
+		require.NoError(t, err)
+		require.EqualValues(t, 1, res.Inbox)
+		var left []string
+		require.NoError(t, db.Raw("SELECT message_id FROM postroom_inbox ORDER BY message_id").Scan(&left).Error)
+		require.Equal(t, []string{"live", "parked"}, left, "a parked key waits for a person however old (found by a review: purged, a replay ran its effect again)")
+	})
 }
 
 func TestCleanupRestsBetweenBatches(t *testing.T) {
@@ -120,31 +121,25 @@ func TestCleanupRestsBetweenBatches(t *testing.T) {
 // nothing itself.
 func TestCleanupPendingCountsWhatPurgeDeletes(t *testing.T) {
 	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
-	for _, store := range testenv.Databases {
-		t.Run(store.Name, func(t *testing.T) {
-			t.Parallel()
-			db := store.Open(t)
-			d, err := dialect.Of(db)
-			require.NoError(t, err)
-			for i, age := range []time.Duration{300 * time.Hour, 250 * time.Hour, time.Hour} {
-				require.NoError(t, db.Exec(d.InboxInsert("postroom_inbox"), "c", "s", fmt.Sprint(i), "t", d.Time(now.Add(-age))).Error)
-				require.NoError(t, db.Exec(d.WatermarkUpsert("postroom_stale_watermarks"), "c", "t", fmt.Sprint(i), 1, "m", d.Time(now.Add(-age))).Error)
-			}
-			require.NoError(t, db.Exec(d.ClaimInsert("postroom_inbox"), "c", "s", "live", "t", d.Time(now.Add(-300*time.Hour)), d.Time(now.Add(time.Minute)), "", nil).Error)
-			c, err := handlers.NewCleanup(handlers.CleanupConfig{DB: db, Now: func() time.Time { return now }, Logger: testenv.Logger(t)})
-			require.NoError(t, err)
-			m := handlers.CleanupStore{Retention: 240 * time.Hour}
-			pending, err := c.Pending(context.Background(), m)
-			require.NoError(t, err)
-			require.EqualValues(t, 2, pending.Inbox, "the live claim stays")
-			require.EqualValues(t, 2, pending.Watermarks)
-			require.EqualValues(t, 4, count(t, db, "SELECT COUNT(*) FROM postroom_inbox"), "nothing deleted")
-			res, err := c.Purge(context.Background(), m)
-			require.NoError(t, err)
-			require.Equal(t, pending.Inbox, res.Inbox)
-			require.Equal(t, pending.Watermarks, res.Watermarks)
-		})
-	}
+	onEachDatabase(t, func(t *testing.T, db *gorm.DB, d dialect.Dialect) {
+		for i, age := range []time.Duration{300 * time.Hour, 250 * time.Hour, time.Hour} {
+			require.NoError(t, db.Exec(d.InboxInsert("postroom_inbox"), "c", "s", fmt.Sprint(i), "t", d.Time(now.Add(-age))).Error)
+			require.NoError(t, db.Exec(d.WatermarkUpsert("postroom_stale_watermarks"), "c", "t", fmt.Sprint(i), 1, "m", d.Time(now.Add(-age))).Error)
+		}
+		require.NoError(t, db.Exec(d.ClaimInsert("postroom_inbox"), "c", "s", "live", "t", d.Time(now.Add(-300*time.Hour)), d.Time(now.Add(time.Minute)), "", nil).Error)
+		c, err := handlers.NewCleanup(handlers.CleanupConfig{DB: db, Now: func() time.Time { return now }, Logger: testenv.Logger(t)})
+		require.NoError(t, err)
+		m := handlers.CleanupStore{Retention: 240 * time.Hour}
+		pending, err := c.Pending(context.Background(), m)
+		require.NoError(t, err)
+		require.EqualValues(t, 2, pending.Inbox, "the live claim stays")
+		require.EqualValues(t, 2, pending.Watermarks)
+		require.EqualValues(t, 4, count(t, db, "SELECT COUNT(*) FROM postroom_inbox"), "nothing deleted")
+		res, err := c.Purge(context.Background(), m)
+		require.NoError(t, err)
+		require.Equal(t, pending.Inbox, res.Inbox)
+		require.Equal(t, pending.Watermarks, res.Watermarks)
+	})
 }
 
 func TestCleanupRefusesBadConfig(t *testing.T) {
@@ -165,27 +160,21 @@ func TestCleanupRefusesBadConfig(t *testing.T) {
 func TestCleanupOfOneEndpointKeepsTheOthers(t *testing.T) {
 	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
 	old := now.Add(-300 * time.Hour)
-	for _, store := range testenv.Databases {
-		t.Run(store.Name, func(t *testing.T) {
-			t.Parallel()
-			db := store.Open(t)
-			d, err := dialect.Of(db)
-			require.NoError(t, err)
-			for _, consumer := range []string{"billing/h", "billing_eu/h", "billingX/h", "shipping/h"} {
-				require.NoError(t, db.Exec(d.InboxInsert("postroom_inbox"), consumer, "s", "m", "t", d.Time(old)).Error)
-				require.NoError(t, db.Exec(d.WatermarkUpsert("postroom_stale_watermarks"), consumer, "t", "e", 1, "m", d.Time(old)).Error)
-			}
-			c, err := handlers.NewCleanup(handlers.CleanupConfig{DB: db, Now: func() time.Time { return now }, Logger: testenv.Logger(t),
-				ConsumerPrefix: "billing/"})
-			require.NoError(t, err)
-			res, err := c.Purge(context.Background(), handlers.CleanupStore{Retention: 240 * time.Hour})
-			require.NoError(t, err)
-			require.EqualValues(t, 1, res.Inbox)
-			require.EqualValues(t, 1, res.Watermarks)
-			var left []string
-			require.NoError(t, db.Raw("SELECT consumer FROM postroom_inbox ORDER BY consumer").Scan(&left).Error)
-			require.Equal(t, []string{"billingX/h", "billing_eu/h", "shipping/h"}, left)
-			require.EqualValues(t, 3, count(t, db, "SELECT COUNT(*) FROM postroom_stale_watermarks"))
-		})
-	}
+	onEachDatabase(t, func(t *testing.T, db *gorm.DB, d dialect.Dialect) {
+		for _, consumer := range []string{"billing/h", "billing_eu/h", "billingX/h", "shipping/h"} {
+			require.NoError(t, db.Exec(d.InboxInsert("postroom_inbox"), consumer, "s", "m", "t", d.Time(old)).Error)
+			require.NoError(t, db.Exec(d.WatermarkUpsert("postroom_stale_watermarks"), consumer, "t", "e", 1, "m", d.Time(old)).Error)
+		}
+		c, err := handlers.NewCleanup(handlers.CleanupConfig{DB: db, Now: func() time.Time { return now }, Logger: testenv.Logger(t),
+			ConsumerPrefix: "billing/"})
+		require.NoError(t, err)
+		res, err := c.Purge(context.Background(), handlers.CleanupStore{Retention: 240 * time.Hour})
+		require.NoError(t, err)
+		require.EqualValues(t, 1, res.Inbox)
+		require.EqualValues(t, 1, res.Watermarks)
+		var left []string
+		require.NoError(t, db.Raw("SELECT consumer FROM postroom_inbox ORDER BY consumer").Scan(&left).Error)
+		require.Equal(t, []string{"billingX/h", "billing_eu/h", "shipping/h"}, left)
+		require.EqualValues(t, 3, count(t, db, "SELECT COUNT(*) FROM postroom_stale_watermarks"))
+	})
 }
