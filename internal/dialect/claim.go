@@ -53,10 +53,12 @@ func (d Dialect) ClaimRead(table string) string {
 }
 
 // ClaimTakeover takes a claim over as the next attempt, if it is still in
-// the status and attempt it was read in. Arguments: lease_until, consumer,
-// source, message_id, status, attempts.
+// the status and attempt it was read in. The key's retention starts again
+// at the takeover (received_at), as the copy that took over may itself be
+// delivered again. Arguments: lease_until, received_at, consumer, source,
+// message_id, status, attempts.
 func (d Dialect) ClaimTakeover(table string) string {
-	return "UPDATE " + table + " SET status = '" + StatusProcessing + "', lease_until = ?, attempts = attempts + 1" +
+	return "UPDATE " + table + " SET status = '" + StatusProcessing + "', lease_until = ?, received_at = ?, attempts = attempts + 1" +
 		" WHERE " + keyMatch + " AND status = ? AND attempts = ?"
 }
 
@@ -73,9 +75,11 @@ func (d Dialect) ClaimMove(table string) string {
 const unresolved = "(status = '" + StatusParked + "' OR (status = '" + StatusProcessing + "' AND lease_until < ?))"
 
 // ClaimResolve sets the status of an unresolved claim (done or released).
-// Arguments: status, consumer, source, message_id, now.
+// The key's retention starts again at the resolution (received_at), so
+// the replay that follows it finds the key. Arguments: status, now,
+// consumer, source, message_id, now.
 func (d Dialect) ClaimResolve(table string) string {
-	return "UPDATE " + table + " SET status = ?, lease_until = NULL WHERE " + keyMatch + " AND " + unresolved
+	return "UPDATE " + table + " SET status = ?, lease_until = NULL, received_at = ? WHERE " + keyMatch + " AND " + unresolved
 }
 
 // ClaimsUnresolved lists the unresolved claims, oldest first.

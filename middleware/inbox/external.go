@@ -124,7 +124,7 @@ func (x *external) middleware(h message.HandlerFunc) message.HandlerFunc {
 			// Released, or processing with a lease that ran out under
 			// Retry: take the claim over as the next attempt.
 			lease = x.cfg.Now().Add(x.cfg.Lease)
-			r = x.cfg.DB.WithContext(ctx).Exec(x.take, x.d.Time(lease), consumer, key.Source, key.MessageID, c.status, c.attempts)
+			r = x.cfg.DB.WithContext(ctx).Exec(x.take, x.d.Time(lease), x.d.Time(x.cfg.Now()), consumer, key.Source, key.MessageID, c.status, c.attempts)
 			if r.Error != nil {
 				return nil, fmt.Errorf("inbox: take claim over: %w", r.Error)
 			}

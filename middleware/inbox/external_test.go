@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
+	"github.com/postroom/postroom/handlers"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/middleware/inbox"
@@ -241,6 +242,47 @@ func TestExternalModeConformance(t *testing.T) {
 				st, n := status(t, s.db, "e-5")
 				require.Equal(t, "done", st)
 				require.Equal(t, 2, n)
+			})
+
+			t.Run("a resolution starts the key's retention again", func(t *testing.T) {
+				s := setup(t)
+				api := &calls{}
+				mw := s.middleware(t, inbox.Park, false)
+				crashed(t, s, mw, "e-14", api)
+				s.clock.Advance(31 * time.Second)
+				h := mw(func(msg *message.Message) ([]*message.Message, error) { api.record(msg.Context()); return nil, nil })
+				_, err := h(message.NewMessage("e-14", nil))
+				require.ErrorIs(t, err, inbox.ErrOutcomeUnknown)
+				s.clock.Advance(300 * time.Hour) // the operator resolves it long after
+				require.NoError(t, inbox.Resolve(context.Background(), s.db, "", "payments.charge", inbox.Key{MessageID: "e-14"}, inbox.Happened, s.clock.Now()))
+				c, err := handlers.NewCleanup(handlers.CleanupConfig{DB: s.db, Now: s.clock.Now, Logger: testenv.Logger(t)})
+				require.NoError(t, err)
+				res, err := c.Purge(context.Background(), handlers.CleanupStore{Retention: 240 * time.Hour})
+				require.NoError(t, err)
+				require.Zero(t, res.Inbox, "before: purged at once, so the replay that follows --done called again")
+				_, err = h(message.NewMessage("e-14", nil)) // the replay from the error topic
+				require.NoError(t, err)
+				require.Equal(t, 1, api.count())
+			})
+
+			t.Run("a takeover starts the key's retention again", func(t *testing.T) {
+				s := setup(t)
+				api := &calls{}
+				mw := s.middleware(t, inbox.Retry, false)
+				crashed(t, s, mw, "e-13", api)
+				s.clock.Advance(300 * time.Hour) // the copy that takes over comes long after the first
+				h := mw(func(msg *message.Message) ([]*message.Message, error) { api.record(msg.Context()); return nil, nil })
+				_, err := h(message.NewMessage("e-13", nil))
+				require.NoError(t, err)
+				c, err := handlers.NewCleanup(handlers.CleanupConfig{DB: s.db, Now: s.clock.Now, Logger: testenv.Logger(t)})
+				require.NoError(t, err)
+				res, err := c.Purge(context.Background(), handlers.CleanupStore{Retention: 240 * time.Hour})
+				require.NoError(t, err)
+				require.Zero(t, res.Inbox, "the key of the attempt that took over is within its retention (before: purged, "+
+					"so a redelivery of that copy called again)")
+				_, err = h(message.NewMessage("e-13", nil))
+				require.NoError(t, err)
+				require.Equal(t, 2, api.count())
 			})
 
 			t.Run("an error that says the effect did not happen releases the claim", func(t *testing.T) {

@@ -88,7 +88,7 @@ func Resolve(ctx context.Context, db *gorm.DB, table, consumer string, key Key, 
 	default:
 		return fmt.Errorf("inbox: resolution %d is neither Happened nor DidNotHappen", r)
 	}
-	res := db.WithContext(ctx).Exec(d.ClaimResolve(table), status, consumer, key.Source, key.MessageID, d.Time(now))
+	res := db.WithContext(ctx).Exec(d.ClaimResolve(table), status, d.Time(now), consumer, key.Source, key.MessageID, d.Time(now))
 	if res.Error != nil {
 		return fmt.Errorf("inbox: resolve: %w", res.Error)
 	}
