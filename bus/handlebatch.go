@@ -156,8 +156,7 @@ func (r batchRun[T]) run(ctx context.Context, items []*unitofwork.Collected) err
 		case err != nil:
 			return err
 		case dup:
-			m.dup = true
-			return r.claimer.Duplicate(ctx, m.claim)
+			return r.duplicate(ctx, m)
 		}
 		m.ran()
 		return nil
@@ -202,11 +201,26 @@ func (r batchRun[T]) run(ctx context.Context, items []*unitofwork.Collected) err
 	}
 	slices.SortFunc(dups, byClaim) // counted in the order keys are claimed: no deadlock
 	for _, m := range dups {
-		m.dup = true
-		if err := r.claimer.Duplicate(ctx, m.claim); err != nil {
+		if err := r.duplicate(ctx, m); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// duplicate counts m as a duplicate, or fails it alone when its key is an
+// unsettled claim of the external-effects mode (the handler ran
+// WithExternalEffects before). An error it returns is the transaction's.
+func (r batchRun[T]) duplicate(ctx context.Context, m *batchMember[T]) error {
+	failed, err := r.claimer.Duplicate(ctx, m.claim)
+	if err != nil {
+		return err
+	}
+	if failed != nil {
+		m.item.Err = failed
+		return nil
+	}
+	m.dup = true
 	return nil
 }
 

@@ -30,12 +30,6 @@ func (d Dialect) InboxInsertLogged(table string) string {
 	return "INSERT INTO " + table + " (" + inboxColumns + ", checksum, payload) VALUES (?, ?, ?, ?, ?, ?, ?)" + d.onConflictSkip()
 }
 
-// InboxChecksum reads the stored checksum of a key.
-// Arguments: consumer, source, message_id.
-func (d Dialect) InboxChecksum(table string) string {
-	return "SELECT checksum FROM " + table + " WHERE " + keyMatch
-}
-
 const keyMatch = "consumer = ? AND source = ? AND message_id = ?"
 
 // ClaimInsert claims a new key as processing, attempt 1. It affects no row
@@ -60,6 +54,21 @@ func (d Dialect) ClaimRead(table string) string {
 func (d Dialect) ClaimTakeover(table string) string {
 	return "UPDATE " + table + " SET status = '" + StatusProcessing + "', lease_until = ?, received_at = ?, attempts = attempts + 1" +
 		" WHERE " + keyMatch + " AND status = ? AND attempts = ?"
+}
+
+// ClaimTakeReleased marks a released key done as the next attempt, for
+// the plain inbox of a handler that ran with external effects before.
+// Arguments: received_at, consumer, source, message_id.
+func (d Dialect) ClaimTakeReleased(table string) string {
+	return "UPDATE " + table + " SET status = '" + StatusDone + "', lease_until = NULL, received_at = ?, attempts = attempts + 1" +
+		" WHERE " + keyMatch + " AND status = '" + StatusReleased + "'"
+}
+
+// InboxCountDone adds one to the duplicates of a key that is done; it
+// affects no row for a key of an unsettled claim.
+// Arguments: consumer, source, message_id.
+func (d Dialect) InboxCountDone(table string) string {
+	return d.InboxCountDuplicate(table) + " AND status = '" + StatusDone + "'"
 }
 
 // ClaimMove moves a claim of one attempt to a new status, if it is in one

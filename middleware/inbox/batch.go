@@ -19,10 +19,11 @@ import (
 // (bus.HandleBatch). Its statements run in the unit of work of the context
 // they are given. Only the Transactional mode, without a checksum.
 type Batch struct {
-	cfg      Config
-	d        dialect.Dialect
-	insert   string // one key
-	countDup string
+	cfg       Config
+	d         dialect.Dialect
+	insert    string // one key
+	countDone string // InboxCountDone
+	left      leftovers
 }
 
 // Claim is one message's key in a batch.
@@ -53,7 +54,8 @@ func NewBatch(cfg Config) (*Batch, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
-	return &Batch{cfg: cfg, d: d, insert: d.Native(d.InboxInsert(cfg.Table)), countDup: d.Native(d.InboxCountDuplicate(cfg.Table))}, nil
+	return &Batch{cfg: cfg, d: d, insert: d.Native(d.InboxInsert(cfg.Table)), countDone: d.Native(d.InboxCountDone(cfg.Table)),
+		left: newLeftovers(cfg, d)}, nil
 }
 
 // KeyOf returns msg's claim, or the unrecoverable error of a bad key.
@@ -116,12 +118,9 @@ func (b *Batch) ClaimAll(ctx context.Context, claims []Claim) (fresh []bool, err
 		return nil, err
 	}
 	for _, i := range order {
-		c := claims[i]
-		rows, err := unitofwork.Exec(ctx, b.insert, c.Consumer, c.Key.Source, c.Key.MessageID, c.Type, now)
-		if err != nil {
-			return nil, fmt.Errorf("inbox: claim key: %w", err)
+		if fresh[i], err = b.claim(ctx, claims[i], now); err != nil {
+			return nil, err
 		}
-		fresh[i] = rows == 1
 	}
 	return fresh, nil
 }
@@ -129,20 +128,41 @@ func (b *Batch) ClaimAll(ctx context.Context, claims []Claim) (fresh []bool, err
 // Claim inserts one claim's key in the unit of work in ctx and reports
 // whether it is new.
 func (b *Batch) Claim(ctx context.Context, c Claim) (bool, error) {
-	rows, err := unitofwork.Exec(ctx, b.insert, c.Consumer, c.Key.Source, c.Key.MessageID, c.Type, b.d.Time(b.cfg.Now()))
+	return b.claim(ctx, c, b.d.Time(b.cfg.Now()))
+}
+
+// claim inserts c's key as of now, or takes it over when the
+// external-effects mode released it, and reports whether it is new.
+func (b *Batch) claim(ctx context.Context, c Claim, now any) (bool, error) {
+	rows, err := unitofwork.Exec(ctx, b.insert, c.Consumer, c.Key.Source, c.Key.MessageID, c.Type, now)
 	if err != nil {
 		return false, fmt.Errorf("inbox: claim key: %w", err)
 	}
-	return rows == 1, nil
+	if rows == 1 {
+		return true, nil
+	}
+	return b.left.takeReleased(ctx, c.Consumer, c.Key)
 }
 
 // Duplicate counts c's message, skipped as a duplicate, on its row, in the
 // unit of work in ctx. Skipped records it in the metrics once that commits.
-func (b *Batch) Duplicate(ctx context.Context, c Claim) error {
-	if _, err := unitofwork.Exec(ctx, b.countDup, c.Consumer, c.Key.Source, c.Key.MessageID); err != nil {
-		return fmt.Errorf("inbox: count duplicate: %w", err)
+// When c's key is an unsettled claim of the external-effects mode (the
+// handler ran WithExternalEffects before), the message is no duplicate:
+// failed is its error (its outcome is unknown, or an attempt holds it).
+// err is the transaction's.
+func (b *Batch) Duplicate(ctx context.Context, c Claim) (failed, err error) {
+	rows, err := unitofwork.Exec(ctx, b.countDone, c.Consumer, c.Key.Source, c.Key.MessageID)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: count duplicate: %w", err)
 	}
-	return nil
+	if rows == 1 {
+		return nil, nil
+	}
+	claim, found, err := readClaim(unitofwork.Tx(ctx), b.d, b.left.read, c.Consumer, c.Key)
+	if err != nil || !found {
+		return nil, err
+	}
+	return b.left.unsettled(claim, c.Consumer, c.Key), nil
 }
 
 // Skipped records in the metrics and the log that c's message was skipped

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/metadata"
@@ -235,16 +236,21 @@ func (x *external) moveClaim(ctx context.Context, consumer string, key Key, n in
 }
 
 func (x *external) readClaim(ctx context.Context, consumer string, key Key) (claim, bool, error) {
-	var c claim
+	return readClaim(x.cfg.DB.WithContext(ctx), x.d, x.read, consumer, key)
+}
+
+// readClaim reads the claim of key with read (ClaimRead) on db; found is
+// false when the key has no row.
+func readClaim(db *gorm.DB, d dialect.Dialect, read, consumer string, key Key) (c claim, found bool, err error) {
 	var lease any
-	err := x.cfg.DB.WithContext(ctx).Raw(x.read, consumer, key.Source, key.MessageID).Row().Scan(&c.status, &lease, &c.attempts, &c.checksum)
+	err = db.Raw(read, consumer, key.Source, key.MessageID).Row().Scan(&c.status, &lease, &c.attempts, &c.checksum)
 	if errors.Is(err, sql.ErrNoRows) {
 		return c, false, nil
 	}
 	if err != nil {
 		return c, false, fmt.Errorf("inbox: read claim: %w", err)
 	}
-	if c.lease, err = x.d.ParseTime(lease); err != nil {
+	if c.lease, err = d.ParseTime(lease); err != nil {
 		return c, false, fmt.Errorf("inbox: read claim: %w", err)
 	}
 	return c, true, nil

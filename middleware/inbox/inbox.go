@@ -152,7 +152,7 @@ func New(cfg Config) (message.HandlerMiddleware, error) {
 		return newExternal(cfg, d), nil
 	}
 	t := transactional{cfg: cfg, d: d, insert: d.Native(d.InboxInsert(cfg.Table)), countDup: d.InboxCountDuplicate(cfg.Table),
-		countDupNative: d.Native(d.InboxCountDuplicate(cfg.Table))}
+		countDupNative: d.Native(d.InboxCountDuplicate(cfg.Table)), left: newLeftovers(cfg, d)}
 	if cfg.Checksum {
 		t.insert = d.Native(d.InboxInsertLogged(cfg.Table))
 	}
@@ -167,6 +167,7 @@ type transactional struct {
 	insert         string
 	countDup       string
 	countDupNative string // countDup with the driver's placeholders
+	left           leftovers
 }
 
 func (t transactional) middleware(h message.HandlerFunc) message.HandlerFunc {
@@ -212,12 +213,18 @@ func (t transactional) claim(msg *message.Message, h message.HandlerFunc, dup **
 	if rows == 1 {
 		return h(msg)
 	}
+	fresh, stored, found, err := t.left.settle(ctx, consumer, key)
+	switch {
+	case err != nil:
+		return nil, err
+	case fresh:
+		return h(msg)
+	case !found && sum != "":
+		return nil, fmt.Errorf("inbox: read checksum: consumer %s, source %q, message %s: the key's row is not visible to the transaction; retried",
+			consumer, key.Source, key.MessageID)
+	}
 	if sum != "" {
-		var stored string
-		if err := unitofwork.Tx(ctx).Raw(t.d.InboxChecksum(t.cfg.Table), consumer, key.Source, key.MessageID).Row().Scan(&stored); err != nil {
-			return nil, fmt.Errorf("inbox: read checksum: %w", err)
-		}
-		if err := t.cfg.checkReuse(consumer, key, stored, sum); err != nil {
+		if err := t.cfg.checkReuse(consumer, key, stored.checksum, sum); err != nil {
 			return nil, err
 		}
 	}
