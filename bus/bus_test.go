@@ -37,6 +37,14 @@ type OrderPlaced struct{ OrderID string }
 
 func (OrderPlaced) MessageName() string { return "sales.OrderPlaced" }
 
+type CustomerMoved struct{ Street string }
+
+func (CustomerMoved) MessageName() string { return "crm.CustomerMoved" }
+
+type ChargeCard struct{ Amount int }
+
+func (ChargeCard) MessageName() string { return "payments.ChargeCard" }
+
 // setup is one transport with the database its handlers write to.
 type setup struct {
 	name string
@@ -162,6 +170,10 @@ func TestBusScenarios(t *testing.T) {
 				}
 				return nil
 			}))
+			var moved, charged atomic.Int32
+			require.NoError(t, bus.Handle(b, func(context.Context, *CustomerMoved) error { moved.Add(1); return nil }, bus.WithStale()))
+			require.NoError(t, bus.Handle(b, func(context.Context, *ChargeCard) error { charged.Add(1); return nil },
+				bus.WithExternalEffects(bus.ExternalEffects{})))
 			ep := start(t, b, errorTopic)
 			ctx := context.Background()
 
@@ -224,6 +236,40 @@ func TestBusScenarios(t *testing.T) {
 				require.ErrorContains(t, bus.Publish[OrderPlaced](ctx, ep.Bus, nil), "bus: publish sales.OrderPlaced: the event is a nil pointer")
 				require.ErrorContains(t, bus.Send[CreateInvoice](ctx, ep.Bus, nil), "the command is a nil pointer")
 				require.ErrorContains(t, bus.Publish(ctx, ep.Bus, &nullPayload{}), "the payload is JSON null")
+			})
+
+			t.Run("a foreign update without postroom-message-type is applied by a WithStale handler", func(t *testing.T) {
+				msg := message.NewMessage(uuid.NewString(), []byte(`{"Street":"1 Main St"}`))
+				msg.Metadata.Set(metadata.EntityID, "customer-1")
+				msg.Metadata.Set(metadata.Version, time.Now().Add(-time.Minute).UTC().Format(time.RFC3339Nano))
+				require.NoError(t, ep.Transport().Publisher().Publish("crm.CustomerMoved", msg))
+				// Before: to the error topic, "message type is missing"
+				// (docs/foreign-producers.md says the key is optional).
+				waitFor(t, "the update applied", func() bool { return moved.Load() == 1 })
+			})
+
+			t.Run("bad type metadata for an inbox handler goes to the error topic at once, before the key", func(t *testing.T) {
+				msg := message.NewMessage(uuid.NewString(), []byte(`{"OrderID":"o-8"}`))
+				msg.Metadata.Set(metadata.MessageType, strings.Repeat("t", 300))
+				require.NoError(t, ep.Transport().Publisher().Publish("billing.CreateInvoice", msg))
+				failed := <-ep.errors
+				// Before: retried, the reason the database's (PostgreSQL:
+				// "value too long for type character varying(255)").
+				require.Contains(t, failed.Metadata.Get(metadata.ErrorReason), "unknown message type")
+				require.Equal(t, 1, bus.ErrorAttempts(failed))
+			})
+
+			t.Run("a malformed payload for an external-effects handler is not parked as outcome unknown", func(t *testing.T) {
+				msg := message.NewMessage(uuid.NewString(), []byte("{not json"))
+				msg.Metadata.Set(metadata.MessageType, "payments.ChargeCard")
+				require.NoError(t, ep.Transport().Publisher().Publish("payments.ChargeCard", msg))
+				failed := <-ep.errors
+				require.Contains(t, failed.Metadata.Get(metadata.ErrorReason), "malformed payments.ChargeCard payload")
+				require.NotContains(t, failed.Metadata.Get(metadata.ErrorReason), "outcome unknown")
+				var keys int64
+				require.NoError(t, db.Raw("SELECT COUNT(*) FROM postroom_inbox WHERE message_id = ?", msg.UUID).Scan(&keys).Error)
+				require.Zero(t, keys, "the handler never ran: no claim to resolve")
+				require.Zero(t, charged.Load())
 			})
 
 			t.Run("an unknown message type goes to the error topic", func(t *testing.T) {

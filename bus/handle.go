@@ -26,6 +26,7 @@ type HandlerOption func(*handlerConfig)
 
 type handlerConfig struct {
 	name        string
+	messageName string // of the message type it handles
 	transaction bool
 	inbox       bool
 	inboxKey    inbox.KeyFunc
@@ -151,14 +152,18 @@ func Handle[T any](b *Bus, fn HandlerFunc[T], opts ...HandlerOption) error {
 // registers before it starts the router.
 func handle[T any](b *Bus, fn HandlerFunc[T], byRun bool, opts ...HandlerOption) error {
 	return b.register(MessageName[T](), byRun, opts, func(hc handlerConfig) (message.HandlerFunc, error) {
-		return b.chain(hc, typed(b, fn))
+		h, err := b.chain(hc, typed(fn))
+		if err != nil {
+			return nil, err
+		}
+		return decoded[T](b, h), nil
 	})
 }
 
 // register subscribes the handler of the message type name that build
 // returns for its configuration.
 func (b *Bus) register(name string, byRun bool, opts []HandlerOption, build func(handlerConfig) (message.HandlerFunc, error)) error {
-	hc := handlerConfig{name: name, concurrency: b.cfg.Concurrency}
+	hc := handlerConfig{name: name, messageName: name, concurrency: b.cfg.Concurrency}
 	for _, o := range opts {
 		o(&hc)
 	}
@@ -326,7 +331,10 @@ func (b *Bus) chain(hc handlerConfig, h message.HandlerFunc) (message.HandlerFun
 		return nil, err
 	}
 	if hc.stale {
-		mw, err := stale.New(stale.Config{DB: b.cfg.DB, Consumer: consumer, Version: hc.version, Recorder: rec, Logger: b.cfg.Logger, Now: b.cfg.Now})
+		// The watermark's type is the handler's message type: a foreign
+		// producer need not set postroom-message-type (docs/foreign-producers.md).
+		mw, err := stale.New(stale.Config{DB: b.cfg.DB, Consumer: consumer, MessageType: hc.messageName, Version: hc.version,
+			Recorder: rec, Logger: b.cfg.Logger, Now: b.cfg.Now})
 		if err != nil {
 			return nil, err
 		}
@@ -410,15 +418,37 @@ func (hc handlerConfig) validateBatch() error {
 	return errors.Join(errs...)
 }
 
-// typed decodes the payload and calls fn with the message's context.
-func typed[T any](b *Bus, fn HandlerFunc[T]) message.HandlerFunc {
+// decoded checks and decodes each message before h, the handler's chain,
+// and passes the decoded message on in its context. Input no attempt can
+// handle (a malformed payload, an unknown type, metadata that is not
+// UTF-8) then fails before the inbox writes its key and before the stale
+// check: it goes to the error topic at once with its reason, not after
+// retries with the database's complaint about the key's type, nor parked
+// as "outcome unknown" by the external-effects mode when the handler never
+// ran (found by a review).
+func decoded[T any](b *Bus, h message.HandlerFunc) message.HandlerFunc {
 	name := MessageName[T]()
 	return func(msg *message.Message) ([]*message.Message, error) {
 		m, err := decode[T](b, name, msg)
 		if err != nil {
 			return nil, err
 		}
+		msg.SetContext(context.WithValue(msg.Context(), decodedKey{}, m))
+		return h(msg)
+	}
+}
+
+type decodedKey struct{}
+
+// typed calls fn with the message decoded before the chain, and the
+// message's context.
+func typed[T any](fn HandlerFunc[T]) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
 		ctx := msg.Context()
+		m, ok := ctx.Value(decodedKey{}).(*T)
+		if !ok {
+			return nil, fmt.Errorf("bus: %s was not decoded before its handler", MessageName[T]())
+		}
 		if err := fn(ctx, m); err != nil {
 			return nil, err
 		}
