@@ -284,7 +284,7 @@ func TestNoSecretOnAnyPage(t *testing.T) {
 	}
 	for _, path := range []string{"/failed/retry", "/failed/delete", "/schedules/action", "/unresolved/resolve"} {
 		h := map[string]string{"Authorization": "Bearer " + token, "Origin": f.srv.URL}
-		_, body, _ := f.do(t, "POST", path, url.Values{"csrf": {csrf}, "all": {"1"}, "name": {"none"}, "action": {"trigger"},
+		_, body, _ := f.do(t, "POST", path, url.Values{"csrf": {csrf}, "all": {"1"}, "copies": {"z"}, "name": {"none"}, "action": {"trigger"},
 			"resolution": {"done"}, "consumer": {"x"}, "id": {"y"}}, h)
 		seen.WriteString(body)
 	}

@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -208,24 +212,71 @@ func (s selection) String() string {
 	}
 }
 
+// copyKey identifies one copy in the error topic, as the confirmation
+// page showed it: a digest of its ID, body and metadata. The delivery count
+// is left out, since RabbitMQ raises it each time a page reads the error
+// queue. Two copies with the same key are the same message, failed at the
+// same instant for the same reason: a confirmation counts them, and an
+// action takes as many as were counted.
+func copyKey(msg *message.Message) string {
+	h := sha256.New()
+	field := func(s string) {
+		h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(s))))
+		h.Write([]byte(s))
+	}
+	field(msg.UUID)
+	field(string(msg.Payload))
+	for _, k := range slices.Sorted(maps.Keys(msg.Metadata)) {
+		if k != metadata.DeliveryCount {
+			field(k)
+			field(msg.Metadata[k])
+		}
+	}
+	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:12])
+}
+
+// confirmedOf returns the copies the confirmation page showed (the form's
+// "copies": their keys, comma-separated), and how many of each.
+func confirmedOf(r *http.Request) (map[string]int, int, error) {
+	keys := strings.Split(r.FormValue("copies"), ",")
+	confirmed := make(map[string]int, len(keys))
+	n := 0
+	for _, k := range keys {
+		if k = strings.TrimSpace(k); k != "" {
+			confirmed[k]++
+			n++
+		}
+	}
+	if n == 0 {
+		return nil, 0, errors.New("the form names no failed message to take: open the confirmation page again " +
+			"(Retry or Delete on the failed messages page); an action takes only the messages its confirmation showed")
+	}
+	return confirmed, n, nil
+}
+
 func (c *Console) failedConfirm(w http.ResponseWriter, r *http.Request) {
 	s, err := selectionOf(r)
 	action := r.FormValue("action")
 	if err == nil && action != "retry" && action != "delete" {
 		err = errors.New("the action is retry or delete")
 	}
-	var n int
+	var keys []string
 	if err == nil {
 		err = c.withQueue(r.Context(), func(q errorQueue) error {
 			return q.Browse(r.Context(), c.cfg.Limit, func(msg *message.Message) (bool, error) {
 				if s.match(msg) {
-					n++
+					keys = append(keys, copyKey(msg))
 				}
 				return false, nil
 			})
 		})
 	}
-	p := page{Title: "Confirm", Data: map[string]any{"Action": action, "Sel": s, "Count": n, "Source": c.failedSource(r.Context())}}
+	if err == nil && len(keys) == 0 {
+		err = fmt.Errorf("nothing to %s: the first %d of the error topic %s hold none of %s (retried or deleted since?)",
+			action, c.cfg.Limit, c.cfg.ErrorTopic, s)
+	}
+	p := page{Title: "Confirm", Data: map[string]any{"Action": action, "Sel": s, "Count": len(keys),
+		"Copies": strings.Join(keys, ","), "Source": c.failedSource(r.Context())}}
 	if err != nil {
 		p.Error = c.redact(err)
 	}
@@ -243,36 +294,62 @@ func (c *Console) failedDelete(w http.ResponseWriter, r *http.Request) {
 	c.takeFailed(w, r, "deleted", func(errorQueue, *message.Message) error { return nil })
 }
 
-// takeFailed runs do on each selected message and removes it from the
-// error topic once do succeeded.
+// takeFailed runs do on each selected message that the confirmation page
+// showed (the form's copies) and removes it from the error topic once do
+// succeeded. A message the page did not show (one that failed since),
+// though it matches the selection, stays where it is: the operator has
+// not seen it.
 func (c *Console) takeFailed(w http.ResponseWriter, r *http.Request, done string, do func(q errorQueue, msg *message.Message) error) {
 	s, err := selectionOf(r)
+	var confirmed map[string]int
+	var want int
+	if err == nil {
+		confirmed, want, err = confirmedOf(r)
+	}
 	if err != nil {
 		http.Error(w, c.redact(err), http.StatusBadRequest)
 		return
 	}
-	n := 0
+	n, unconfirmed := 0, 0
 	err = c.withQueue(r.Context(), func(q errorQueue) error {
 		return q.Browse(r.Context(), c.cfg.Limit, func(msg *message.Message) (bool, error) {
 			if !s.match(msg) {
 				return false, nil
 			}
+			key := copyKey(msg)
+			if confirmed[key] == 0 {
+				unconfirmed++
+				return false, nil
+			}
 			if err := do(q, msg); err != nil {
 				return false, err
 			}
+			confirmed[key]--
 			n++
 			return true, nil
 		})
 	})
 	if err == nil && n == 0 {
-		err = fmt.Errorf("nothing to do: %s is not in the first %d of the error topic %s", s, c.cfg.Limit, c.cfg.ErrorTopic)
+		err = fmt.Errorf("nothing to do: the %d message(s) of %s that the confirmation showed are not in the first %d of the error topic %s "+
+			"(retried or deleted since?)", want, s, c.cfg.Limit, c.cfg.ErrorTopic)
+		if unconfirmed > 0 {
+			err = fmt.Errorf("%w; %d not shown on the confirmation page stay in the error topic: open it again to take them", err, unconfirmed)
+		}
 	}
 	if err != nil {
-		c.log.Warn("console: "+done+" failed", "selection", s.String(), "err", c.redact(err))
+		c.log.Warn("console: "+done+" failed", "selection", s.String(), "messages", n, "err", c.redact(err))
 		w.WriteHeader(http.StatusConflict)
 		c.renderPage(w, r, "confirm_failed", page{Title: "Failed", Error: c.redact(err), Data: map[string]any{"Sel": s}})
 		return
 	}
-	c.log.Info("console: "+done, "selection", s.String(), "messages", n)
-	redirectDone(w, r, "/failed", done, fmt.Sprintf("%s (%d)", s, n))
+	subject := fmt.Sprintf("%s (%d", s, n)
+	if gone := want - n; gone > 0 {
+		subject += fmt.Sprintf(" of the %d confirmed; %d gone since", want, gone)
+	}
+	if unconfirmed > 0 {
+		subject += fmt.Sprintf("; %d not shown on the confirmation page left in the error topic", unconfirmed)
+	}
+	subject += ")"
+	c.log.Info("console: "+done, "selection", s.String(), "messages", n, "confirmed", want, "unconfirmed_left", unconfirmed)
+	redirectDone(w, r, "/failed", done, subject)
 }

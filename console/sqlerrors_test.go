@@ -3,7 +3,6 @@ package console_test
 import (
 	"encoding/json"
 	"net/http"
-	"net/url"
 	"testing"
 	"time"
 
@@ -63,8 +62,7 @@ func TestFailedOnTheSQLTransport(t *testing.T) {
 
 			_, body, _ = f.do(t, "GET", "/failed/confirm?action=retry&id=m-1", nil, nil)
 			require.Contains(t, body, "Retry message m-1: 1 message(s)")
-			csrf := csrfField.FindStringSubmatch(body)[1]
-			status, _, res := f.do(t, "POST", "/failed/retry", url.Values{"csrf": {csrf}, "id": {"m-1"}}, f.origin())
+			status, _, res := f.do(t, "POST", "/failed/retry", f.confirm(t, "/failed/confirm?action=retry&id=m-1", "Retry 1"), f.origin())
 			require.Equal(t, http.StatusSeeOther, status)
 			require.Contains(t, res.Header.Get("Location"), "done=retried")
 			var delayed []struct {
@@ -85,7 +83,7 @@ func TestFailedOnTheSQLTransport(t *testing.T) {
 
 			_, body, _ = f.do(t, "GET", "/failed", nil, nil)
 			require.NotContains(t, body, `data-id="m-1"`, "gone from the error topic")
-			status, _, _ = f.do(t, "POST", "/failed/delete", url.Values{"csrf": {csrf}, "id": {"m-2"}}, f.origin())
+			status, _, _ = f.do(t, "POST", "/failed/delete", f.confirm(t, "/failed/confirm?action=delete&id=m-2", "Delete 1"), f.origin())
 			require.Equal(t, http.StatusSeeOther, status)
 			_, body, _ = f.do(t, "GET", "/failed", nil, nil)
 			require.Contains(t, body, "No failed messages.")

@@ -1,0 +1,237 @@
+package console_test
+
+import (
+	"html"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/console"
+	"github.com/postroom/postroom/internal/amqptest"
+	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/metadata"
+	"github.com/postroom/postroom/transport/amqp"
+	sqltransport "github.com/postroom/postroom/transport/sql"
+)
+
+// errorTopic is a console over an error topic that a test fills: publish
+// moves a message there as the bus does after its last failed attempt.
+// A retry sends it back to retryTopic, for the group group. ready, when
+// set, counts the messages the error topic holds ready for a read.
+type errorTopic struct {
+	f                 *fixture
+	publish           func(t *testing.T, msg *message.Message)
+	retryTopic, group string
+	ready             func(t *testing.T) int
+}
+
+// settle waits until the error topic holds n messages ready for a read. A
+// quorum queue takes back the messages a read returned (a page of the
+// console) a moment after the read's channel is closed; a read meanwhile
+// does not see them.
+func (e errorTopic) settle(t *testing.T, n int) {
+	t.Helper()
+	if e.ready == nil {
+		return
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	got := e.ready(t)
+	for got != n && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		got = e.ready(t)
+	}
+	require.Equal(t, n, got, "messages ready in the error queue")
+}
+
+// errorTopics are the error topics the failed-messages pages read: the SQL
+// transport's table on PostgreSQL and MariaDB, and RabbitMQ's error queue,
+// classic and quorum (which counts each read in the delivery count of the
+// messages it returns). unsupported says why a store has none.
+var errorTopics = []struct {
+	name        string
+	open        func(t *testing.T) errorTopic
+	unsupported string
+}{
+	{name: "postgres", open: func(t *testing.T) errorTopic { return sqlErrorTopic(t, testenv.Postgres(t)) }},
+	{name: "mariadb", open: func(t *testing.T) errorTopic { return sqlErrorTopic(t, testenv.MySQL(t)) }},
+	{name: "sqlite", unsupported: "the SQL transport needs PostgreSQL or MySQL: the console cannot read the error topic"},
+	{name: "rabbitmq", open: func(t *testing.T) errorTopic { return amqpErrorTopic(t, amqp.QueueClassic) }},
+	{name: "rabbitmq-quorum", open: func(t *testing.T) errorTopic { return amqpErrorTopic(t, amqp.QueueQuorum) }},
+}
+
+func sqlErrorTopic(t *testing.T, db *gorm.DB) errorTopic {
+	tr, err := sqltransport.New(sqltransport.Config{DB: db})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, tr.Close()) })
+	topic := testenv.Name("error_")
+	return errorTopic{
+		f:          newFixture(t, db, console.Config{ErrorTopic: topic}),
+		publish:    func(t *testing.T, msg *message.Message) { require.NoError(t, tr.Publisher().Publish(topic, msg)) },
+		retryTopic: "billing.cmd.test.Charge", group: bus.GroupOf("billing", "test.Charge"),
+	}
+}
+
+func amqpErrorTopic(t *testing.T, queues amqp.QueueType) errorTopic {
+	tr := amqptest.New(t, amqp.Config{QueueType: queues})
+	topic, retryTopic, group := testenv.Name("error_"), testenv.Name("charge_"), bus.GroupOf("billing", "test.Charge")
+	for topic, group := range map[string]string{topic: bus.ErrorQueueGroup, retryTopic: group} { // the queues, as a bus declares them
+		sub, err := tr.Subscriber(group)
+		require.NoError(t, err)
+		require.NoError(t, sub.(message.SubscribeInitializer).SubscribeInitialize(topic))
+	}
+	conn, err := amqp091.Dial(testenv.AMQPURL())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	return errorTopic{
+		f:          newFixture(t, testenv.SQLite(t), console.Config{AMQPURL: testenv.AMQPURL(), ErrorTopic: topic}),
+		publish:    func(t *testing.T, msg *message.Message) { require.NoError(t, tr.Publisher().Publish(topic, msg)) },
+		retryTopic: retryTopic, group: group,
+		ready: func(t *testing.T) int {
+			ch, err := conn.Channel()
+			require.NoError(t, err)
+			defer ch.Close()
+			q, err := ch.QueueDeclarePassive(amqp.QueueName(topic, bus.ErrorQueueGroup), true, false, false, false, nil)
+			require.NoError(t, err)
+			return q.Messages
+		},
+	}
+}
+
+var (
+	hiddenField = regexp.MustCompile(`<input type="hidden" name="([a-z]+)" value="([^"]*)">`)
+	failedRow   = regexp.MustCompile(`<tr data-id="([^"]+)">`)
+)
+
+// confirm opens the confirmation page of path and returns the form its
+// button submits, as a browser sends it.
+func (f *fixture) confirm(t *testing.T, path, button string) url.Values {
+	t.Helper()
+	status, body, _ := f.do(t, "GET", path, nil, nil)
+	require.Equal(t, http.StatusOK, status, body)
+	require.Contains(t, body, `id="confirm">`+button+`</button>`)
+	form := url.Values{}
+	for _, m := range hiddenField.FindAllStringSubmatch(body, -1) {
+		form.Add(m[1], html.UnescapeString(m[2]))
+	}
+	require.NotEmpty(t, form.Get("csrf"))
+	return form
+}
+
+// failedIDs returns the IDs the failed messages page lists, one per copy.
+func (f *fixture) failedIDs(t *testing.T) []string {
+	t.Helper()
+	_, body, _ := f.do(t, "GET", "/failed", nil, nil)
+	var ids []string
+	for _, m := range failedRow.FindAllStringSubmatch(body, -1) {
+		ids = append(ids, m[1])
+	}
+	return ids
+}
+
+// clear deletes every failed message, confirmed as an operator does.
+func (e errorTopic) clear(t *testing.T) {
+	t.Helper()
+	n := len(e.f.failedIDs(t))
+	if n == 0 {
+		return
+	}
+	e.settle(t, n)
+	form := e.f.confirm(t, "/failed/confirm?action=delete&all=1", "Delete "+strconv.Itoa(n))
+	e.settle(t, n)
+	status, body, _ := e.f.do(t, "POST", "/failed/delete", form, e.f.origin())
+	require.Equal(t, http.StatusSeeOther, status, body)
+	e.settle(t, 0)
+	require.Empty(t, e.f.failedIDs(t))
+}
+
+// TestFailedActionsTakeOnlyWhatWasConfirmed: a retry or a delete takes the
+// messages its confirmation page showed, and no other. A message that
+// fails while the operator reads the page ("Delete 1"), though it is in
+// the selection (all, the failure group, another copy of the ID), stays
+// in the error topic; a second submit of the same form takes nothing. A
+// form that names no message takes nothing. Before, the POST read the
+// error topic again and deleted every message of the selection, the one
+// nobody saw included (found by a review).
+func TestFailedActionsTakeOnlyWhatWasConfirmed(t *testing.T) {
+	for _, tc := range errorTopics {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if tc.unsupported != "" {
+				f := newFixture(t, testenv.SQLite(t), console.Config{})
+				_, body, _ := f.do(t, "GET", "/failed/confirm?action=delete&all=1", nil, nil)
+				require.Contains(t, body, "cannot read the error topic", tc.unsupported)
+				require.NotContains(t, body, `id="confirm"`)
+				return
+			}
+			e := tc.open(t)
+			failed := func(id, reason string) {
+				msg := message.NewMessage(id, []byte(`{"N":1}`))
+				msg.Metadata = message.Metadata{metadata.ErrorHandler: "test.Charge", metadata.ErrorReason: reason,
+					metadata.ErrorTopic: e.retryTopic, metadata.ErrorGroup: e.group,
+					metadata.ErrorAt: time.Now().UTC().Format(time.RFC3339Nano)}
+				e.publish(t, msg)
+			}
+			for _, action := range []struct{ path, button, done string }{
+				{"delete", "Delete", "deleted"},
+				{"retry", "Retry", "retried"},
+			} {
+				for _, sel := range []struct {
+					name, query  string
+					seen, unseen string // the IDs of the message confirmed and of the one that fails meanwhile
+					unseenReason string
+				}{
+					{"all", "all=1", "seen-1", "unseen-2", "timeout"}, // of another failure group
+					{"group", url.Values{"handler": {"test.Charge"}, "reason": {"down"}}.Encode(), "seen-1", "unseen-2", "down"},
+					{"id", "id=m-1", "m-1", "m-1", "down"}, // failed again after a retry: a second copy
+				} {
+					t.Run(action.path+"_"+sel.name, func(t *testing.T) {
+						e.clear(t) // what a failed case before left
+						failed(sel.seen, "down")
+						e.settle(t, 1)
+						form := e.f.confirm(t, "/failed/confirm?action="+action.path+"&"+sel.query, action.button+" 1")
+						failed(sel.unseen, sel.unseenReason) // while the operator reads the page
+						e.settle(t, 2)
+
+						status, body, res := e.f.do(t, "POST", "/failed/"+action.path, form, e.f.origin())
+						require.Equal(t, http.StatusSeeOther, status, body)
+						e.settle(t, 1) // only the message confirmed is taken
+						require.Equal(t, []string{sel.unseen}, e.f.failedIDs(t), "only the message confirmed is taken")
+						require.Contains(t, res.Header.Get("Location"), "done="+action.done)
+						require.Contains(t, res.Header.Get("Location"), url.QueryEscape("(1; 1 not shown on the confirmation page left in the error topic)"))
+
+						e.settle(t, 1)
+						status, body, _ = e.f.do(t, "POST", "/failed/"+action.path, form, e.f.origin())
+						require.Equal(t, http.StatusConflict, status, "the same form again")
+						require.Contains(t, body, "nothing to do: the 1 message(s)")
+						require.Contains(t, body, "1 not shown on the confirmation page stay in the error topic")
+						e.settle(t, 1)
+						require.Equal(t, []string{sel.unseen}, e.f.failedIDs(t))
+
+						form.Del("copies") // a form of before the fix, or one made by hand
+						status, body, _ = e.f.do(t, "POST", "/failed/"+action.path, form, e.f.origin())
+						require.Equal(t, http.StatusBadRequest, status)
+						require.Contains(t, body, "the form names no failed message to take")
+						e.settle(t, 1)
+						require.Equal(t, []string{sel.unseen}, e.f.failedIDs(t))
+
+						e.settle(t, 1)
+						e.clear(t) // confirmed now: taken
+					})
+				}
+			}
+			e.settle(t, 0)
+			_, body, _ := e.f.do(t, "GET", "/failed/confirm?action=delete&all=1", nil, nil)
+			require.Contains(t, body, "nothing to delete: the first 1000 of the error topic ")
+			require.NotContains(t, body, `id="confirm"`, "no button that would take nothing")
+		})
+	}
+}
