@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"gorm.io/gorm"
 
+	"github.com/postroom/postroom/internal/logsink"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/middleware/tracing"
 	"github.com/postroom/postroom/middleware/unitofwork"
@@ -28,6 +29,7 @@ import (
 type Bus struct {
 	cfg    Config
 	router *message.Router
+	wmSink *logsink.Sink // wmLog's: told when the bus begins to stop
 	wmLog  watermill.LoggerAdapter
 	outbox *outbox.Outbox
 	// registry holds Watermill's router metrics, served with postroom's on
@@ -74,12 +76,12 @@ func New(cfg Config) (*Bus, error) {
 	if ls, ok := cfg.Transport.(transport.LoggerSetter); ok {
 		ls.SetLogger(cfg.Logger)
 	}
-	wmLog := watermillLogger(cfg.Logger)
+	wmSink, wmLog := watermillLogger(cfg.Logger)
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 30 * time.Second}, wmLog)
 	if err != nil {
 		return nil, fmt.Errorf("bus: router: %w", err)
 	}
-	b := &Bus{cfg: cfg, router: router, wmLog: wmLog, handlers: map[string]bool{},
+	b := &Bus{cfg: cfg, router: router, wmSink: wmSink, wmLog: wmLog, handlers: map[string]bool{},
 		retryTargets: map[string]func(string, *message.Message) error{}, retryDelays: map[string][]time.Duration{},
 		delayedAttempts: map[int64]int{}}
 	if cfg.MetricsAddr != "" {
@@ -215,6 +217,7 @@ func (b *Bus) Run(ctx context.Context) error {
 	if !closed {
 		b.runCtx = ctx
 		b.routerDone = routerDone
+		context.AfterFunc(ctx, b.wmSink.Stopping)
 	}
 	b.mu.Unlock()
 	if closed {
@@ -361,6 +364,7 @@ func (b *Bus) isStopping() bool {
 // progress rolls back, and its message goes back to the broker (never to
 // the error topic), to be handled again.
 func (b *Bus) Close() error {
+	b.wmSink.Stopping()
 	b.mu.Lock()
 	b.closed = true
 	ran, routerDone := b.routerRan, b.routerDone

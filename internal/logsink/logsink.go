@@ -17,8 +17,16 @@ import (
 // keeps the adapter it was given, and the adapter reads the current
 // logger on each call.
 type Sink struct {
-	target atomic.Pointer[logTarget]
+	target   atomic.Pointer[logTarget]
+	stopping atomic.Bool // the owner began to stop: errors come at info
 }
+
+// Stopping says that the sink's owner has begun to stop: from now on every
+// error comes at info, with stopping=true. A stop cuts polls, reads and
+// acks short in ways whose errors do not all say "context canceled" (a
+// connection closed under a query: "driver: bad connection", "conn
+// closed"), and a routine stop should not page anyone.
+func (s *Sink) Stopping() { s.stopping.Store(true) }
 
 type logTarget struct {
 	slog *slog.Logger
@@ -65,7 +73,7 @@ func (f forwardingLogger) enabled(t *logTarget, level slog.Level) bool {
 // stop should not page anyone.
 func (f forwardingLogger) Error(msg string, err error, fields watermill.LogFields) {
 	t := f.sink.target.Load()
-	if errors.Is(err, context.Canceled) {
+	if f.sink.stopping.Load() || stopping(err, fields) {
 		if f.enabled(t, slog.LevelInfo) {
 			t.wm.Info(msg, f.fields.Add(fields).Add(watermill.LogFields{"err": err, "stopping": true}))
 		}
@@ -76,9 +84,13 @@ func (f forwardingLogger) Error(msg string, err error, fields watermill.LogField
 	}
 }
 
+// Info forwards at debug level: Watermill's info lines (a subscriber's
+// schema initialised, with its DDL; a handler added, started, closed) come
+// by the dozen at each start, and postroom logs what an operator acts on
+// itself.
 func (f forwardingLogger) Info(msg string, fields watermill.LogFields) {
-	if t := f.sink.target.Load(); f.enabled(t, slog.LevelInfo) {
-		t.wm.Info(msg, f.fields.Add(fields))
+	if t := f.sink.target.Load(); f.enabled(t, slog.LevelDebug) {
+		t.wm.Debug(msg, f.fields.Add(fields))
 	}
 }
 
@@ -96,4 +108,20 @@ func (f forwardingLogger) Trace(msg string, fields watermill.LogFields) {
 
 func (f forwardingLogger) With(fields watermill.LogFields) watermill.LoggerAdapter {
 	return forwardingLogger{sink: f.sink, fields: f.fields.Add(fields)}
+}
+
+// stopping reports whether a Watermill error comes from a cancelled
+// context: err itself, or the error it followed (watermill-sql's "could
+// not rollback tx for querying message", whose err is "conn closed" and
+// whose query_err field the cancelled query's).
+func stopping(err error, fields watermill.LogFields) bool {
+	if errors.Is(err, context.Canceled) {
+		return true
+	}
+	for _, v := range fields {
+		if e, ok := v.(error); ok && errors.Is(e, context.Canceled) {
+			return true
+		}
+	}
+	return false
 }
