@@ -1,8 +1,27 @@
 // Package edi reads the envelope of X12 and EDIFACT interchanges, for an
 // inbox key that makes a resent interchange a duplicate: the sender and
-// the control reference (ISA13, UNB 0020), whatever the message's ID.
+// the control reference, whatever the message's ID.
 //
 //	bus.Handle(b, handleInvoice, bus.WithInboxKey(edi.Key))
+//
+// # The key
+//
+// For X12 the source is ISA05:ISA06 (the sender's qualifier and ID, padding
+// trimmed) and the message ID is ISA13. For EDIFACT the source is UNB S002
+// 0004 (the sender identification, without its qualifier 0007) and the
+// message ID is UNB 0020. Nothing else is in the key: not the receiver (X12
+// ISA07:ISA08, EDIFACT S003), not the test indicator (ISA15, UNB 0035).
+//
+// # Envelopes
+//
+// ISA is fixed-width: its fourth byte is the element separator, ISA16 (byte
+// 104) the component separator and byte 105 the segment terminator; an ISA
+// whose elements are not padded to their full width is refused. EDIFACT
+// takes its service characters from a UNA service string advice; a space
+// as UNA4 means there is no release character, and UNA5 (reserved, the
+// repetition separator in syntax version 4) is not used in UNB. Without a
+// UNA, UNB uses the level A defaults (:+.? ') or, when its first separator
+// is IS3 (0x1D), the level B ones (IS1, IS3, IS4, no release character).
 package edi
 
 import (
@@ -39,37 +58,110 @@ func ParseInterchange(payload []byte) (Interchange, error) {
 	return Interchange{}, ErrNotInterchange
 }
 
-// parseX12 reads the fixed-layout ISA segment: its fourth byte is the
-// element separator, and ISA has 16 elements.
+// isaLength is the length of the fixed-width ISA segment with its
+// terminator; isaSeparators are the offsets of its 16 element separators.
+// ISA16, the component separator, is at offset 104, the segment terminator
+// at 105.
+const isaLength = 106
+
+var isaSeparators = [16]int{3, 6, 17, 20, 31, 34, 50, 53, 69, 76, 81, 83, 89, 99, 101, 103}
+
+// parseX12 reads the fixed-width ISA segment.
 func parseX12(p []byte) (Interchange, error) {
-	if len(p) < 4 {
-		return Interchange{}, errors.New("inbox: X12 ISA segment is truncated")
+	if len(p) < isaLength {
+		return Interchange{}, fmt.Errorf("edi: X12 ISA segment is truncated: %d bytes, want %d (ISA is fixed-width and ends with its segment terminator)", len(p), isaLength)
 	}
-	sep := string(p[3])
-	fields := strings.SplitN(string(p), sep, 17)
-	if len(fields) < 17 {
-		return Interchange{}, fmt.Errorf("inbox: X12 ISA segment has %d elements, want 16", len(fields)-1)
+	element, component, terminator := p[3], p[104], p[105]
+	for _, at := range isaSeparators {
+		if p[at] != element {
+			return Interchange{}, fmt.Errorf("edi: X12 ISA is not fixed-width: byte %d is %q, not the element separator %q: pad every ISA element to its full width", at, p[at], element)
+		}
 	}
-	sender := strings.TrimSpace(fields[5]) + ":" + strings.TrimSpace(fields[6])
-	control := strings.TrimSpace(fields[13])
-	if control == "" || strings.TrimSpace(fields[6]) == "" {
-		return Interchange{}, errors.New("inbox: X12 ISA06 (sender) or ISA13 (control number) is empty")
+	if component == element || terminator == element || terminator == component {
+		return Interchange{}, fmt.Errorf("edi: X12 ISA element separator %q, component separator (ISA16) %q and segment terminator %q are not three different characters", element, component, terminator)
 	}
-	return Interchange{Sender: sender, Control: control}, nil
+	isa := func(n int) string { // ISA01 to ISA15
+		return strings.TrimSpace(string(p[isaSeparators[n-1]+1 : isaSeparators[n]]))
+	}
+	qualifier, sender, control := isa(5), isa(6), isa(13)
+	if sender == "" || control == "" {
+		return Interchange{}, errors.New("edi: X12 ISA06 (sender) or ISA13 (control number) is empty")
+	}
+	return Interchange{Sender: qualifier + ":" + sender, Control: control}, nil
 }
 
-// parseEDIFACT reads UNB, honouring a UNA service string advice.
-func parseEDIFACT(p []byte) (Interchange, error) {
-	component, element, release, terminator := byte(':'), byte('+'), byte('?'), byte('\'')
-	if bytes.HasPrefix(p, []byte("UNA")) {
-		if len(p) < 9 {
-			return Interchange{}, errors.New("inbox: EDIFACT UNA segment is truncated")
+// serviceChars are the EDIFACT characters that structure UNB.
+type serviceChars struct {
+	component, element, terminator byte
+	release                        byte
+	hasRelease                     bool
+}
+
+var (
+	levelA = serviceChars{component: ':', element: '+', terminator: '\'', release: '?', hasRelease: true}
+	levelB = serviceChars{component: 0x1f, element: 0x1d, terminator: 0x1c} // IS1, IS3, IS4
+)
+
+// parseUNA reads a service string advice: UNA1 component data element
+// separator, UNA2 data element separator, UNA3 decimal mark, UNA4 release
+// character (a space: none), UNA5 reserved (the repetition separator in
+// syntax version 4, never needed in UNB), UNA6 segment terminator.
+func parseUNA(una []byte) (serviceChars, error) {
+	sc := serviceChars{component: una[3], element: una[4], terminator: una[8], release: una[6], hasRelease: una[6] != ' '}
+	type role struct {
+		c    byte
+		name string
+	}
+	roles := []role{
+		{sc.component, "component data element separator (UNA1)"},
+		{sc.element, "data element separator (UNA2)"},
+		{sc.terminator, "segment terminator (UNA6)"},
+	}
+	for _, r := range roles {
+		if r.c == ' ' {
+			return serviceChars{}, fmt.Errorf("edi: EDIFACT UNA has a space as %s: only the release character (UNA4) may be a space, meaning none", r.name)
 		}
-		component, element, release, terminator = p[3], p[4], p[6], p[8]
+	}
+	if sc.hasRelease {
+		roles = append(roles, role{sc.release, "release character (UNA4)"})
+	}
+	for i, a := range roles {
+		for _, b := range roles[i+1:] {
+			if a.c == b.c {
+				return serviceChars{}, fmt.Errorf("edi: EDIFACT UNA uses %q both as %s and as %s", a.c, a.name, b.name)
+			}
+		}
+	}
+	return sc, nil
+}
+
+// parseEDIFACT reads UNB, with the service characters of a UNA service
+// string advice or else the defaults of syntax level A or B.
+func parseEDIFACT(p []byte) (Interchange, error) {
+	sc := levelA
+	una := bytes.HasPrefix(p, []byte("UNA"))
+	if una {
+		if len(p) < 9 {
+			return Interchange{}, errors.New("edi: EDIFACT UNA segment is truncated: UNA is followed by six service characters")
+		}
+		var err error
+		if sc, err = parseUNA(p[:9]); err != nil {
+			return Interchange{}, err
+		}
 		p = bytes.TrimLeft(p[9:], " \t\r\n")
 	}
-	if !bytes.HasPrefix(p, []byte("UNB")) {
-		return Interchange{}, errors.New("inbox: EDIFACT interchange has no UNB segment")
+	if !bytes.HasPrefix(p, []byte("UNB")) || len(p) < 4 {
+		return Interchange{}, errors.New("edi: EDIFACT interchange has no UNB segment")
+	}
+	switch {
+	case una:
+		if p[3] != sc.element {
+			return Interchange{}, fmt.Errorf("edi: EDIFACT UNB starts with %q, not the data element separator %q that its UNA declares", p[3], sc.element)
+		}
+	case p[3] == levelB.element:
+		sc = levelB
+	case p[3] != levelA.element:
+		return Interchange{}, fmt.Errorf("edi: EDIFACT UNB starts with %q, neither the level A data element separator '+' nor the level B one (IS3, 0x1d): declare the separators in a UNA service string advice", p[3])
 	}
 	var elements [][]string
 	var cur []string
@@ -77,18 +169,18 @@ func parseEDIFACT(p []byte) (Interchange, error) {
 	for i := 3; i < len(p); i++ {
 		c := p[i]
 		switch {
-		case c == release && i+1 < len(p):
+		case sc.hasRelease && c == sc.release && i+1 < len(p):
 			i++
 			b.WriteByte(p[i])
-		case c == component:
+		case c == sc.component:
 			cur = append(cur, b.String())
 			b.Reset()
-		case c == element || c == terminator:
+		case c == sc.element || c == sc.terminator:
 			cur = append(cur, b.String())
 			b.Reset()
 			elements = append(elements, cur)
 			cur = nil
-			if c == terminator {
+			if c == sc.terminator {
 				i = len(p)
 			}
 		default:
@@ -97,8 +189,11 @@ func parseEDIFACT(p []byte) (Interchange, error) {
 	}
 	// elements[0] is empty (the separator after "UNB"); then S001 syntax,
 	// S002 sender, S003 recipient, S004 date/time, 0020 control reference.
-	if len(elements) < 6 || len(elements[2]) == 0 || elements[2][0] == "" || len(elements[5]) == 0 || elements[5][0] == "" {
-		return Interchange{}, errors.New("inbox: EDIFACT UNB lacks the sender (S002) or the control reference (0020)")
+	if len(elements) < 6 || elements[2][0] == "" || elements[5][0] == "" {
+		return Interchange{}, errors.New("edi: EDIFACT UNB lacks the sender (S002) or the control reference (0020)")
+	}
+	if len(elements[5]) > 1 {
+		return Interchange{}, fmt.Errorf("edi: EDIFACT UNB control reference (0020) %q has components, but 0020 is a simple data element: the sender must release the component separator %q in it", strings.Join(elements[5], string(sc.component)), sc.component)
 	}
 	return Interchange{Sender: elements[2][0], Control: elements[5][0]}, nil
 }
