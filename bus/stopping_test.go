@@ -24,6 +24,7 @@ import (
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/transport"
 	"github.com/postroom/postroom/transport/gochannel"
+	wsql "github.com/postroom/postroom/transport/sql"
 )
 
 // TestStopDuringTheLastAttemptReturnsTheMessage: a bus stopped while a
@@ -271,4 +272,53 @@ func (h *recordedLogs) find(level slog.Level, substr string) (first string, n in
 		}
 	}
 	return first, n
+}
+
+// TestAHandlerOutlivingTheSQLAckDeadline: on the SQL transport a handler
+// that ignores its context and succeeds after the ack deadline has its ack
+// dropped by watermill-sql, which reads the message again. The copy waits
+// for the first run (two subscriptions here: never two runs at once), each
+// late ack is logged at error and counted, and the poison-loop guard moves
+// the message to the error topic after MaxDeliveries. Before, it ran again
+// every deadline, two runs overlapping, without a log line, forever (found
+// by a review: 4 runs in 95 s with the 30 s deadline, none at error).
+func TestAHandlerOutlivingTheSQLAckDeadline(t *testing.T) {
+	for _, open := range []struct {
+		name string
+		db   func(testing.TB) *gorm.DB
+	}{{"postgres", testenv.Postgres}, {"mariadb", testenv.MySQL}} {
+		t.Run(open.name, func(t *testing.T) {
+			t.Parallel()
+			db := open.db(t)
+			tr, err := wsql.New(wsql.Config{DB: db, PollInterval: 20 * time.Millisecond, AckDeadline: time.Second})
+			require.NoError(t, err)
+			logs := newRecordedLogs()
+			errorTopic := testenv.Name("error_")
+			b, err := bus.New(bus.Config{Endpoint: testenv.Name("ep"), Transport: tr, DB: db, ErrorTopic: errorTopic,
+				Concurrency: 2, MaxDeliveries: 3, Logger: slog.New(logs), Cleanup: bus.CleanupSchedule{Disabled: true}})
+			require.NoError(t, err)
+			var runs, running, overlaps atomic.Int32
+			require.NoError(t, bus.Handle(b, func(context.Context, *CreateInvoice) error {
+				runs.Add(1)
+				if running.Add(1) > 1 {
+					overlaps.Add(1)
+				}
+				defer running.Add(-1)
+				time.Sleep(1500 * time.Millisecond) // past the deadline, ignoring the context
+				return nil
+			}))
+			ep := start(t, b, errorTopic)
+			require.NoError(t, bus.Send(context.Background(), b, &CreateInvoice{OrderID: "o-1"}))
+			select {
+			case m := <-ep.errors:
+				require.Contains(t, m.Metadata.Get(metadata.ErrorReason), "delivered 3 times without being handled")
+			case <-time.After(60 * time.Second):
+				t.Fatalf("the message did not reach the error topic (%d runs)", runs.Load())
+			}
+			require.EqualValues(t, 3, runs.Load())
+			require.Zero(t, overlaps.Load(), "a copy ran while the first still ran")
+			late, n := logs.find(slog.LevelError, "acked after the transport's ack deadline")
+			require.Equal(t, 3, n, late)
+		})
+	}
 }

@@ -35,15 +35,41 @@
 //
 // # Thirty seconds per message
 //
-// watermill-sql gives a message 30 s (its ack deadline, left at its
-// default) from the moment it is read: the handler, its retries and their
-// backoff included. Then the message's context ends and the message is
-// read again, whatever happens to it after: an ack, or a move to the
-// error topic, made after the deadline may not be recorded, so the message
-// can be handled again (the inbox skips it only if a handler's
-// transaction committed) and reach the error topic more than once. A
-// handler that needs longer than 30 s per message, retries included, is
-// not a fit for this transport.
+// watermill-sql gives a message [Config.AckDeadline] (30 s by default)
+// from the moment it is read: the handler, its retries and their backoff
+// included. Then the message's context ends and watermill-sql reads the
+// message again; an ack or a move to the error topic made after the
+// deadline is not recorded. The transport holds the new copy until the
+// first delivery's handler has returned (one delivery of a message at a
+// time in a process; another process may take the copy meanwhile), logs
+// an ack after the deadline at error, and counts it in the copy's
+// metadata.DeliveryCount, so the bus's poison-loop guard moves a message
+// whose handler always outlives the deadline to the error topic after
+// Config.MaxDeliveries. Each late run may have committed: the inbox skips
+// the copies of a message whose handler's transaction committed; without
+// it, such a handler's effects happen once per run. A handler that needs
+// longer than the deadline per message, retries included, needs a longer
+// AckDeadline or another transport.
+//
+// # PostgreSQL: one slow message holds back every reader
+//
+// On PostgreSQL a group reads only the rows of transactions older than
+// every transaction still open on the server (watermill-sql's rule, which
+// keeps it from skipping a row committed late), and the read transaction
+// of a message being handled stays open until it is settled. So while one
+// message is handled, rows published since to any topic, for any group
+// (and the outbox relay's), wait: up to the handler's time, at most
+// AckDeadline. A review measured 8 s of delay for another topic's reader
+// behind a handler of 8 s. Keep handlers on this transport short, or use
+// MariaDB/MySQL (not affected) or RabbitMQ.
+//
+// # Tables
+//
+// A topic's table keeps every message published to it: cleanup
+// (CleanupStore) purges the inbox, watermarks and outbox, not the
+// transport's "watermill_<topic>" tables. Delete what every group has read
+// (below each group's offset in "watermill_offsets_<topic>") by hand or
+// with a job of your own.
 //
 // # Logging
 //

@@ -19,12 +19,22 @@ import (
 // PollIntervalDefault is how long a subscriber waits when it found no message.
 const PollIntervalDefault = 100 * time.Millisecond
 
+// AckDeadlineDefault is the default Config.AckDeadline: watermill-sql's.
+const AckDeadlineDefault = 30 * time.Second
+
 // Config configures the SQL transport.
 type Config struct {
 	// DB is the PostgreSQL or MySQL database. Required.
 	DB *gorm.DB
 	// PollInterval is how long a subscriber waits when it found no message. Defaults to 100ms.
 	PollInterval time.Duration
+	// AckDeadline is how long a message may take from the moment it is
+	// read, its handler, retries and their backoff included: then its
+	// context ends, and it is read again (see the package documentation).
+	// While a message is handled, its group's read transaction stays open
+	// (on PostgreSQL it holds back the rows every reader of the server's
+	// topics sees). Defaults to AckDeadlineDefault (30 s).
+	AckDeadline time.Duration
 	// Logger receives watermill-sql's logs (a row it cannot read, a failed
 	// poll); SetLogger replaces it later, and the bus sets its own.
 	// Defaults to discarding them.
@@ -53,6 +63,9 @@ func New(cfg Config) (*Transport, error) {
 	}
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = PollIntervalDefault
+	}
+	if cfg.AckDeadline <= 0 {
+		cfg.AckDeadline = AckDeadlineDefault
 	}
 	d, err := dialect.Of(cfg.DB)
 	if err != nil {
@@ -91,6 +104,7 @@ func (t *Transport) Subscriber(group string) (message.Subscriber, error) {
 		ConsumerGroup:    group,
 		PollInterval:     t.cfg.PollInterval,
 		ResendInterval:   t.cfg.PollInterval,
+		AckDeadline:      &t.cfg.AckDeadline,
 		SchemaAdapter:    t.schema,
 		OffsetsAdapter:   t.offsets,
 		InitializeSchema: true,

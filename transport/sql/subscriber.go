@@ -2,12 +2,16 @@ package sql
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
 	"sync"
+	"time"
 
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/transport"
 )
 
@@ -24,10 +28,15 @@ type subscriber struct {
 	closing   chan struct{} // closed by Close: forwarders stop offering
 	closeOnce sync.Once
 	forwards  sync.WaitGroup // one per Subscribe, until its channel is closed
+
+	mu       sync.Mutex
+	handling map[string]chan struct{} // by topic and message ID: closed when that delivery is settled
+	late     map[string]int           // by topic and message ID: deliveries acked after their deadline
 }
 
 func newSubscriber(sub *wsql.Subscriber, t *Transport, group string) *subscriber {
-	return &subscriber{Subscriber: sub, t: t, group: group, closing: make(chan struct{})}
+	return &subscriber{Subscriber: sub, t: t, group: group, closing: make(chan struct{}),
+		handling: map[string]chan struct{}{}, late: map[string]int{}}
 }
 
 var (
@@ -94,14 +103,106 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		defer s.forwards.Done()
 		defer close(out)
 		for msg := range in {
-			select {
-			case out <- msg:
-			case <-s.closing: // not acked: watermill-sql delivers it again later
-			case <-ctx.Done():
-			}
+			s.forward(ctx, topic, msg, out)
 		}
 	}()
 	return out, nil
+}
+
+// forward hands msg on and waits until it is settled, as watermill-sql
+// does until the ack deadline. Past the deadline watermill-sql stops
+// waiting: it reads the message again and hands the copy to a
+// subscription of the group, while the handler of the first may still
+// run. So a copy waits here until no other delivery of its message is
+// being handled in this process (or its own deadline passes: then it is
+// read again), and a delivery acked after its deadline, whose ack
+// watermill-sql did not record, is logged at error and counted in the
+// copies' metadata.DeliveryCount: the bus's poison-loop guard moves a
+// message whose handler always outlives the deadline to the error topic
+// after Config.MaxDeliveries. Before, such a handler ran again every 30 s,
+// two runs at a time, without a log line, forever (found by a review).
+func (s *subscriber) forward(ctx context.Context, topic string, msg *message.Message, out chan<- *message.Message) {
+	read := msg.Context() // watermill-sql's: it ends at the deadline
+	key := topic + "\x00" + msg.UUID
+	settled, ok := s.take(ctx, key, read)
+	if !ok {
+		return // not acked: watermill-sql delivers it again
+	}
+	defer s.release(key, settled)
+	if n := s.lateCount(key); n > 0 {
+		msg.Metadata.Set(metadata.DeliveryCount, strconv.Itoa(n))
+	}
+	select {
+	case out <- msg:
+	case <-s.closing:
+		return
+	case <-ctx.Done():
+		return
+	}
+	start := time.Now()
+	select {
+	case <-msg.Acked():
+		s.acked(key, topic, msg, read, time.Since(start))
+	case <-msg.Nacked():
+	case <-s.closing:
+	case <-ctx.Done():
+	}
+}
+
+// take marks the delivery of key as being handled once no other delivery
+// of it is; ok is false when read, this delivery's context, ended first
+// (or the subscription stopped). Release it when it is settled.
+func (s *subscriber) take(ctx context.Context, key string, read context.Context) (settled chan struct{}, ok bool) {
+	for {
+		s.mu.Lock()
+		busy, found := s.handling[key]
+		if !found {
+			settled = make(chan struct{})
+			s.handling[key] = settled
+			s.mu.Unlock()
+			return settled, true
+		}
+		s.mu.Unlock()
+		select {
+		case <-busy:
+		case <-read.Done():
+			return nil, false
+		case <-s.closing:
+			return nil, false
+		case <-ctx.Done():
+			return nil, false
+		}
+	}
+}
+
+// release ends the handling of the delivery of key that took settled.
+func (s *subscriber) release(key string, settled chan struct{}) {
+	s.mu.Lock()
+	delete(s.handling, key)
+	s.mu.Unlock()
+	close(settled)
+}
+
+// lateCount is how many deliveries of key were acked after their deadline.
+func (s *subscriber) lateCount(key string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.late[key]
+}
+
+// acked records an ack: one made after the delivery's deadline was not
+// recorded by watermill-sql, which delivers the message again.
+func (s *subscriber) acked(key, topic string, msg *message.Message, read context.Context, took time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !errors.Is(read.Err(), context.DeadlineExceeded) {
+		delete(s.late, key)
+		return
+	}
+	s.late[key]++
+	s.t.log.Logger().Error("sql: a message was acked after the transport's ack deadline, which watermill-sql does not record: it is delivered again; handle a message, retries included, within Config.AckDeadline",
+		"topic", topic, "group", s.group, "message_id", msg.UUID, "handled_for", took.Round(time.Millisecond),
+		"ack_deadline", s.t.cfg.AckDeadline, "late_acks", s.late[key])
 }
 
 // Close stops every subscription and returns once their channels are
