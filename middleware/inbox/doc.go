@@ -14,6 +14,12 @@
 // Watermill's in-memory Deduplicator, which records the key first, loses
 // messages.
 //
+// A MySQL connection opened with clientFoundRows=true (CLIENT_FOUND_ROWS)
+// counts the row a duplicate's insert matched as affected, so every
+// duplicate would be handled again: the bus refuses such a connection in
+// Run and store.Open refuses such a DSN; used without them, call
+// store.CheckFoundRows at startup.
+//
 // # External effects
 //
 // With [Config.Mode] [External], for effects no transaction covers, the key

@@ -8,9 +8,10 @@
 // the bus when the sender gives them; [Config.Version] reads them from
 // anywhere else). The middleware returned by [New] runs inside the unit of
 // work (it opens one if there is none) and keeps one watermark row per
-// (message type, entity ID), updated by a single conditional upsert:
+// (consumer, message type, entity ID), updated by a single conditional
+// upsert; two handlers of one message type each keep their own:
 //
-//	INSERT … ON CONFLICT (message_type, entity_id) DO UPDATE …
+//	INSERT … ON CONFLICT (consumer, message_type, entity_id) DO UPDATE …
 //	WHERE stored.version_at < incoming.version_at
 //	   OR (stored.version_at = incoming.version_at AND stored.message_id < incoming.message_id)
 //
@@ -19,6 +20,14 @@
 // called. Equal timestamps are ordered by message ID, so every order of
 // arrival ends in the same state. The row lock the upsert takes serialises
 // concurrent updates of one entity.
+//
+// # MySQL connections
+//
+// The upsert's "no row affected" is what makes an update stale. A MySQL
+// connection opened with clientFoundRows=true (CLIENT_FOUND_ROWS) counts
+// the row it matched instead, so every older update would be applied. The
+// bus refuses such a connection in Run and store.Open refuses such a DSN;
+// used without them, call store.CheckFoundRows at startup.
 //
 // # Bad input
 //
