@@ -60,7 +60,9 @@ func newInboxResolve(opts *options) *cobra.Command {
 		Use:   "resolve CONSUMER MESSAGE_ID (--done | --release)",
 		Short: "Record what happened to a message whose outcome was unknown",
 		Long: `resolve records what you found out about an unresolved message (see
-"postroom inbox unresolved"):
+"postroom inbox unresolved": CONSUMER is its CONSUMER column,
+<endpoint>/<handler>, and --source its SOURCE column, the sending endpoint
+for a message sent with postroom):
 
   --done     the effect did happen: the key is marked done, and a replay of the
              message from the error topic is skipped as a duplicate;
@@ -83,13 +85,16 @@ func newInboxResolve(opts *options) *cobra.Command {
 			}
 			key := inbox.Key{Source: source, MessageID: args[1]}
 			if err := inbox.Resolve(cmd.Context(), db, opts.tables.Inbox, args[0], key, r, time.Now()); err != nil {
+				if errors.Is(err, inbox.ErrNotUnresolved) {
+					return fmt.Errorf("%w; the consumer is <endpoint>/<handler> and --source the SOURCE column of `postroom inbox unresolved`", err)
+				}
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: message %s of %s\n", word, args[1], args[0])
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&source, "source", "", "the key's source (the sending endpoint; empty by default)")
+	cmd.Flags().StringVar(&source, "source", "", "the key's source: the SOURCE column of `postroom inbox unresolved` (the sending endpoint of a message sent with postroom)")
 	cmd.Flags().BoolVar(&done, "done", false, "the effect happened")
 	cmd.Flags().BoolVar(&release, "release", false, "the effect did not happen: run the message again")
 	return opts.databaseFlags(cmd, inboxTable)
