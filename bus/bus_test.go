@@ -257,6 +257,9 @@ func TestBusScenarios(t *testing.T) {
 				// "value too long for type character varying(255)").
 				require.Contains(t, failed.Metadata.Get(metadata.ErrorReason), "unknown message type")
 				require.Equal(t, 1, bus.ErrorAttempts(failed))
+				var keys int64
+				require.NoError(t, db.Raw("SELECT COUNT(*) FROM postroom_inbox WHERE message_id = ?", msg.UUID).Scan(&keys).Error)
+				require.Zero(t, keys, "refused before the inbox wrote a key")
 			})
 
 			t.Run("a malformed payload for an external-effects handler is not parked as outcome unknown", func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -304,6 +305,10 @@ func (b *Bus) reserve(name string, byRun bool) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch {
+	case name == "" || !utf8.ValidString(name) || strings.ContainsRune(name, 0):
+		// It names the handler's consumer in the inbox and the watermarks:
+		// such a name would fail every message on the database.
+		return fmt.Errorf("bus: handler name %q: use valid UTF-8 without NUL (bus.Named)", name)
 	case b.running && !byRun:
 		return fmt.Errorf("bus: handler %s registered after Run: register every handler first", name)
 	case b.handlers[name]:

@@ -38,3 +38,18 @@ func TestTopicsAProducerCanCompute(t *testing.T) {
 		require.ErrorContains(t, err, "not an endpoint name", "To(%q)", dest)
 	}
 }
+
+// TestHandlerNamesThatCannotNameAConsumer: a handler's name names its
+// consumer in the inbox and the watermarks; one that is not valid UTF-8 or
+// holds a NUL is refused at Handle. Before, it was accepted and every
+// message failed on PostgreSQL with the database's error (found by a
+// review).
+func TestHandlerNamesThatCannotNameAConsumer(t *testing.T) {
+	b, err := bus.New(bus.Config{Endpoint: "names", DB: testenv.SQLite(t)})
+	require.NoError(t, err)
+	for _, name := range []string{"", "ledger\x00", "M\xfcller"} {
+		err := bus.Handle(b, func(context.Context, *OrderPlaced) error { return nil }, bus.Named(name), bus.WithInbox())
+		require.ErrorContains(t, err, "use valid UTF-8 without NUL", "name %q", name)
+	}
+	require.NoError(t, bus.Handle(b, func(context.Context, *OrderPlaced) error { return nil }, bus.Named("ledger.Müller"), bus.WithInbox()))
+}

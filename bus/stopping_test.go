@@ -260,6 +260,21 @@ func (h *recordedLogs) WithAttrs(as []slog.Attr) slog.Handler {
 func (h *recordedLogs) WithGroup(string) slog.Handler { return h }
 
 // find returns the first line at level containing substr, and how many there are.
+// atLeast returns the first record at level or above, and how many there are.
+func (h *recordedLogs) atLeast(level slog.Level) (first string, n int) {
+	h.lines.mu.Lock()
+	defer h.lines.mu.Unlock()
+	for _, l := range h.lines.lines {
+		if l.level >= level {
+			if n == 0 {
+				first = l.text
+			}
+			n++
+		}
+	}
+	return first, n
+}
+
 func (h *recordedLogs) find(level slog.Level, substr string) (first string, n int) {
 	h.lines.mu.Lock()
 	defer h.lines.mu.Unlock()
@@ -298,7 +313,12 @@ func TestAHandlerOutlivingTheSQLAckDeadline(t *testing.T) {
 				Concurrency: 2, MaxDeliveries: 3, Logger: slog.New(logs), Cleanup: bus.CleanupSchedule{Disabled: true}})
 			require.NoError(t, err)
 			var runs, running, overlaps atomic.Int32
-			require.NoError(t, bus.Handle(b, func(context.Context, *CreateInvoice) error {
+			var mu sync.Mutex
+			var seen []string // each run's start and the transport's count of late acks before it
+			require.NoError(t, bus.Handle(b, func(ctx context.Context, _ *CreateInvoice) error {
+				mu.Lock()
+				seen = append(seen, time.Now().Format("05.000")+" count="+bus.Metadata(ctx)[metadata.DeliveryCount])
+				mu.Unlock()
 				runs.Add(1)
 				if running.Add(1) > 1 {
 					overlaps.Add(1)
@@ -315,7 +335,10 @@ func TestAHandlerOutlivingTheSQLAckDeadline(t *testing.T) {
 			case <-time.After(60 * time.Second):
 				t.Fatalf("the message did not reach the error topic (%d runs)", runs.Load())
 			}
-			require.EqualValues(t, 3, runs.Load())
+			mu.Lock()
+			defer mu.Unlock()
+			warned, _ := logs.atLeast(slog.LevelWarn)
+			require.EqualValues(t, 3, runs.Load(), "runs: %v; first warning: %s", seen, warned)
 			require.Zero(t, overlaps.Load(), "a copy ran while the first still ran")
 			late, n := logs.find(slog.LevelError, "acked after the transport's ack deadline")
 			require.Equal(t, 3, n, late)

@@ -46,6 +46,16 @@ func (d Dialect) ClaimRead(table string) string {
 	return "SELECT status, lease_until, attempts, checksum FROM " + table + " WHERE " + keyMatch
 }
 
+// ClaimReadLocked is ClaimRead with the row locked, where the store can:
+// MySQL then reads the row as it is now, not as the transaction's
+// snapshot saw it. Arguments: consumer, source, message_id.
+func (d Dialect) ClaimReadLocked(table string) string {
+	if d == SQLite {
+		return d.ClaimRead(table) // one writer at a time: the row is as it is now
+	}
+	return d.ClaimRead(table) + " FOR UPDATE"
+}
+
 // ClaimTakeover takes a claim over as the next attempt, if it is still in
 // the status and attempt it was read in. The key's retention starts again
 // at the takeover (received_at), as the copy that took over may itself be

@@ -11,6 +11,7 @@ import (
 
 	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/metadata"
+	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/middleware/unitofwork"
 )
 
@@ -148,8 +149,9 @@ func (b *Batch) claim(ctx context.Context, c Claim, now any) (bool, error) {
 // unit of work in ctx. Skipped records it in the metrics once that commits.
 // When c's key is an unsettled claim of the external-effects mode (the
 // handler ran WithExternalEffects before), the message is no duplicate:
-// failed is its error (its outcome is unknown, or an attempt holds it).
-// err is the transaction's.
+// failed is its error (its outcome is unknown: a claim whose lease ran out
+// is parked in the transaction; or an attempt holds it). err is the
+// transaction's.
 func (b *Batch) Duplicate(ctx context.Context, c Claim) (failed, err error) {
 	rows, err := unitofwork.Exec(ctx, b.countDone, c.Consumer, c.Key.Source, c.Key.MessageID)
 	if err != nil {
@@ -158,11 +160,18 @@ func (b *Batch) Duplicate(ctx context.Context, c Claim) (failed, err error) {
 	if rows == 1 {
 		return nil, nil
 	}
-	claim, found, err := readClaim(unitofwork.Tx(ctx), b.d, b.left.read, c.Consumer, c.Key)
-	if err != nil || !found {
-		return nil, err
+	claim, gone, err := b.left.readTaken(ctx, c.Consumer, c.Key)
+	if err != nil || gone != nil {
+		return gone, err
 	}
-	return b.left.unsettled(claim, c.Consumer, c.Key), nil
+	failed = b.left.unsettled(claim, c.Consumer, c.Key)
+	if failed != nil && b.left.expired(claim) {
+		if _, err := unitofwork.Exec(ctx, b.left.parkNative, b.left.parkArgs(claim, c.Consumer, c.Key)...); err != nil {
+			return nil, fmt.Errorf("inbox: park an expired claim: %w", err)
+		}
+		b.cfg.Recorder.Record(c.Consumer, metrics.Parked)
+	}
+	return failed, nil
 }
 
 // Skipped records in the metrics and the log that c's message was skipped

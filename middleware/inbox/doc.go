@@ -31,7 +31,11 @@
 // failed with an error not wrapped by [NotDone]) follows [Config.OnUnknown]:
 // [Park] sends the message to the error topic as [*OutcomeUnknownError],
 // [Retry] runs it again with the same idempotency key. [ListUnresolved] and
-// [Resolve] serve the operator.
+// [Resolve] serve the operator. A handler moved from External to
+// Transactional under the same consumer settles what its claims left: a
+// released key is taken over, a parked one or one whose lease ran out is
+// an [*OutcomeUnknownError] (and is parked), one under a live lease a
+// [*HeldClaimError] (retried).
 //
 // # Message log
 //

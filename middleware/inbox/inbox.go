@@ -174,14 +174,18 @@ func (t transactional) middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		owned := !unitofwork.Active(msg.Context())
 		var dup *dupOf
+		var park *parkOf
 		out, err := unitofwork.Run(t.cfg.DB, msg, func(msg *message.Message) ([]*message.Message, error) {
-			return t.claim(msg, h, &dup)
+			return t.claim(msg, h, &dup, &park)
 		})
 		if dup != nil && owned {
 			// After the rollback, in a statement of its own: a stat, never
 			// a reason to fail the message. Inside a caller's unit of
 			// work it is not counted (its connection may be the only one).
 			t.cfg.countDuplicate(msg.Context(), t.countDup, dup.consumer, dup.key)
+		}
+		if park != nil && owned {
+			t.left.parkAlone(msg.Context(), park)
 		}
 		return out, err
 	}
@@ -194,7 +198,7 @@ type dupOf struct {
 }
 
 // claim inserts the key in the unit of work and calls h when it is new.
-func (t transactional) claim(msg *message.Message, h message.HandlerFunc, dup **dupOf) ([]*message.Message, error) {
+func (t transactional) claim(msg *message.Message, h message.HandlerFunc, dup **dupOf, park **parkOf) ([]*message.Message, error) {
 	ctx := msg.Context()
 	consumer, key, err := t.cfg.keyOf(msg)
 	if err != nil {
@@ -213,20 +217,28 @@ func (t transactional) claim(msg *message.Message, h message.HandlerFunc, dup **
 	if rows == 1 {
 		return h(msg)
 	}
-	fresh, stored, found, err := t.left.settle(ctx, consumer, key)
+	c, gone, err := t.left.readTaken(ctx, consumer, key)
+	if err != nil || gone != nil {
+		return nil, cmp.Or(err, gone)
+	}
+	if sum != "" {
+		if err := t.cfg.checkReuse(consumer, key, c.checksum, sum); err != nil {
+			return nil, err
+		}
+	}
+	fresh, err := t.left.settle(ctx, consumer, key, c)
 	switch {
+	case err != nil && t.left.expired(c):
+		// Parked once this transaction rolled back: in a batch in the
+		// batch's transaction, otherwise in a statement of its own.
+		if !unitofwork.AfterRollback(ctx, t.left.parkNative, t.left.parkArgs(c, consumer, key)...) {
+			*park = &parkOf{consumer, key, c}
+		}
+		return nil, err
 	case err != nil:
 		return nil, err
 	case fresh:
 		return h(msg)
-	case !found && sum != "":
-		return nil, fmt.Errorf("inbox: read checksum: consumer %s, source %q, message %s: the key's row is not visible to the transaction; retried",
-			consumer, key.Source, key.MessageID)
-	}
-	if sum != "" {
-		if err := t.cfg.checkReuse(consumer, key, stored.checksum, sum); err != nil {
-			return nil, err
-		}
 	}
 	unitofwork.RollbackOnly(ctx)
 	t.cfg.duplicate(ctx, consumer, key)

@@ -2,10 +2,12 @@ package inbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/middleware/unitofwork"
 )
 
@@ -13,39 +15,52 @@ import (
 // handler's claims of the external-effects mode left when the handler ran
 // WithExternalEffects before under the same consumer: a released key (the
 // effect did not happen) is taken over and handled, a parked one or one
-// whose lease ran out (outcome unknown) goes to the error topic, and one an
-// attempt still holds is retried. Before, the plain inbox took any row for
-// a handled message and acked the message as a duplicate without running
-// it (found by a review).
+// whose lease ran out (outcome unknown; the latter is parked) goes to the
+// error topic, and one an attempt still holds is retried. Before, the plain
+// inbox took any row for a handled message and acked the message as a
+// duplicate without running it (found by a review).
 type leftovers struct {
-	cfg  Config
-	d    dialect.Dialect
-	read string // ClaimRead
-	take string // ClaimTakeReleased, native placeholders
+	cfg        Config
+	d          dialect.Dialect
+	read       string // ClaimReadLocked
+	take       string // ClaimTakeReleased, native placeholders
+	park       string // ClaimMove
+	parkNative string // ClaimMove, native placeholders
 }
 
 func newLeftovers(cfg Config, d dialect.Dialect) leftovers {
-	return leftovers{cfg: cfg, d: d, read: d.ClaimRead(cfg.Table), take: d.Native(d.ClaimTakeReleased(cfg.Table))}
+	return leftovers{cfg: cfg, d: d, read: d.ClaimReadLocked(cfg.Table), take: d.Native(d.ClaimTakeReleased(cfg.Table)),
+		park: d.ClaimMove(cfg.Table), parkNative: d.Native(d.ClaimMove(cfg.Table))}
 }
 
-// settle decides about key, whose insert in the unit of work in ctx found
-// a row: fresh is true when it took a released key over (the message is
-// handled); otherwise the message is a duplicate of a done key, whose
-// claim it returns (found is false when the row is not visible to the
-// transaction), or err says why it is not.
-func (l leftovers) settle(ctx context.Context, consumer string, key Key) (fresh bool, c claim, found bool, err error) {
-	c, found, err = readClaim(unitofwork.Tx(ctx), l.d, l.read, consumer, key)
-	if err != nil || !found {
-		return false, c, found, err
+// readTaken reads, in the unit of work in ctx, the row of a key whose
+// insert found it taken. The read locks the row, so that MySQL reads it as
+// it is now, not as the transaction's snapshot (taken at an earlier
+// statement of a batch) saw it. gone is the error of a row the insert found
+// and the read does not (purged in between): the message is retried. err
+// is the read's.
+func (l leftovers) readTaken(ctx context.Context, consumer string, key Key) (c claim, gone, err error) {
+	c, found, err := readClaim(unitofwork.Tx(ctx), l.d, l.read, consumer, key)
+	if err == nil && !found {
+		gone = fmt.Errorf("inbox: consumer %s, source %q, message %s: the key's row went away while it was read; retried",
+			consumer, key.Source, key.MessageID)
 	}
-	if c.status == dialect.StatusReleased {
-		taken, err := l.takeReleased(ctx, consumer, key)
-		if err == nil && !taken {
-			err = changedError(consumer, key)
-		}
-		return taken, c, true, err
+	return c, gone, err
+}
+
+// settle decides about c, the row of key its insert in the unit of work in
+// ctx found taken: fresh is true when it took a released key over (the
+// message is handled); false with no error for a duplicate of a done key;
+// otherwise err says why the message is neither.
+func (l leftovers) settle(ctx context.Context, consumer string, key Key, c claim) (fresh bool, err error) {
+	if c.status != dialect.StatusReleased {
+		return false, l.unsettled(c, consumer, key)
 	}
-	return false, c, true, l.unsettled(c, consumer, key)
+	taken, err := l.takeReleased(ctx, consumer, key)
+	if err == nil && !taken {
+		err = changedError(consumer, key)
+	}
+	return taken, err
 }
 
 // takeReleased marks key, if released, done in the unit of work in ctx,
@@ -72,11 +87,46 @@ func (l leftovers) unsettled(c claim, consumer string, key Key) error {
 	return &OutcomeUnknownError{Consumer: consumer, Key: key, Attempts: c.attempts}
 }
 
+// expired reports whether c is a claim whose lease ran out: unsettled
+// parks it, as the external-effects mode would have, so that cleanup keeps
+// it until it is resolved.
+func (l leftovers) expired(c claim) bool {
+	return c.status == dialect.StatusProcessing && !l.cfg.Now().Before(c.lease)
+}
+
+// parkArgs are the arguments of park for c.
+func (l leftovers) parkArgs(c claim, consumer string, key Key) []any {
+	return []any{dialect.StatusParked, nil, consumer, key.Source, key.MessageID, c.attempts, dialect.StatusProcessing, dialect.StatusProcessing}
+}
+
+// parkAlone parks c in a statement of its own, once the message's
+// transaction rolled back.
+func (l leftovers) parkAlone(ctx context.Context, p *parkOf) {
+	r := l.cfg.DB.WithContext(context.WithoutCancel(ctx)).Exec(l.park, l.parkArgs(p.claim, p.consumer, p.key)...)
+	if r.Error != nil {
+		l.cfg.Logger.WarnContext(ctx, "inbox: park an expired claim", "consumer", p.consumer, "message_id", p.key.MessageID, "error", r.Error)
+		return
+	}
+	if r.RowsAffected == 1 {
+		l.cfg.Recorder.Record(p.consumer, metrics.Parked)
+	}
+}
+
+// parkOf is an expired claim to park once its transaction ended.
+type parkOf struct {
+	consumer string
+	key      Key
+	claim    claim
+}
+
 // changedError says that a released key changed while it was taken over.
 func changedError(consumer string, key Key) error {
 	return fmt.Errorf("inbox: consumer %s, source %q, message %s: the released key changed while it was taken over; retried",
 		consumer, key.Source, key.MessageID)
 }
+
+// ErrClaimHeld is the sentinel every [*HeldClaimError] matches.
+var ErrClaimHeld = errors.New("inbox: an attempt of the external-effects mode holds the key")
 
 // HeldClaimError says that an attempt of the external-effects mode holds a
 // message's key (the handler ran WithExternalEffects before, on an
@@ -93,3 +143,6 @@ func (e *HeldClaimError) Error() string {
 	return fmt.Sprintf("inbox: consumer %s, source %q, message %s: an attempt of the external-effects mode holds the key until %s (the handler ran WithExternalEffects before); retried",
 		e.Consumer, e.Key.Source, e.Key.MessageID, e.Until.Format(time.RFC3339))
 }
+
+// Is makes errors.Is(err, ErrClaimHeld) true.
+func (e *HeldClaimError) Is(target error) bool { return target == ErrClaimHeld }

@@ -64,7 +64,10 @@ func New(cfg Config) (*Transport, error) {
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = PollIntervalDefault
 	}
-	if cfg.AckDeadline <= 0 {
+	if cfg.AckDeadline < 0 {
+		return nil, fmt.Errorf("sql: Config.AckDeadline %s is negative", cfg.AckDeadline)
+	}
+	if cfg.AckDeadline == 0 {
 		cfg.AckDeadline = AckDeadlineDefault
 	}
 	d, err := dialect.Of(cfg.DB)

@@ -190,14 +190,24 @@ func (s *subscriber) lateCount(key string) int {
 	return s.late[key]
 }
 
+// lateLimit bounds the late acks a subscriber remembers: a count is
+// forgotten only when its message is acked in time here, not when another
+// process settles it.
+const lateLimit = 10_000
+
 // acked records an ack: one made after the delivery's deadline was not
-// recorded by watermill-sql, which delivers the message again.
+// recorded by watermill-sql, which delivers the message again. (An ack at
+// the very instant of the deadline may be recorded and still counted here:
+// the count then waits for a copy that does not come.)
 func (s *subscriber) acked(key, topic string, msg *message.Message, read context.Context, took time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !errors.Is(read.Err(), context.DeadlineExceeded) {
 		delete(s.late, key)
 		return
+	}
+	if len(s.late) >= lateLimit {
+		clear(s.late) // counts of messages settled elsewhere since; the guard counts nacks too
 	}
 	s.late[key]++
 	s.t.log.Logger().Error("sql: a message was acked after the transport's ack deadline, which watermill-sql does not record: it is delivered again; handle a message, retries included, within Config.AckDeadline",
