@@ -177,12 +177,19 @@ For a handler WithExternalEffects, resolve a parked message first
 				return err
 			}
 			defer q.Close()
-			replayed := 0
+			replayed, kept := 0, 0
 			err = q.Browse(cmd.Context(), o.limit, func(msg *message.Message) (bool, error) {
 				if !all && !slices.Contains(args, msg.UUID) {
 					return false, nil
 				}
 				queue, err := q.Replay(cmd.Context(), msg)
+				if errors.Is(err, amqpqueue.ErrNotReplayable) {
+					// It stays; the others are replayed (before, the first
+					// such message stopped the whole replay).
+					kept++
+					fmt.Fprintf(cmd.OutOrStdout(), "kept %s in the error topic: %v\n", msg.UUID, err)
+					return false, nil
+				}
 				if err != nil {
 					return false, err
 				}
@@ -193,10 +200,13 @@ For a handler WithExternalEffects, resolve a parked message first
 			if err != nil {
 				return err
 			}
-			if replayed == 0 {
+			if replayed == 0 && kept == 0 {
 				return fmt.Errorf("nothing to replay in the first %d of error topic %s", o.limit, o.topic)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "replayed %d\n", replayed)
+			if kept > 0 {
+				return fmt.Errorf("%d message(s) cannot be replayed and stay in the error topic (listed above)", kept)
+			}
 			return nil
 		},
 	}

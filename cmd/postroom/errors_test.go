@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
 	"github.com/postroom/postroom/bus"
@@ -141,4 +142,49 @@ func TestErrorsReplayAllOnceEach(t *testing.T) {
 	var list []failedMessage
 	require.NoError(t, json.Unmarshal([]byte(out), &list))
 	require.Len(t, list, 4)
+}
+
+// TestErrorsReplayKeepsWhatItCannotReplay: a message in the error topic
+// that names no handler (put there by hand, not moved by a bus) stays, is
+// named, and the replay goes on with the others; the command fails to say
+// so. Before, it stopped the whole replay at that message (found by a
+// review).
+func TestErrorsReplayKeepsWhatItCannotReplay(t *testing.T) {
+	url := testenv.RequireAMQP(t)
+	tr, err := amqp.New(amqp.Config{URL: url})
+	require.NoError(t, err)
+	amqptest.Cleanup(t, tr)
+	errorTopic := testenv.Name("error_")
+	b, err := bus.New(bus.Config{Endpoint: testenv.Name("billing"), Transport: tr, ErrorTopic: errorTopic,
+		Retry: bus.RetryPolicy{NoRetries: true}, Logger: testenv.Logger(t)})
+	require.NoError(t, err)
+	var failing atomic.Bool
+	failing.Store(true)
+	require.NoError(t, bus.Handle(b, func(ctx context.Context, m *Invoice) error {
+		if failing.Load() {
+			return errors.New("tax service down")
+		}
+		return nil
+	}))
+	ctx := testbus.Run(t, b)
+	c := b.Counters()
+	require.NoError(t, bus.Send(ctx, b, &Invoice{N: 1}, bus.To(b.Endpoint())))
+	waitUntil(t, func() bool { return c.Total(metrics.Failed) == 1 })
+	stray := message.NewMessage("stray-1", []byte(`{}`))
+	require.NoError(t, tr.Publisher().Publish(errorTopic, stray))
+	require.NoError(t, bus.Send(ctx, b, &Invoice{N: 2}, bus.To(b.Endpoint())))
+	waitUntil(t, func() bool { return c.Total(metrics.Failed) == 2 })
+	failing.Store(false)
+
+	flags := []string{"--amqp", url, "--error-topic", errorTopic}
+	out, err := run(t, append([]string{"errors", "replay", "--all"}, flags...)...)
+	require.ErrorContains(t, err, "1 message(s) cannot be replayed")
+	require.Contains(t, out, "kept stray-1 in the error topic")
+	require.Contains(t, out, "replayed 2\n", "the one after the stray message too")
+	waitUntil(t, func() bool { return c.Total(metrics.Handled) == 2 })
+	out, err = run(t, append([]string{"errors", "list", "--json"}, flags...)...)
+	require.NoError(t, err)
+	var list []failedMessage
+	require.NoError(t, json.Unmarshal([]byte(out), &list))
+	require.Len(t, list, 1)
 }

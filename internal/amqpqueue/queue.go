@@ -49,7 +49,7 @@ func (q *Queue) exists(name string) error {
 	}
 	defer ch.Close()
 	if _, err := ch.QueueDeclarePassive(name, true, false, false, false, nil); err != nil {
-		return fmt.Errorf("amqpqueue: queue %s does not exist: %w", name, err)
+		return fmt.Errorf("%w: amqpqueue: queue %s does not exist: %w", ErrNotReplayable, name, err)
 	}
 	return nil
 }
@@ -149,11 +149,16 @@ func (q *Queue) send(ctx context.Context, queue string, msg *message.Message) er
 	}
 	select {
 	case r := <-returns:
-		return fmt.Errorf("amqpqueue: queue %s is gone: RabbitMQ returned the message (%d %s)", queue, r.ReplyCode, r.ReplyText)
+		return fmt.Errorf("%w: amqpqueue: queue %s is gone: RabbitMQ returned the message (%d %s)", ErrNotReplayable, queue, r.ReplyCode, r.ReplyText)
 	default:
 		return nil
 	}
 }
+
+// ErrNotReplayable marks the error of a message that cannot be replayed
+// (no error metadata naming its handler, or its handler's queue is gone):
+// it stays in the error topic, and the messages after it can be replayed.
+var ErrNotReplayable = errors.New("not replayable")
 
 // Replay sends a failed message back to the queue of the handler it came
 // from (its error metadata names the topic and the group), with its
@@ -177,7 +182,7 @@ func (q *Queue) Replay(ctx context.Context, msg *message.Message) (string, error
 func ReplayCopy(msg *message.Message) (topic, group string, out *message.Message, err error) {
 	topic, group = msg.Metadata.Get(metadata.ErrorTopic), msg.Metadata.Get(metadata.ErrorGroup)
 	if topic == "" || group == "" {
-		return "", "", nil, fmt.Errorf("amqpqueue: message %s has no %s or %s metadata: it was not moved by a postroom bus that records them", msg.UUID,
+		return "", "", nil, fmt.Errorf("%w: amqpqueue: message %s has no %s or %s metadata: it was not moved by a postroom bus that records them", ErrNotReplayable, msg.UUID,
 			metadata.ErrorTopic, metadata.ErrorGroup)
 	}
 	out = message.NewMessage(msg.UUID, msg.Payload)
