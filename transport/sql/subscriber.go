@@ -2,7 +2,6 @@ package sql
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -31,12 +30,12 @@ type subscriber struct {
 
 	mu       sync.Mutex
 	handling map[string]chan struct{} // by topic and message ID: closed when that delivery is settled
-	late     map[string]int           // by topic and message ID: deliveries acked after their deadline
+	late     map[string]lateAcks      // by topic and message ID: deliveries acked after their deadline
 }
 
 func newSubscriber(sub *wsql.Subscriber, t *Transport, group string) *subscriber {
 	return &subscriber{Subscriber: sub, t: t, group: group, closing: make(chan struct{}),
-		handling: map[string]chan struct{}{}, late: map[string]int{}}
+		handling: map[string]chan struct{}{}, late: map[string]lateAcks{}}
 }
 
 var (
@@ -115,9 +114,9 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 // subscription of the group, while the handler of the first may still
 // run. So a copy waits here until no other delivery of its message is
 // being handled in this process (or its own deadline passes: then it is
-// read again), and a delivery acked after its deadline, whose ack
-// watermill-sql did not record, is logged at error and counted in the
-// copies' metadata.DeliveryCount: the bus's poison-loop guard moves a
+// read again), and a delivery acked after its deadline (its context has
+// ended: watermill-sql stopped waiting and does not record the ack) is
+// logged at error and counted in the copies' metadata.DeliveryCount: the bus's poison-loop guard moves a
 // message whose handler always outlives the deadline to the error topic
 // after Config.MaxDeliveries. Before, such a handler ran again every 30 s,
 // two runs at a time, without a log line, forever (found by a review).
@@ -129,11 +128,16 @@ func (s *subscriber) forward(ctx context.Context, topic string, msg *message.Mes
 		return // not acked: watermill-sql delivers it again
 	}
 	defer s.release(key, settled)
+	// The handler gets a copy, so that an ack is checked against the
+	// deadline before watermill-sql sees it: once its wait ended (at the
+	// deadline, its context ends too), the ack is not recorded.
+	cp := msg.Copy()
+	cp.SetContext(read)
 	if n := s.lateCount(key); n > 0 {
-		msg.Metadata.Set(metadata.DeliveryCount, strconv.Itoa(n))
+		cp.Metadata.Set(metadata.DeliveryCount, strconv.Itoa(n))
 	}
 	select {
-	case out <- msg:
+	case out <- cp:
 	case <-s.closing:
 		return
 	case <-ctx.Done():
@@ -141,9 +145,13 @@ func (s *subscriber) forward(ctx context.Context, topic string, msg *message.Mes
 	}
 	start := time.Now()
 	select {
-	case <-msg.Acked():
-		s.acked(key, topic, msg, read, time.Since(start))
-	case <-msg.Nacked():
+	case <-cp.Acked():
+		if read.Err() != nil {
+			s.lateAck(key, topic, msg, time.Since(start))
+		}
+		msg.Ack()
+	case <-cp.Nacked():
+		msg.Nack()
 	case <-s.closing:
 	case <-ctx.Done():
 	}
@@ -183,36 +191,52 @@ func (s *subscriber) release(key string, settled chan struct{}) {
 	close(settled)
 }
 
-// lateCount is how many deliveries of key were acked after their deadline.
+// lateAcks counts the deliveries of a message acked after their deadline.
+type lateAcks struct {
+	n    int
+	last time.Time
+}
+
+// lateCount is how many deliveries of key were acked after their deadline,
+// the last of them less than lateMemory deadlines ago.
 func (s *subscriber) lateCount(key string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.late[key]
+	l, ok := s.late[key]
+	if ok && time.Since(l.last) > lateMemory*s.t.cfg.AckDeadline {
+		delete(s.late, key)
+		return 0
+	}
+	return l.n
 }
 
-// lateLimit bounds the late acks a subscriber remembers: a count is
-// forgotten only when its message is acked in time here, not when another
-// process settles it.
-const lateLimit = 10_000
+// lateLimit bounds the late acks a subscriber remembers, and lateMemory
+// how long, in ack deadlines: the copies of a message acked late come
+// within a deadline or two of the ack. A count is not forgotten at an ack
+// in time: on PostgreSQL another subscription of the group may have read a
+// copy before that ack committed (or instead of it), and that copy must
+// carry the count; a replay of the message from the error topic comes later
+// and starts from zero.
+const (
+	lateLimit  = 10_000
+	lateMemory = 4
+)
 
-// acked records an ack: one made after the delivery's deadline was not
-// recorded by watermill-sql, which delivers the message again. (An ack at
-// the very instant of the deadline may be recorded and still counted here:
-// the count then waits for a copy that does not come.)
-func (s *subscriber) acked(key, topic string, msg *message.Message, read context.Context, took time.Duration) {
+// lateAck records an ack made after the delivery's deadline, which
+// watermill-sql does not record: it delivers the message again.
+func (s *subscriber) lateAck(key, topic string, msg *message.Message, took time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !errors.Is(read.Err(), context.DeadlineExceeded) {
-		delete(s.late, key)
-		return
-	}
 	if len(s.late) >= lateLimit {
-		clear(s.late) // counts of messages settled elsewhere since; the guard counts nacks too
+		clear(s.late) // counts of messages settled since; the guard counts nacks too
 	}
-	s.late[key]++
+	l := s.late[key]
+	l.n++
+	l.last = time.Now()
+	s.late[key] = l
 	s.t.log.Logger().Error("sql: a message was acked after the transport's ack deadline, which watermill-sql does not record: it is delivered again; handle a message, retries included, within Config.AckDeadline",
 		"topic", topic, "group", s.group, "message_id", msg.UUID, "handled_for", took.Round(time.Millisecond),
-		"ack_deadline", s.t.cfg.AckDeadline, "late_acks", s.late[key])
+		"ack_deadline", s.t.cfg.AckDeadline, "late_acks", l.n)
 }
 
 // Close stops every subscription and returns once their channels are
