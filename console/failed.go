@@ -310,7 +310,8 @@ func (c *Console) takeFailed(w http.ResponseWriter, r *http.Request, done string
 		http.Error(w, c.redact(err), http.StatusBadRequest)
 		return
 	}
-	n, unconfirmed := 0, 0
+	n, unconfirmed, kept := 0, 0, 0
+	var keptErr error // why the last message kept could not be taken
 	err = c.withQueue(r.Context(), func(q errorQueue) error {
 		return q.Browse(r.Context(), c.cfg.Limit, func(msg *message.Message) (bool, error) {
 			if !s.match(msg) {
@@ -321,7 +322,12 @@ func (c *Console) takeFailed(w http.ResponseWriter, r *http.Request, done string
 				unconfirmed++
 				return false, nil
 			}
-			if err := do(q, msg); err != nil {
+			if err := do(q, msg); errors.Is(err, amqpqueue.ErrNotReplayable) {
+				// It stays; the others are taken (before, the first such
+				// message failed the whole retry; found by a review).
+				kept, keptErr = kept+1, err
+				return false, nil
+			} else if err != nil {
 				return false, err
 			}
 			confirmed[key]--
@@ -329,7 +335,10 @@ func (c *Console) takeFailed(w http.ResponseWriter, r *http.Request, done string
 			return true, nil
 		})
 	})
-	if err == nil && n == 0 {
+	switch {
+	case err == nil && n == 0 && kept > 0:
+		err = fmt.Errorf("nothing %s: %d message(s) of %s cannot be, and stay in the error topic: %w", done, kept, s, keptErr)
+	case err == nil && n == 0:
 		err = fmt.Errorf("nothing to do: the %d message(s) of %s that the confirmation showed are not in the first %d of the error topic %s "+
 			"(retried or deleted since?)", want, s, c.cfg.Limit, c.cfg.ErrorTopic)
 		if unconfirmed > 0 {
@@ -343,7 +352,10 @@ func (c *Console) takeFailed(w http.ResponseWriter, r *http.Request, done string
 		return
 	}
 	subject := fmt.Sprintf("%s (%d", s, n)
-	if gone := want - n; gone > 0 {
+	if kept > 0 {
+		subject += fmt.Sprintf("; %d cannot be %s and stay in the error topic: %s", kept, done, c.redact(keptErr))
+	}
+	if gone := want - n - kept; gone > 0 {
 		subject += fmt.Sprintf(" of the %d confirmed; %d gone since", want, gone)
 	}
 	if unconfirmed > 0 {

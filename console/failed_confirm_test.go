@@ -235,3 +235,35 @@ func TestFailedActionsTakeOnlyWhatWasConfirmed(t *testing.T) {
 		})
 	}
 }
+
+// TestFailedRetryKeepsWhatItCannotRetry: a retry of all takes the messages
+// it can send back and keeps, and names, one that names no handler (put in
+// the error topic by hand, not moved by a bus). Before, that message failed
+// the whole retry and nothing was retried (found by a review).
+func TestFailedRetryKeepsWhatItCannotRetry(t *testing.T) {
+	for _, tc := range errorTopics {
+		if tc.unsupported != "" {
+			continue // TestFailedActionsTakeOnlyWhatWasConfirmed checks the page says so
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := tc.open(t)
+			stray := message.NewMessage("stray-1", []byte(`{"N":1}`))
+			stray.Metadata = message.Metadata{metadata.ErrorHandler: "test.Charge", metadata.ErrorReason: "down"}
+			e.publish(t, stray)
+			failed := message.NewMessage("m-2", []byte(`{"N":2}`))
+			failed.Metadata = message.Metadata{metadata.ErrorHandler: "test.Charge", metadata.ErrorReason: "down",
+				metadata.ErrorTopic: e.retryTopic, metadata.ErrorGroup: e.group, metadata.ErrorAt: time.Now().UTC().Format(time.RFC3339Nano)}
+			e.publish(t, failed)
+			e.settle(t, 2)
+			form := e.f.confirm(t, "/failed/confirm?action=retry&all=1", "Retry 2")
+			e.settle(t, 2)
+			status, body, res := e.f.do(t, "POST", "/failed/retry", form, e.f.origin())
+			require.Equal(t, http.StatusSeeOther, status, body)
+			require.Contains(t, res.Header.Get("Location"), url.QueryEscape("(1; 1 cannot be retried and stay in the error topic"))
+			e.settle(t, 1)
+			require.Equal(t, []string{"stray-1"}, e.f.failedIDs(t))
+			e.clear(t)
+		})
+	}
+}
