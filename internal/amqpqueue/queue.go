@@ -49,7 +49,10 @@ func (q *Queue) exists(name string) error {
 	}
 	defer ch.Close()
 	if _, err := ch.QueueDeclarePassive(name, true, false, false, false, nil); err != nil {
-		return fmt.Errorf("%w: amqpqueue: queue %s does not exist: %w", ErrNotReplayable, name, err)
+		if amqpErr, ok := errors.AsType[*amqp091.Error](err); ok && amqpErr.Code == amqp091.NotFound {
+			return fmt.Errorf("%w: amqpqueue: queue %s does not exist: %w", ErrNotReplayable, name, err)
+		}
+		return fmt.Errorf("amqpqueue: check queue %s: %w", name, err)
 	}
 	return nil
 }

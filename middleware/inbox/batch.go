@@ -164,12 +164,16 @@ func (b *Batch) Duplicate(ctx context.Context, c Claim) (failed, err error) {
 	if err != nil || gone != nil {
 		return gone, err
 	}
-	failed = b.left.unsettled(claim, c.Consumer, c.Key)
-	if failed != nil && b.left.expired(claim) {
-		if _, err := unitofwork.Exec(ctx, b.left.parkNative, b.left.parkArgs(claim, c.Consumer, c.Key)...); err != nil {
+	now := b.cfg.Now()
+	failed = b.left.unsettled(claim, c.Consumer, c.Key, now)
+	if failed != nil && b.left.expired(claim, now) {
+		parked, err := unitofwork.Exec(ctx, b.left.parkNative, b.left.parkArgs(claim, c.Consumer, c.Key)...)
+		if err != nil {
 			return nil, fmt.Errorf("inbox: park an expired claim: %w", err)
 		}
-		b.cfg.Recorder.Record(c.Consumer, metrics.Parked)
+		if parked == 1 {
+			b.cfg.Recorder.Record(c.Consumer, metrics.Parked)
+		}
 	}
 	return failed, nil
 }

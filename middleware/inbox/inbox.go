@@ -226,9 +226,10 @@ func (t transactional) claim(msg *message.Message, h message.HandlerFunc, dup **
 			return nil, err
 		}
 	}
-	fresh, err := t.left.settle(ctx, consumer, key, c)
+	now := t.cfg.Now()
+	fresh, err := t.left.settle(ctx, consumer, key, c, now)
 	switch {
-	case err != nil && t.left.expired(c):
+	case err != nil && t.left.expired(c, now):
 		// Parked once this transaction rolled back: in a batch in the
 		// batch's transaction, otherwise in a statement of its own.
 		if !unitofwork.AfterRollback(ctx, t.left.parkNative, t.left.parkArgs(c, consumer, key)...) {

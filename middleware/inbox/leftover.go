@@ -49,12 +49,12 @@ func (l leftovers) readTaken(ctx context.Context, consumer string, key Key) (c c
 }
 
 // settle decides about c, the row of key its insert in the unit of work in
-// ctx found taken: fresh is true when it took a released key over (the
+// ctx found taken, as of now: fresh is true when it took a released key over (the
 // message is handled); false with no error for a duplicate of a done key;
 // otherwise err says why the message is neither.
-func (l leftovers) settle(ctx context.Context, consumer string, key Key, c claim) (fresh bool, err error) {
+func (l leftovers) settle(ctx context.Context, consumer string, key Key, c claim, now time.Time) (fresh bool, err error) {
 	if c.status != dialect.StatusReleased {
-		return false, l.unsettled(c, consumer, key)
+		return false, l.unsettled(c, consumer, key, now)
 	}
 	taken, err := l.takeReleased(ctx, consumer, key)
 	if err == nil && !taken {
@@ -73,25 +73,25 @@ func (l leftovers) takeReleased(ctx context.Context, consumer string, key Key) (
 	return rows == 1, nil
 }
 
-// unsettled is the error of a message whose key is claim c of the
-// external-effects mode: nil when it is done.
-func (l leftovers) unsettled(c claim, consumer string, key Key) error {
+// unsettled is the error, as of now, of a message whose key is claim c of
+// the external-effects mode: nil when it is done.
+func (l leftovers) unsettled(c claim, consumer string, key Key, now time.Time) error {
 	switch {
 	case c.status == dialect.StatusDone:
 		return nil
 	case c.status == dialect.StatusReleased:
 		return changedError(consumer, key)
-	case c.status == dialect.StatusProcessing && l.cfg.Now().Before(c.lease):
+	case c.status == dialect.StatusProcessing && now.Before(c.lease):
 		return &HeldClaimError{Consumer: consumer, Key: key, Until: c.lease}
 	}
 	return &OutcomeUnknownError{Consumer: consumer, Key: key, Attempts: c.attempts}
 }
 
-// expired reports whether c is a claim whose lease ran out: unsettled
-// parks it, as the external-effects mode would have, so that cleanup keeps
-// it until it is resolved.
-func (l leftovers) expired(c claim) bool {
-	return c.status == dialect.StatusProcessing && !l.cfg.Now().Before(c.lease)
+// expired reports whether c is a claim whose lease ran out by now: its
+// message is parked, as the external-effects mode would have, so that
+// cleanup keeps it until it is resolved.
+func (l leftovers) expired(c claim, now time.Time) bool {
+	return c.status == dialect.StatusProcessing && !now.Before(c.lease)
 }
 
 // parkArgs are the arguments of park for c.

@@ -146,7 +146,7 @@ func (s *subscriber) forward(ctx context.Context, topic string, msg *message.Mes
 	start := time.Now()
 	select {
 	case <-cp.Acked():
-		if read.Err() != nil {
+		if pastDeadline(read) {
 			s.lateAck(key, topic, msg, time.Since(start))
 		}
 		msg.Ack()
@@ -155,6 +155,19 @@ func (s *subscriber) forward(ctx context.Context, topic string, msg *message.Mes
 	case <-s.closing:
 	case <-ctx.Done():
 	}
+}
+
+// pastDeadline reports whether read, a delivery's context, ended at its
+// deadline: watermill-sql stopped waiting for the ack. Its Err says so
+// only most of the time (watermill-sql's own cancel races the deadline and
+// may end it as Canceled); a context that ended before its deadline was
+// ended by a stop, which is no late ack. (The check and watermill-sql's
+// wait are not atomic: an ack a moment before the deadline may still be
+// dropped by watermill-sql and not counted here; the message is then
+// delivered again, uncounted, as at least once allows.)
+func pastDeadline(read context.Context) bool {
+	deadline, ok := read.Deadline()
+	return read.Err() != nil && ok && !time.Now().Before(deadline)
 }
 
 // take marks the delivery of key as being handled once no other delivery
