@@ -43,6 +43,21 @@ if ! psql -h 127.0.0.1 -U postgres -d postgres -Atc 'SELECT 1' >/dev/null 2>&1; 
   as_root sed -i '1i host all all 127.0.0.1/32 trust' "$hba"
   as_root su postgres -c "psql -c 'SELECT pg_reload_conf()'" >/dev/null
 fi
+# The test packages run side by side (go test -p 2): PostgreSQL's default
+# of 100 connections ran out once ("sorry, too many clients already"), and
+# a test of Watermill's suite then hung until the package's timeout.
+max_conn=$(psql -h 127.0.0.1 -U postgres -d postgres -Atc 'SHOW max_connections')
+if [ "$max_conn" -lt 300 ]; then
+  ver=$(ls /etc/postgresql 2>/dev/null | sort -n | tail -1)
+  if [ -n "$ver" ] && command -v pg_ctlcluster >/dev/null; then
+    say "PostgreSQL: max_connections $max_conn -> 300 (the test packages run side by side); restarting PostgreSQL $ver"
+    psql -h 127.0.0.1 -U postgres -d postgres -qc 'ALTER SYSTEM SET max_connections = 300'
+    as_root pg_ctlcluster --skip-systemctl-redirect "$ver" main restart
+    wait_port 5432 PostgreSQL
+  else
+    say "PostgreSQL: max_connections is $max_conn; raise it to 300 (ALTER SYSTEM SET max_connections = 300, then restart), or the tests may run out of connections"
+  fi
+fi
 if [ "$(psql -h 127.0.0.1 -U postgres -d postgres -Atc "SELECT 1 FROM pg_database WHERE datname = 'postroom_test'")" != 1 ]; then
   say "creating PostgreSQL database postroom_test"
   psql -h 127.0.0.1 -U postgres -d postgres -qc 'CREATE DATABASE postroom_test'
