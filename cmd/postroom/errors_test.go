@@ -112,14 +112,7 @@ func waitUntil(t *testing.T, cond func() bool) {
 // 4 messages replayed 36 to 396). Browse reads only what the queue held
 // when it began.
 func TestErrorsReplayAllOnceEach(t *testing.T) {
-	url := testenv.RequireAMQP(t)
-	tr, err := amqp.New(amqp.Config{URL: url})
-	require.NoError(t, err)
-	amqptest.Cleanup(t, tr)
-	errorTopic := testenv.Name("error_")
-	b, err := bus.New(bus.Config{Endpoint: testenv.Name("billing"), Transport: tr, ErrorTopic: errorTopic,
-		Retry: bus.RetryPolicy{NoRetries: true}, Logger: testenv.Logger(t)})
-	require.NoError(t, err)
+	url, _, errorTopic, b := billingOnRabbitMQ(t)
 	require.NoError(t, bus.Handle(b, func(ctx context.Context, m *Invoice) error {
 		return errors.New("tax service down")
 	}))
@@ -150,14 +143,7 @@ func TestErrorsReplayAllOnceEach(t *testing.T) {
 // so. Before, it stopped the whole replay at that message (found by a
 // review).
 func TestErrorsReplayKeepsWhatItCannotReplay(t *testing.T) {
-	url := testenv.RequireAMQP(t)
-	tr, err := amqp.New(amqp.Config{URL: url})
-	require.NoError(t, err)
-	amqptest.Cleanup(t, tr)
-	errorTopic := testenv.Name("error_")
-	b, err := bus.New(bus.Config{Endpoint: testenv.Name("billing"), Transport: tr, ErrorTopic: errorTopic,
-		Retry: bus.RetryPolicy{NoRetries: true}, Logger: testenv.Logger(t)})
-	require.NoError(t, err)
+	url, tr, errorTopic, b := billingOnRabbitMQ(t)
 	var failing atomic.Bool
 	failing.Store(true)
 	require.NoError(t, bus.Handle(b, func(ctx context.Context, m *Invoice) error {
@@ -187,4 +173,19 @@ func TestErrorsReplayKeepsWhatItCannotReplay(t *testing.T) {
 	var list []failedMessage
 	require.NoError(t, json.Unmarshal([]byte(out), &list))
 	require.Len(t, list, 1)
+}
+
+// billingOnRabbitMQ is a bus of a new endpoint on RabbitMQ, with its own
+// error topic and no retries: a failure goes to the error topic at once.
+func billingOnRabbitMQ(t *testing.T) (url string, tr *amqp.Transport, errorTopic string, b *bus.Bus) {
+	t.Helper()
+	url = testenv.RequireAMQP(t)
+	tr, err := amqp.New(amqp.Config{URL: url})
+	require.NoError(t, err)
+	amqptest.Cleanup(t, tr)
+	errorTopic = testenv.Name("error_")
+	b, err = bus.New(bus.Config{Endpoint: testenv.Name("billing"), Transport: tr, ErrorTopic: errorTopic,
+		Retry: bus.RetryPolicy{NoRetries: true}, Logger: testenv.Logger(t)})
+	require.NoError(t, err)
+	return url, tr, errorTopic, b
 }

@@ -63,6 +63,17 @@ func (s externalSetup) middleware(t *testing.T, policy inbox.Policy, checksum bo
 	return mw
 }
 
+// purge runs cleanup with retention at the test clock's time and returns
+// how many inbox keys it deleted.
+func (s externalSetup) purge(t *testing.T, retention time.Duration) int64 {
+	t.Helper()
+	c, err := handlers.NewCleanup(handlers.CleanupConfig{DB: s.db, Now: s.clock.Now, Logger: testenv.Logger(t)})
+	require.NoError(t, err)
+	res, err := c.Purge(context.Background(), handlers.CleanupStore{Retention: retention})
+	require.NoError(t, err)
+	return res.Inbox
+}
+
 func status(t *testing.T, db *gorm.DB, id string) (string, int) {
 	t.Helper()
 	var row struct {
@@ -255,11 +266,7 @@ func TestExternalModeConformance(t *testing.T) {
 				require.ErrorIs(t, err, inbox.ErrOutcomeUnknown)
 				s.clock.Advance(300 * time.Hour) // the operator resolves it long after
 				require.NoError(t, inbox.Resolve(context.Background(), s.db, "", "payments.charge", inbox.Key{MessageID: "e-14"}, inbox.Happened, s.clock.Now()))
-				c, err := handlers.NewCleanup(handlers.CleanupConfig{DB: s.db, Now: s.clock.Now, Logger: testenv.Logger(t)})
-				require.NoError(t, err)
-				res, err := c.Purge(context.Background(), handlers.CleanupStore{Retention: 240 * time.Hour})
-				require.NoError(t, err)
-				require.Zero(t, res.Inbox, "before: purged at once, so the replay that follows --done called again")
+				require.Zero(t, s.purge(t, 240*time.Hour), "before: purged at once, so the replay that follows --done called again")
 				_, err = h(message.NewMessage("e-14", nil)) // the replay from the error topic
 				require.NoError(t, err)
 				require.Equal(t, 1, api.count())
@@ -274,11 +281,7 @@ func TestExternalModeConformance(t *testing.T) {
 				h := mw(func(msg *message.Message) ([]*message.Message, error) { api.record(msg.Context()); return nil, nil })
 				_, err := h(message.NewMessage("e-13", nil))
 				require.NoError(t, err)
-				c, err := handlers.NewCleanup(handlers.CleanupConfig{DB: s.db, Now: s.clock.Now, Logger: testenv.Logger(t)})
-				require.NoError(t, err)
-				res, err := c.Purge(context.Background(), handlers.CleanupStore{Retention: 240 * time.Hour})
-				require.NoError(t, err)
-				require.Zero(t, res.Inbox, "the key of the attempt that took over is within its retention (before: purged, "+
+				require.Zero(t, s.purge(t, 240*time.Hour), "the key of the attempt that took over is within its retention (before: purged, "+
 					"so a redelivery of that copy called again)")
 				_, err = h(message.NewMessage("e-13", nil))
 				require.NoError(t, err)
