@@ -57,6 +57,10 @@ func TestShortRetentionIsRefused(t *testing.T) {
 	err = bus.Handle(b, func(context.Context, *CreateInvoice) error { return nil }, bus.WithInbox())
 	require.ErrorContains(t, err, "retention 30m0s is shorter than the retry and redelivery horizon")
 	require.ErrorContains(t, err, "raise the retention")
+	// Watermarks are purged after the same retention: a handler WithStale
+	// alone is checked too (before, it was not: found by a review).
+	err = bus.Handle(b, func(context.Context, *CustomerMoved) error { return nil }, bus.WithStale())
+	require.ErrorContains(t, err, "retention 30m0s is shorter than the retry and redelivery horizon")
 }
 
 // TestRetentionCoversDelayedRetries: a delayed retry runs long after the

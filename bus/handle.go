@@ -335,6 +335,9 @@ func (b *Bus) chain(hc handlerConfig, h message.HandlerFunc) (message.HandlerFun
 	if err := b.keepsKeys(hc); err != nil {
 		return nil, err
 	}
+	if err := b.checkRetention(hc); err != nil {
+		return nil, err
+	}
 	if hc.stale {
 		// The watermark's type is the handler's message type: a foreign
 		// producer need not set postroom-message-type (docs/foreign-producers.md).
@@ -350,16 +353,10 @@ func (b *Bus) chain(hc handlerConfig, h message.HandlerFunc) (message.HandlerFun
 	}
 	icfg := inbox.Config{DB: b.cfg.DB, Consumer: consumer, Key: hc.inboxKey, Recorder: rec, Logger: b.cfg.Logger, Now: b.cfg.Now,
 		Checksum: hc.checksum, StorePayload: hc.payload}
-	horizon := b.keyHorizon(hc)
 	if hc.external != nil {
 		// The claim commits before the handler runs, so the External mode
-		// opens the handler's unit of work itself; a copy may wait a
-		// lease before it is handled.
+		// opens the handler's unit of work itself.
 		icfg.Mode, icfg.OnUnknown, icfg.Lease = inbox.External, hc.external.OnUnknown, cmp.Or(hc.external.Lease, inbox.LeaseDefault)
-		horizon += icfg.Lease
-	}
-	if err := inbox.CheckRetention(b.cfg.InboxRetention, horizon); err != nil {
-		return nil, fmt.Errorf("bus: handler %s: %w", hc.name, err)
 	}
 	mw, err := inbox.New(icfg)
 	if err != nil {
@@ -373,6 +370,28 @@ func (b *Bus) chain(hc handlerConfig, h message.HandlerFunc) (message.HandlerFun
 		return b.inUnitOfWork(hc, h)
 	}
 	return h, nil
+}
+
+// checkRetention refuses an InboxRetention shorter than the time after
+// which a message of hc may still arrive, for a handler that keeps inbox
+// keys or watermarks: cleanup purges both after the retention, and a copy
+// arriving after its key or watermark is gone would be applied again (a
+// duplicate), or applied over a newer update (a stale one). Before, a
+// handler WithStale alone was not checked: its watermark was purged while
+// an older update waited in a delayed retry, which was then applied after
+// the newer one (found by a review).
+func (b *Bus) checkRetention(hc handlerConfig) error {
+	if !hc.inbox && !hc.stale {
+		return nil
+	}
+	horizon := b.keyHorizon(hc)
+	if hc.external != nil { // a copy may wait a lease before it is handled
+		horizon += cmp.Or(hc.external.Lease, inbox.LeaseDefault)
+	}
+	if err := inbox.CheckRetention(b.cfg.InboxRetention, horizon); err != nil {
+		return fmt.Errorf("bus: handler %s: %w", hc.name, err)
+	}
+	return nil
 }
 
 // keepsKeys records that the handler keeps inbox keys or watermarks under
