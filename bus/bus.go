@@ -171,6 +171,9 @@ func (b *Bus) Run(ctx context.Context) error {
 		if err := store.CheckFoundRows(ctx, b.cfg.DB, store.Tables{}); err != nil {
 			return fmt.Errorf("bus: %w", err)
 		}
+		if err := store.CheckTimeZone(ctx, b.cfg.DB); err != nil {
+			return fmt.Errorf("bus: %w", err)
+		}
 	}
 	for _, c := range consumers {
 		if err := store.AdoptLegacyKeys(ctx, b.cfg.DB, store.Tables{}, c.name, c.legacyInbox, c.watermarks); err != nil {

@@ -33,3 +33,22 @@ func TestRunRefusesAConnectionCountingFoundRows(t *testing.T) {
 	defer cancel()
 	require.ErrorIs(t, b.Run(ctx), store.ErrFoundRows)
 }
+
+// TestRunRefusesAConnectionInAnotherTimeZone: a pool whose driver converts
+// times to another zone (loc=…) would shift every time the bus writes to
+// MySQL's DATETIME columns: young inbox keys purged, delayed messages
+// delivered early (found by a review). Run refuses it.
+func TestRunRefusesAConnectionInAnotherTimeZone(t *testing.T) {
+	db, err := gorm.Open(mysql.Open(testenv.MySQLDatabaseDSN(t)+"&parseTime=true&loc=Europe%2FBerlin"), &gorm.Config{Logger: logger.Discard})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = store.Close(db) })
+	_, err = store.Migrate(context.Background(), db, store.Tables{})
+	require.NoError(t, err)
+	b, err := bus.New(bus.Config{Endpoint: "billing", Transport: gochannel.New(gochannel.Config{}), DB: db, Logger: testenv.Logger(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	require.NoError(t, bus.Handle(b, func(context.Context, *CreateInvoice) error { return nil }, bus.WithInbox()))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.ErrorIs(t, b.Run(ctx), store.ErrTimeZone)
+}

@@ -13,6 +13,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/store"
 )
 
 // Defaults of Config.
@@ -199,6 +200,11 @@ func (s *Scheduler) state(ctx context.Context, name string) (next time.Time, pau
 // Run calls Define, then Tick every PollInterval until ctx is done. Tick
 // errors are logged and retried on the next tick.
 func (s *Scheduler) Run(ctx context.Context) error {
+	// Slots are DATETIME columns on MySQL: a connection in another zone
+	// would shift them (and lose one at a change of clocks).
+	if err := store.CheckTimeZone(ctx, s.cfg.DB); err != nil {
+		return fmt.Errorf("scheduler: %w", err)
+	}
 	if err := s.Define(ctx); err != nil {
 		if ctx.Err() != nil {
 			// Stopped while defining: SQLite reports a query cut short as

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
@@ -21,7 +22,7 @@ var ErrFoundRows = errors.New("the MySQL connection counts found rows (clientFou
 	"postroom tells a duplicate from a new message by the rows an insert changed, which that makes the same; remove the option")
 
 // checkMySQLDSN refuses a MySQL DSN (without its mysql:// prefix) that
-// sets clientFoundRows.
+// sets clientFoundRows, or a loc other than UTC.
 func checkMySQLDSN(dsn string) error {
 	cfg, err := gomysql.ParseDSN(dsn)
 	if err != nil {
@@ -29,6 +30,9 @@ func checkMySQLDSN(dsn string) error {
 	}
 	if cfg.ClientFoundRows {
 		return fmt.Errorf("store: %w", ErrFoundRows)
+	}
+	if cfg.Loc != time.UTC {
+		return fmt.Errorf("store: %w (the DSN sets loc=%s)", ErrTimeZone, cfg.Loc)
 	}
 	return nil
 }

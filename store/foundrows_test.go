@@ -36,3 +36,27 @@ func TestFoundRowsAreRefused(t *testing.T) {
 	require.ErrorIs(t, store.CheckFoundRows(ctx, wrong, store.Tables{}), store.ErrFoundRows)
 	require.NoError(t, store.CheckFoundRows(ctx, testenv.SQLite(t), store.Tables{}), "only MySQL counts found rows")
 }
+
+// TestTimeZonesOtherThanUTCAreRefused: a MySQL connection whose driver
+// converts times to another zone (loc=…) shifts every time postroom
+// writes to its DATETIME columns by that zone's offset: a review saw young
+// inbox keys purged, delayed messages delivered early and a schedule's slot
+// lost. Open refuses such a DSN, and CheckTimeZone (which bus.Run calls)
+// such a connection opened some other way.
+func TestTimeZonesOtherThanUTCAreRefused(t *testing.T) {
+	base := testenv.MySQLDatabaseDSN(t)
+	for _, loc := range []string{"Local", "Europe%2FBerlin"} {
+		_, err := store.Open(base + "&loc=" + loc)
+		require.ErrorIs(t, err, store.ErrTimeZone, loc)
+	}
+	right, err := store.Open(base + "&loc=UTC")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = store.Close(right) })
+	ctx := context.Background()
+	require.NoError(t, store.CheckTimeZone(ctx, right))
+	wrong, err := gorm.Open(mysql.Open(base+"&parseTime=true&loc=Europe%2FBerlin"), &gorm.Config{Logger: logger.Discard})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = store.Close(wrong) })
+	require.ErrorIs(t, store.CheckTimeZone(ctx, wrong), store.ErrTimeZone)
+	require.NoError(t, store.CheckTimeZone(ctx, testenv.SQLite(t)), "only MySQL's DATETIME keeps no zone")
+}

@@ -18,7 +18,9 @@
 // counts the row a duplicate's insert matched as affected, so every
 // duplicate would be handled again: the bus refuses such a connection in
 // Run and store.Open refuses such a DSN; used without them, call
-// store.CheckFoundRows at startup.
+// store.CheckFoundRows at startup. The same goes for a connection whose
+// driver converts times to a zone other than UTC (loc=…), which would
+// shift the keys' times: store.CheckTimeZone.
 //
 // # External effects
 //

@@ -27,7 +27,8 @@
 // connection opened with clientFoundRows=true (CLIENT_FOUND_ROWS) counts
 // the row it matched instead, so every older update would be applied. The
 // bus refuses such a connection in Run and store.Open refuses such a DSN;
-// used without them, call store.CheckFoundRows at startup.
+// used without them, call store.CheckFoundRows at startup (and
+// store.CheckTimeZone, which refuses a driver's loc other than UTC).
 //
 // # Bad input
 //

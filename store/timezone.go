@@ -1,0 +1,44 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/postroom/postroom/internal/dialect"
+)
+
+// ErrTimeZone is the error of a MySQL connection whose driver converts
+// times to a zone other than UTC (the driver's loc, e.g. loc=Local).
+// postroom's time columns are DATETIME, which keep a wall-clock time
+// without its zone, and postroom writes and compares them in UTC: through
+// such a connection every time is shifted by the zone's offset, against
+// the times other connections wrote. Found by a review: a connection with
+// loc=Europe/Berlin purged inbox keys 10 minutes old (a duplicate then
+// applied again), delivered a message delayed by 30 minutes at once, and
+// lost a schedule's slot at the autumn change of clocks.
+var ErrTimeZone = errors.New("the MySQL connection converts times to a zone other than UTC (the DSN's loc): " +
+	"postroom keeps its times in UTC in DATETIME columns, so they would shift by the zone's offset; remove loc or set loc=UTC")
+
+// CheckTimeZone fails with ErrTimeZone when db, on MySQL/MariaDB, sends
+// times in a zone other than UTC (a *gorm.DB not opened by Open, whose
+// DSN set loc): it binds a UTC time and compares it with the same time
+// written as text. Nothing to check on other databases.
+func CheckTimeZone(ctx context.Context, db *gorm.DB) error {
+	d, err := dialect.Of(db)
+	if err != nil || d != dialect.MySQL {
+		return err
+	}
+	probe := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	var same int
+	if err := db.WithContext(ctx).Raw("SELECT CAST(? AS DATETIME(6)) = CAST('2000-01-01 00:00:00' AS DATETIME(6))", probe).Scan(&same).Error; err != nil {
+		return fmt.Errorf("store: check the connection's time zone: %w", err)
+	}
+	if same != 1 {
+		return fmt.Errorf("store: %w", ErrTimeZone)
+	}
+	return nil
+}
