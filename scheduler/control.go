@@ -89,19 +89,33 @@ func (c *Control) Resume(ctx context.Context, name string) error {
 }
 
 func (c *Control) setPaused(ctx context.Context, name string, paused bool) error {
-	return c.one(c.db.WithContext(ctx).Exec(c.stmts.SetPaused, paused, name), name)
+	return c.one(ctx, c.db.WithContext(ctx).Exec(c.stmts.SetPaused, paused, name), name)
 }
 
 // Trigger makes a schedule due now: the next tick of any instance fires it.
 func (c *Control) Trigger(ctx context.Context, name string, now time.Time) error {
-	return c.one(c.db.WithContext(ctx).Exec(c.stmts.Trigger, c.d.Time(now), name), name)
+	return c.one(ctx, c.db.WithContext(ctx).Exec(c.stmts.Trigger, c.d.Time(now), name), name)
 }
 
-func (c *Control) one(res *gorm.DB, name string) error {
+// one checks the update res of the schedule name: an error unless it
+// exists. MySQL counts only the rows an update changed, so pausing a
+// paused schedule changes none there: it is looked up before "no
+// schedule" is said (before, MariaDB said it; found by a review).
+func (c *Control) one(ctx context.Context, res *gorm.DB, name string) error {
 	if res.Error != nil {
 		return fmt.Errorf("scheduler: %q: %w", name, res.Error)
 	}
-	if res.RowsAffected == 0 {
+	if res.RowsAffected > 0 {
+		return nil
+	}
+	var found []struct {
+		NextRunAt any
+		Paused    bool
+	}
+	if err := c.db.WithContext(ctx).Raw(c.stmts.State, name).Scan(&found).Error; err != nil {
+		return fmt.Errorf("scheduler: %q: %w", name, err)
+	}
+	if len(found) == 0 {
 		return fmt.Errorf("scheduler: no schedule named %q", name)
 	}
 	return nil

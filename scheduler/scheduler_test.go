@@ -232,3 +232,34 @@ func TestBadSchedulesAreRefused(t *testing.T) {
 	require.ErrorContains(t, err, "every tuesday")
 	require.ErrorContains(t, err, "Schedule.Name")
 }
+
+// TestControlTwiceIsNotAnError: pausing a paused schedule, resuming a
+// running one and triggering one twice at the same time succeed on every
+// store; only a name that does not exist is an error. MySQL counts only
+// the rows an update changed, and MariaDB said "no schedule named" for a
+// second pause (found by a review).
+func TestControlTwiceIsNotAnError(t *testing.T) {
+	for _, store := range testenv.Databases {
+		t.Run(store.Name, func(t *testing.T) {
+			db := store.Open(t)
+			emitsTable(t, db)
+			c := &clock{}
+			c.Set(time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC))
+			newScheduler(t, db, c, "a", scheduler.Schedule{Name: "job", Every: time.Hour})
+			ctl, err := scheduler.NewControl(db, "")
+			require.NoError(t, err)
+			ctx := context.Background()
+			for range 2 {
+				require.NoError(t, ctl.Pause(ctx, "job"))
+			}
+			for range 2 {
+				require.NoError(t, ctl.Resume(ctx, "job"))
+			}
+			for range 2 {
+				require.NoError(t, ctl.Trigger(ctx, "job", c.Now()))
+			}
+			require.ErrorContains(t, ctl.Pause(ctx, "nope"), `no schedule named "nope"`)
+			require.ErrorContains(t, ctl.Trigger(ctx, "nope", c.Now()), `no schedule named "nope"`)
+		})
+	}
+}
