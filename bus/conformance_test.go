@@ -167,6 +167,13 @@ func (s *sharedTransport) Sequential() bool {
 	return ok && q.Sequential()
 }
 
+func (s *sharedTransport) Reach() string {
+	if r, ok := s.Transport.(transport.Reach); ok {
+		return r.Reach()
+	}
+	return ""
+}
+
 func (s *sharedTransport) PublishMandatory(topic string, msgs ...*message.Message) error {
 	if m, ok := s.Transport.(transport.Mandatory); ok {
 		return m.PublishMandatory(topic, msgs...)

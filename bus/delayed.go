@@ -79,11 +79,29 @@ func (b *Bus) delay(ctx context.Context, db *gorm.DB, out outgoing) error {
 	if err != nil {
 		return fmt.Errorf("bus: deliver %s later: %w", out.msg.UUID, err)
 	}
-	err = db.WithContext(ctx).Exec(stmts.Insert, d.Time(out.at), out.topic, out.group, out.msg.UUID, []byte(out.msg.Payload), string(md), d.Time(b.cfg.Now())).Error
+	group := out.group
+	if group == "" {
+		group = b.delayedRelay()
+	}
+	err = db.WithContext(ctx).Exec(stmts.Insert, d.Time(out.at), out.topic, group, out.msg.UUID, []byte(out.msg.Payload), string(md), d.Time(b.cfg.Now())).Error
 	if err != nil {
 		return fmt.Errorf("bus: deliver %s later: %w (has `postroom migrate` run? delayed delivery needs migration 7)", out.msg.UUID, err)
 	}
 	return nil
+}
+
+// delayedRelay is the target_group of the delayed deliveries this bus
+// sends, and publishes: those of any bus whose transport reaches the same
+// subscribers (transport.Reach), or, in memory, those of this endpoint.
+// Before, every bus on the database published every delayed delivery on
+// its own transport: a service on another broker, or with its own
+// in-memory transport, dropped another's events as unrouted and sent its
+// commands to its own error topic (found by a review).
+func (b *Bus) delayedRelay() string {
+	if r, ok := b.cfg.Transport.(transport.Reach); ok && r.Reach() != "" {
+		return dialect.DelayedByReach(r.Reach())
+	}
+	return dialect.DelayedByEndpoint(b.cfg.Endpoint)
 }
 
 func (b *Bus) delayedStatements(db *gorm.DB) (dialect.Dialect, dialect.DelayedStatements, error) {
@@ -162,7 +180,10 @@ func (b *Bus) deliverDue(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	groups := []string{""}
+	// The delayed deliveries sent through a transport of the same reach
+	// (and those of older versions, which name none) and the delayed
+	// retries of this bus's handlers.
+	groups := []string{"", b.delayedRelay()}
 	b.mu.Lock()
 	for g := range b.retryTargets {
 		groups = append(groups, g)
@@ -178,7 +199,7 @@ func (b *Bus) deliverDue(ctx context.Context) (int, error) {
 		lease := b.cfg.Now().Add(b.retryLease())
 		claimedUntil = lease
 		for _, r := range rows {
-			if r.TargetGroup != "" {
+			if _, send := dialect.DelayedRelay(r.TargetGroup); !send {
 				if err := tx.Exec(stmts.Claim, d.Time(lease), r.ID).Error; err != nil {
 					return err
 				}

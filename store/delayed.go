@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+
+	"github.com/postroom/postroom/internal/dialect"
 )
 
 // Delayed is a message waiting in the delayed table (bus.DeliverAt, or a
@@ -15,6 +17,7 @@ type Delayed struct {
 	DueAt       time.Time `json:"due_at"`
 	Topic       string    `json:"topic"`
 	TargetGroup string    `json:"target_group,omitempty"` // a delayed retry's handler group; "" for a delayed delivery
+	RelayedBy   string    `json:"relayed_by,omitempty"`   // a delayed delivery's publishers: "transport amqp://…", "endpoint billing", or "any bus" (older versions)
 	MessageID   string    `json:"message_id"`
 	CreatedAt   time.Time `json:"created_at"`
 }
@@ -41,6 +44,9 @@ func ListDelayed(ctx context.Context, db *gorm.DB, tables Tables, limit int) ([]
 		var due, created any
 		if err := rows.Scan(&r.ID, &due, &r.Topic, &r.TargetGroup, &r.MessageID, &created); err != nil {
 			return nil, fmt.Errorf("store: list delayed messages: %w", err)
+		}
+		if relay, ok := dialect.DelayedRelay(r.TargetGroup); ok {
+			r.RelayedBy, r.TargetGroup = relay, ""
 		}
 		if r.DueAt, err = d.ParseTime(due); err != nil {
 			return nil, fmt.Errorf("store: delayed message %d: %w", r.ID, err)

@@ -69,6 +69,18 @@ type Sequential interface {
 	Sequential() bool
 }
 
+// Reach is implemented by a transport whose messages reach subscribers
+// beyond its own process: Reach names where it publishes (RabbitMQ: the
+// broker's address and vhost; the SQL transport: the database's tables),
+// the same for two transports that deliver to the same subscribers. A
+// delayed delivery is published, when due, only by a bus whose transport
+// has the reach of the sender's (one without Reach, in memory: only by
+// the sending endpoint's buses), so that a service on another broker,
+// sharing the database, does not publish it where nobody listens.
+type Reach interface {
+	Reach() string
+}
+
 // SubscriptionLimit is implemented by a transport that bounds the
 // subscriptions of one group (RabbitMQ: a group's subscriptions are
 // channels on one connection, which carries at most 2,047 by default). The

@@ -38,11 +38,14 @@ func newDelayed(opts *options) *cobra.Command {
 }
 
 func printDelayed(out io.Writer, rows []store.Delayed, asJSON bool) error {
-	return printList(out, asJSON, rows, []string{"ID", "DUE", "MESSAGE ID", "TOPIC", "RETRY OF GROUP"}, func(r store.Delayed) []string {
-		group := "-"
+	return printList(out, asJSON, rows, []string{"ID", "DUE", "MESSAGE ID", "TOPIC", "RETRY OF GROUP", "RELAYED BY"}, func(r store.Delayed) []string {
+		group, sender := "-", "-"
 		if r.TargetGroup != "" {
 			group = r.TargetGroup
 		}
-		return []string{strconv.FormatInt(r.ID, 10), r.DueAt.Format(time.RFC3339), r.MessageID, r.Topic, group}
+		if r.RelayedBy != "" {
+			sender = r.RelayedBy
+		}
+		return []string{strconv.FormatInt(r.ID, 10), r.DueAt.Format(time.RFC3339), r.MessageID, r.Topic, group, sender}
 	})
 }

@@ -1,11 +1,18 @@
 package dialect
 
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+)
+
 // DelayedStatements are the statements on the delayed-messages table.
 type DelayedStatements struct {
-	// Insert adds a message: due_at, topic, target_group ('' for a
-	// message published to its topic; a handler's group for a delayed
-	// retry, delivered to that handler alone), message_id, payload,
-	// metadata (JSON), created_at.
+	// Insert adds a message: due_at, topic, target_group (for a message
+	// published to its topic, who publishes it: DelayedByReach or
+	// DelayedByEndpoint; a handler's group for a delayed retry, delivered
+	// to that handler alone), message_id, payload, metadata (JSON),
+	// created_at.
 	Insert string
 	// Due selects up to a number of messages due at a time for some target
 	// groups (arguments: the time, the groups, the number), oldest due
@@ -31,6 +38,47 @@ type DelayedStatements struct {
 	// List selects up to a number of messages, earliest due first: id,
 	// due_at, topic, target_group, message_id, created_at.
 	List string
+}
+
+// A delayed delivery's target_group says which buses publish it when it
+// is due: those whose transport has the sender's reach (byReach, then the
+// reach), or, for a transport without one (in memory), the sending
+// endpoint's (byEndpoint, then the endpoint). Handler groups, which name
+// delayed retries, start with neither. Rows written before this carry ”,
+// which every bus publishes.
+const (
+	byReach    = ">"
+	byEndpoint = "@"
+)
+
+// DelayedByReach is the target_group of a delayed delivery sent through a
+// transport of reach (transport.Reach); a reach too long for the column
+// is replaced by its hash, the same for every bus.
+func DelayedByReach(reach string) string {
+	if len(byReach+reach) > 255 {
+		sum := sha256.Sum256([]byte(reach))
+		reach = "sha256:" + hex.EncodeToString(sum[:])
+	}
+	return byReach + reach
+}
+
+// DelayedByEndpoint is the target_group of a delayed delivery sent by
+// endpoint through a transport without a reach.
+func DelayedByEndpoint(endpoint string) string { return byEndpoint + endpoint }
+
+// DelayedRelay says who publishes the delayed delivery of target_group
+// group ("any bus", "endpoint billing", "transport amqp://…"); ok is
+// false for a delayed retry (a handler's group).
+func DelayedRelay(group string) (relay string, ok bool) {
+	switch {
+	case group == "":
+		return "any bus", true
+	case strings.HasPrefix(group, byReach):
+		return "transport " + group[len(byReach):], true
+	case strings.HasPrefix(group, byEndpoint):
+		return "endpoint " + group[len(byEndpoint):], true
+	}
+	return "", false
 }
 
 // Delayed returns the statements on table, after checking its name.

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/url"
+	"strings"
 
 	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -137,6 +139,18 @@ const deliveryLimitArg = "x-delivery-limit"
 // the largest RabbitMQ takes, never reached (-1, "no limit" on RabbitMQ
 // 4.x, is a limit of 0 on 3.x).
 const errorQueueDeliveryLimit = math.MaxInt32
+
+// Reach names the broker and vhost of the URL ("amqp://host:5672/%2F",
+// without credentials), for delayed deliveries (transport.Reach): two
+// services sharing a database relay each other's only when their URLs
+// name the broker the same way.
+func (t *Transport) Reach() string {
+	uri, err := amqp091.ParseURI(t.cfg.URL)
+	if err != nil { // no dial succeeds with it either; never the URL, which may hold a password
+		return "amqp:unreadable-url"
+	}
+	return fmt.Sprintf("%s://%s:%d/%s", uri.Scheme, strings.ToLower(uri.Host), uri.Port, url.PathEscape(uri.Vhost))
+}
 
 // config is watermill-amqp's durable pub/sub config with postroom's
 // marshaler, queue names, queue arguments and prefetch: the topology the

@@ -224,3 +224,19 @@ func TestQuorumOtherDeliveryLimit(t *testing.T) {
 	require.ErrorContains(t, err, "DeliveryLimit 5")
 	require.ErrorContains(t, err, "x-delivery-limit")
 }
+
+// TestReachNamesBrokerAndVhostWithoutCredentials: the reach stored with a
+// delayed delivery names the broker and vhost, never the password.
+func TestReachNamesBrokerAndVhostWithoutCredentials(t *testing.T) {
+	for url, want := range map[string]string{
+		"amqp://guest:secret@LocalHost:5672/":  "amqp://localhost:5672/%2F",
+		"amqp://guest:secret@localhost":        "amqp://localhost:5672/%2F",
+		"amqp://u:p@rabbit.internal/orders":    "amqp://rabbit.internal:5672/orders",
+		"amqps://u:p@rabbit.internal:5671/%2f": "amqps://rabbit.internal:5671/%2F",
+	} {
+		tr, err := amqp.New(amqp.Config{URL: url})
+		require.NoError(t, err)
+		require.Equal(t, want, tr.Reach(), url)
+		require.NotContains(t, tr.Reach(), "secret")
+	}
+}
