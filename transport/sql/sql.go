@@ -127,13 +127,13 @@ func (t *Transport) Competing() bool { return true }
 // offsets row, so one message of a group is handled at a time.
 func (t *Transport) Sequential() bool { return true }
 
-// Close closes the publisher and every subscriber.
 // Reach is the same for every SQL transport (transport.Reach): its topics
 // are tables of its database, which is, as a rule, the one the bus keeps
 // its delayed messages in, so any SQL transport that sees them reaches the
 // same tables.
 func (t *Transport) Reach() string { return "sql" }
 
+// Close closes the publisher and every subscriber.
 func (t *Transport) Close() error {
 	return errors.Join(t.publisher.Close(), t.opened.Close())
 }
