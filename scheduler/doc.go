@@ -19,6 +19,16 @@
 // and [CatchUp] emits each missed slot, at most CatchUpLimit of them (the
 // most recent).
 //
+// # Clocks
+//
+// Each instance times slots by its own clock. One whose clock runs ahead
+// fires a slot early and moves next_run_at past every slot up to its own
+// time, which the other instances then never fire: keep the instances'
+// clocks in sync (NTP). [Scheduler.Run] warns when this process's clock is
+// more than store.ClockSkewWarning off the database's. On MySQL the
+// connection must not convert times to another zone (store.CheckTimeZone,
+// which Run checks).
+//
 // The clock is injectable ([Config.Now]), so a month of schedules runs in
 // milliseconds in tests. This package never imports the bus.
 package scheduler

@@ -205,6 +205,11 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	if err := store.CheckTimeZone(ctx, s.cfg.DB); err != nil {
 		return fmt.Errorf("scheduler: %w", err)
 	}
+	if skew, err := store.ClockSkew(ctx, s.cfg.DB, time.Now); err == nil && (skew > store.ClockSkewWarning || skew < -store.ClockSkewWarning) {
+		s.cfg.Logger.Warn("scheduler: this process's clock is off the database's; slots are timed by each instance's clock, "+
+			"and one running ahead fires slots early and makes the others skip the slots up to its time: sync the clocks (NTP)",
+			"ahead_by", skew.Round(time.Millisecond), "instance", s.cfg.Instance)
+	}
 	if err := s.Define(ctx); err != nil {
 		if ctx.Err() != nil {
 			// Stopped while defining: SQLite reports a query cut short as

@@ -1,0 +1,46 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/postroom/postroom/internal/dialect"
+)
+
+// ClockSkewWarning is the skew between a process's clock and its
+// database's above which the scheduler warns (see ClockSkew).
+const ClockSkewWarning = 30 * time.Second
+
+// ClockSkew returns how far now, the process's clock, is ahead of the
+// database server's clock (negative: behind), give or take the round trip.
+// Schedules and delayed messages are timed by each process's own clock: one
+// instance running ahead fires a slot early and moves the schedule past
+// the slots up to its own time, which the others then never fire (found by
+// a review), so instances should keep their clocks in sync (NTP) and the
+// scheduler warns at start when one is off.
+func ClockSkew(ctx context.Context, db *gorm.DB, now func() time.Time) (time.Duration, error) {
+	d, err := dialect.Of(db)
+	if err != nil {
+		return 0, err
+	}
+	var query string
+	switch d {
+	case dialect.Postgres:
+		query = "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)"
+	case dialect.MySQL:
+		query = "SELECT CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)"
+	default: // SQLite runs in this process, on its clock
+		return 0, nil
+	}
+	before := now()
+	var micros int64
+	if err := db.WithContext(ctx).Raw(query).Scan(&micros).Error; err != nil {
+		return 0, fmt.Errorf("store: read the database's clock: %w", err)
+	}
+	after := now()
+	mid := before.Add(after.Sub(before) / 2)
+	return mid.Sub(time.UnixMicro(micros)), nil
+}
