@@ -27,8 +27,10 @@ const CatchUpLimitDefault = 100
 type Schedule struct {
 	// Name identifies the schedule across restarts and instances. Required.
 	Name string
-	// Every fires at multiples of this interval since the Unix epoch, so all
-	// instances agree on the slots. Set Every or Cron.
+	// Every fires at multiples of this interval since Go's zero time
+	// (January 1 of year 1, UTC; time.Truncate), so all instances agree on
+	// the slots: for an interval that divides a day (15m, 1h, 24h), at the
+	// same times every day from midnight UTC. Set Every or Cron.
 	Every time.Duration
 	// Cron fires on a five-field cron expression, in UTC. Set Every or Cron.
 	Cron string
