@@ -37,6 +37,11 @@ type Bus struct {
 	registry *prometheus.Registry
 	// unsettled counts the deliveries nacked, for the poison-loop guard.
 	unsettled unsettled
+	// drain ends Config.StopTimeout after the bus began to stop (stopOnce):
+	// then the handlers still running have their context cancelled.
+	drain    context.Context
+	endDrain context.CancelFunc
+	stopOnce sync.Once
 
 	mu        sync.Mutex
 	handlers  map[string]bool
@@ -77,13 +82,16 @@ func New(cfg Config) (*Bus, error) {
 		ls.SetLogger(cfg.Logger)
 	}
 	wmSink, wmLog := watermillLogger(cfg.Logger)
-	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 30 * time.Second}, wmLog)
+	// The router waits for its handlers on Close: the drain, then 30 s
+	// for an attempt cancelled at its end to roll back.
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: max(cfg.StopTimeout, 0) + 30*time.Second}, wmLog)
 	if err != nil {
 		return nil, fmt.Errorf("bus: router: %w", err)
 	}
 	b := &Bus{cfg: cfg, router: router, wmSink: wmSink, wmLog: wmLog, handlers: map[string]bool{},
 		retryTargets: map[string]func(string, *message.Message) error{}, retryDelays: map[string][]time.Duration{},
 		delayedAttempts: map[int64]int{}}
+	b.drain, b.endDrain = context.WithCancel(context.Background())
 	if cfg.MetricsAddr != "" {
 		b.addRouterMetrics()
 	}
@@ -220,7 +228,7 @@ func (b *Bus) Run(ctx context.Context) error {
 	if !closed {
 		b.runCtx = ctx
 		b.routerDone = routerDone
-		context.AfterFunc(ctx, b.wmSink.Stopping)
+		context.AfterFunc(ctx, b.beginStop)
 	}
 	b.mu.Unlock()
 	if closed {
@@ -362,12 +370,13 @@ func (b *Bus) isStopping() bool {
 	return b.closed || b.runCtx != nil && b.runCtx.Err() != nil
 }
 
-// Close stops handling and closes the transport. It waits for the handlers
-// still running to return, but cancels their context first: an attempt in
-// progress rolls back, and its message goes back to the broker (never to
-// the error topic), to be handled again.
+// Close stops handling and closes the transport. It takes no new message
+// and waits for the handlers still running: for Config.StopTimeout they
+// finish as usual; then their context is cancelled, an attempt in progress
+// rolls back, and its message goes back to the broker (never to the error
+// topic), to be handled again.
 func (b *Bus) Close() error {
-	b.wmSink.Stopping()
+	b.beginStop()
 	b.mu.Lock()
 	b.closed = true
 	ran, routerDone := b.routerRan, b.routerDone

@@ -29,6 +29,7 @@ const (
 	cleanupBatchSizeDefault = 1000
 	maxPayloadBytesDefault  = 1 << 20
 	maxDeliveriesDefault    = 10
+	stopTimeoutDefault      = 20 * time.Second
 	// deliveryLimitMargin is how far a broker's delivery limit must lie
 	// above MaxDeliveries at least: RabbitMQ 3.x adds to a quorum queue's
 	// delivery count at each restart of a consumer holding the message,
@@ -140,6 +141,14 @@ type Config struct {
 	// quorum queues also across processes and crashes (x-delivery-count).
 	// Defaults to 10.
 	MaxDeliveries int
+	// StopTimeout is how long a stop (Run's context ending, or Close)
+	// lets the messages being handled finish: the bus takes no new
+	// message, and a handler still running gets this long before its
+	// context is cancelled (its transaction then rolls back and its
+	// message goes back to the broker, as before). Keep it below the
+	// time your supervisor waits before it kills the process (30 s on
+	// Kubernetes by default). Defaults to 20 s; negative: cancel at once.
+	StopTimeout time.Duration
 	// Marshaler turns payloads into bytes. Defaults to JSON.
 	Marshaler Marshaler
 	// Recorder counts what happens to messages. Defaults to a
@@ -236,6 +245,7 @@ func (c Config) withDefaults() Config {
 	c.Concurrency = cmp.Or(c.Concurrency, concurrencyDefault)
 	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, maxPayloadBytesDefault)
 	c.MaxDeliveries = cmp.Or(c.MaxDeliveries, maxDeliveriesDefault)
+	c.StopTimeout = cmp.Or(c.StopTimeout, stopTimeoutDefault)
 	c.GaugeInterval = cmp.Or(c.GaugeInterval, gaugeIntervalDefault)
 	c.TableGaugeInterval = cmp.Or(c.TableGaugeInterval, tableGaugeIntervalDefault)
 	c.InboxRetention = cmp.Or(c.InboxRetention, inboxRetentionDefault)

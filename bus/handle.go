@@ -250,6 +250,7 @@ func (b *Bus) register(name string, byRun bool, opts []HandlerOption, build func
 						}
 					}()
 				}
+				defer b.outliveStop(msg)()
 				err := guarded(msg)
 				if errors.Is(err, errStopping) {
 					// Given back because the bus stops, said at info by

@@ -184,9 +184,11 @@ func (s *groupSubscriber) SubscribeInitialize(topic string) error {
 // Subscribe declares the group's queue for topic (see SubscribeInitialize)
 // and delivers its messages, one at a time: the next comes once this one is
 // acked. A nacked message goes back to the head of the queue. The channel
-// closes when ctx ends, or the subscriber or the transport is closed; the
-// message the subscription holds then goes back to the head of the queue
-// (dropped if the transport is closed) and its context is cancelled.
+// closes when ctx ends, or the subscriber or the transport is closed, and
+// the context of the message the subscription holds is cancelled. When
+// ctx ends, that message is still settled by its ack or nack (a handler
+// may finish it); when the subscriber closes it goes back to the head of
+// the queue, and when the transport closes it is dropped.
 func (s *groupSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -214,13 +216,19 @@ func (s *groupSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *
 }
 
 // Close ends the subscriber's subscriptions and returns once their channels
-// are closed. The messages they hold go back to the head of their queues.
+// are closed. The messages they hold (also those a subscription whose
+// context ended still waits for) go back to the head of their queues.
 func (s *groupSubscriber) Close() error {
 	s.mu.Lock()
 	s.closed = true
 	subs := make([]*subscription, 0, len(s.subs))
 	for sub := range s.subs {
 		subs = append(subs, sub)
+		select {
+		case <-sub.closing: // an earlier Close
+		default:
+			close(sub.closing)
+		}
 		sub.cancel()
 	}
 	s.mu.Unlock()

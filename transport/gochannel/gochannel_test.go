@@ -193,10 +193,14 @@ func TestQueueExistsFromSubscribeInitialize(t *testing.T) {
 	require.Equal(t, "3", receive(t, ch).UUID, "group a gets it too")
 }
 
-// TestHeldMessageGoesBackWhenItsSubscriptionEnds: a message taken and not
-// acked by a subscription that ends goes back to the head of the queue for
-// the group's other subscriptions, and its context is cancelled.
-func TestHeldMessageGoesBackWhenItsSubscriptionEnds(t *testing.T) {
+// TestHeldMessageIsSettledAfterItsSubscriptionEnds: when a subscription's
+// context ends, its channel closes and its held message's context is
+// cancelled, but the message stays with its handler: a nack sends it to
+// another subscription, an ack settles it for good (a stopping bus lets
+// the messages in flight finish). The subscriber's Close gives back what
+// an ended subscription still holds. Before, the held message went to the
+// other subscription at once, while its first handler still ran.
+func TestHeldMessageIsSettledAfterItsSubscriptionEnds(t *testing.T) {
 	t.Parallel()
 	tr := gochannel.New(gochannel.Config{})
 	defer tr.Close()
@@ -209,9 +213,10 @@ func TestHeldMessageGoesBackWhenItsSubscriptionEnds(t *testing.T) {
 	held := receive(t, ch1)
 	require.Equal(t, "1", held.UUID)
 
+	other, _ := tr.Subscriber("a")
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	defer cancel2()
-	ch2, err := sub.Subscribe(ctx2, "t")
+	ch2, err := other.Subscribe(ctx2, "t")
 	require.NoError(t, err)
 	msg := receive(t, ch2)
 	require.Equal(t, "2", msg.UUID)
@@ -224,11 +229,47 @@ func TestHeldMessageGoesBackWhenItsSubscriptionEnds(t *testing.T) {
 	case <-time.After(time.Second):
 		t.Fatal("the held message's context is not cancelled when its subscription ends")
 	}
+	closes(t, ch1)
+	nothing(t, ch2) // still its handler's
+	held.Nack()
 	msg = receive(t, ch2)
-	require.Equal(t, "1", msg.UUID, "the held message goes to the other subscription")
+	require.Equal(t, "1", msg.UUID, "nacked after its subscription ended, it goes to the other")
+
+	// Acked after its subscription ended: settled, not delivered again.
+	cancel2()
+	closes(t, ch2)
 	msg.Ack()
-	_, open := <-ch1
-	require.False(t, open)
+	ctx3, cancel3 := context.WithCancel(context.Background())
+	defer cancel3()
+	ch3, err := other.Subscribe(ctx3, "t")
+	require.NoError(t, err)
+	nothing(t, ch3)
+
+	// The subscriber's Close gives back what an ended subscription holds.
+	publish(t, tr, "t", "4")
+	held = receive(t, ch3)
+	cancel3()
+	closes(t, ch3)
+	require.NoError(t, other.Close())
+	third, _ := tr.Subscriber("a")
+	ch4, err := third.Subscribe(context.Background(), "t")
+	require.NoError(t, err)
+	msg = receive(t, ch4)
+	require.Equal(t, "4", msg.UUID, "given back by Close")
+	msg.Ack()
+	held.Ack() // too late: given back
+	nothing(t, ch4)
+}
+
+// closes fails unless ch is closed within a second, without a message.
+func closes(t *testing.T, ch <-chan *message.Message) {
+	t.Helper()
+	select {
+	case msg, ok := <-ch:
+		require.False(t, ok, "got %v, want the channel closed", msg)
+	case <-time.After(time.Second):
+		t.Fatal("channel not closed")
+	}
 }
 
 // TestStalledSubscriptionHoldsNothing: subscriptions nobody reads, free

@@ -128,13 +128,17 @@ func (q *queue) add(sub *subscription) {
 // subscription is one Subscribe call: an unbuffered channel and at most one
 // message held (delivered, not yet acked or nacked).
 type subscription struct {
-	ctx    context.Context // ends with the caller's context or the subscriber's Close
-	cancel context.CancelFunc
-	out    chan *message.Message
-	ended  chan struct{}  // closed after out
-	took   chan *delivery // what the dispatcher delivered, for the watcher
+	ctx     context.Context // ends with the caller's context or the subscriber's Close
+	cancel  context.CancelFunc
+	closing chan struct{} // closed by the subscriber's Close, before cancel
+	out     chan *message.Message
+	ended   chan struct{}  // closed after out
+	took    chan *delivery // what the dispatcher delivered, for the watcher
 
 	held *delivery // under queue.mu: delivered and not yet acked or nacked
+	// late is set, under queue.mu, when the watcher goes on waiting for
+	// the settle of held after ctx ended (see watch).
+	late bool
 
 	offer *delivery // dispatcher only: the head, offered while the subscription is free
 }
@@ -151,11 +155,12 @@ type delivery struct {
 func newSubscription(ctx context.Context) *subscription {
 	ctx, cancel := context.WithCancel(ctx)
 	return &subscription{
-		ctx:    ctx,
-		cancel: cancel,
-		out:    make(chan *message.Message),
-		ended:  make(chan struct{}),
-		took:   make(chan *delivery, 1),
+		ctx:     ctx,
+		cancel:  cancel,
+		closing: make(chan struct{}),
+		out:     make(chan *message.Message),
+		ended:   make(chan struct{}),
+		took:    make(chan *delivery, 1),
 	}
 }
 
@@ -189,20 +194,22 @@ func (s *subscription) end() {
 }
 
 // watch settles what s holds when it is acked or nacked, and tells the
-// dispatcher when s's context ends.
+// dispatcher when s's context ends. A message held then is still settled
+// when its handler acks or nacks it, until the subscriber or the
+// transport closes: a caller that stops subscribing (the bus at a stop)
+// may let the messages in flight finish. Before, it went back to the
+// queue at once, to be handled again while its first run went on.
 func (q *queue) watch(s *subscription) {
 	defer q.t.running.Done()
-	defer func() {
-		q.mu.Lock()
-		q.gone++
-		q.mu.Unlock()
-		q.signal()
-	}()
 	for {
 		var d *delivery
 		select {
 		case d = <-s.took:
 		case <-s.ctx.Done():
+			if d = q.ended(s, nil); d != nil {
+				<-s.took // sent by taken, right after it set held
+				q.settleLate(s, d)
+			}
 			return
 		}
 		select {
@@ -211,17 +218,56 @@ func (q *queue) watch(s *subscription) {
 		case <-d.msg.Nacked():
 			q.settle(s, d, true)
 		case <-s.ctx.Done():
+			if q.ended(s, d) != nil {
+				q.settleLate(s, d)
+			}
 			return
 		}
 	}
 }
 
-// settle frees s for the next message; a nacked one goes back to the head.
+// ended tells the dispatcher that s's context ended and returns what s
+// holds (d, or what the dispatcher handed s that the watcher has not read
+// yet), marked for the watcher to settle; nil if it holds nothing, or the
+// dispatcher already gave it back (dropEnded).
+func (q *queue) ended(s *subscription, d *delivery) *delivery {
+	q.mu.Lock()
+	held := s.held
+	if held != nil && (d == nil || held == d) {
+		s.late = true
+	} else {
+		held = nil
+	}
+	q.gone++
+	q.mu.Unlock()
+	q.signal()
+	return held
+}
+
+// settleLate waits for d, held by s after its context ended, to be acked
+// or nacked; the subscriber's Close gives it back, the transport's drops it.
+func (q *queue) settleLate(s *subscription, d *delivery) {
+	select {
+	case <-d.msg.Acked():
+		q.settle(s, d, false)
+	case <-d.msg.Nacked():
+		q.settle(s, d, true)
+	case <-s.closing:
+		q.settle(s, d, !acked(d.msg))
+	case <-q.t.closed:
+		d.cancel()
+	}
+}
+
+// settle frees s for the next message, unless its context ended; a nacked
+// one goes back to the head.
 func (q *queue) settle(s *subscription, d *delivery, nacked bool) {
 	q.mu.Lock()
 	if s.held == d { // else the dispatcher ended s and dealt with d
 		s.held = nil
-		q.free = append(q.free, s)
+		if s.ctx.Err() == nil { // an ended one is dropped (dropEnded), never offered again
+			q.free = append(q.free, s)
+		}
 		if nacked {
 			q.pushFront(d.queued)
 		}
@@ -328,7 +374,8 @@ func (q *queue) dispatch() {
 }
 
 // dropEnded ends the subscriptions whose context has ended; a message one
-// held goes back to the head. Callers hold q.mu.
+// held goes back to the head, unless its watcher waits for its settle
+// (late). Callers hold q.mu.
 func (q *queue) dropEnded() {
 	live := q.subs[:0]
 	for _, s := range q.subs {
@@ -336,10 +383,12 @@ func (q *queue) dropEnded() {
 			live = append(live, s)
 			continue
 		}
-		if s.held != nil && !acked(s.held.msg) { // the next subscription gets it
-			q.pushFront(s.held.queued)
+		if s.held != nil && !s.late {
+			if !acked(s.held.msg) { // the next subscription gets it
+				q.pushFront(s.held.queued)
+			}
+			s.held = nil
 		}
-		s.held = nil
 		s.end()
 	}
 	clear(q.subs[len(live):])
