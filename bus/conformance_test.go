@@ -119,6 +119,7 @@ var confChecks = []confCheck{
 	{"a batch handler's statement error it swallowed fails its message alone", false, checkHandleBatchSwallowedError, noBatches},
 	{"keys a handler's external-effects claims left: released handled, parked and held to the error topic", false, checkLeftoverClaims, nil},
 	{"bad input from a foreign producer goes to the error topic at once, before any key, watermark or claim", false, checkBadInput, nil},
+	{"a stop lets the message in flight finish within StopTimeout; past it, it goes back to the broker", false, checkStopDrains, nil},
 	{"a command the outbox relays to an endpoint with no queue goes to the error topic", true, checkOutboxCommandNoRoute,
 		map[string]string{"sql": "the SQL transport's topics are logs every group reads: it cannot tell that no endpoint reads one"}},
 }

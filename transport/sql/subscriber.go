@@ -88,24 +88,78 @@ func (s *subscriber) start(topic string, fromNow bool) error {
 // Its channel is watermill-sql's, forwarded, so that Close returns only
 // once it is closed: watermill-sql's Close returns when its reading ends,
 // a moment before it closes the channel.
+//
+// When ctx ends, the channel closes and the message handed out is still
+// settled by its ack or nack (a stopping bus lets it finish; its context
+// ends with ctx). watermill-sql's reading, whose transaction holds the
+// message, runs on a context of its own for that: it ends once nothing is
+// handed out, after the ack of the last one is committed (the next read
+// began, or ackCommitGrace passed), or at Close. Before, it ended with ctx:
+// an ack after the stop was rolled back with the read, and the message
+// handled again.
 func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if err := s.SubscribeInitialize(topic); err != nil {
 		return nil, err
 	}
-	in, err := s.Subscriber.Subscribe(ctx, topic)
+	reading, stopReading := context.WithCancel(context.WithoutCancel(ctx))
+	in, err := s.Subscriber.Subscribe(reading, topic)
 	if err != nil {
+		stopReading()
 		return nil, err
 	}
 	out := make(chan *message.Message)
+	var mu sync.Mutex
+	handedOut := false
+	stopWatch := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !handedOut {
+			stopReading()
+		}
+	})
 	s.forwards.Add(1)
 	go func() {
 		defer s.forwards.Done()
 		defer close(out)
+		defer stopReading()
+		defer stopWatch()
 		for msg := range in {
-			s.forward(ctx, topic, msg, out)
+			mu.Lock()
+			if ctx.Err() != nil { // not handed out: rolled back with the read
+				mu.Unlock()
+				return
+			}
+			handedOut = true
+			mu.Unlock()
+			acked := s.forward(ctx, topic, msg, out)
+			mu.Lock()
+			handedOut = false
+			stopped := ctx.Err() != nil
+			mu.Unlock()
+			if stopped {
+				if acked {
+					s.awaitCommit(in)
+				}
+				return
+			}
 		}
 	}()
 	return out, nil
+}
+
+// ackCommitGrace bounds how long a stopped subscription waits for
+// watermill-sql to commit the ack of its last message (awaitCommit).
+const ackCommitGrace = 2 * time.Second
+
+// awaitCommit waits until watermill-sql has committed the ack it was just
+// given: it reads the next message only after that commit (the message
+// read is not handed out and goes back with the read), or ackCommitGrace.
+func (s *subscriber) awaitCommit(in <-chan *message.Message) {
+	select {
+	case <-in:
+	case <-time.After(ackCommitGrace):
+	case <-s.closing:
+	}
 }
 
 // forward hands msg on and waits until it is settled, as watermill-sql
@@ -120,41 +174,49 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 // message whose handler always outlives the deadline to the error topic
 // after Config.MaxDeliveries. Before, such a handler ran again every 30 s,
 // two runs at a time, without a log line, forever (found by a review).
-func (s *subscriber) forward(ctx context.Context, topic string, msg *message.Message, out chan<- *message.Message) {
+func (s *subscriber) forward(ctx context.Context, topic string, msg *message.Message, out chan<- *message.Message) (acked bool) {
 	read := msg.Context() // watermill-sql's: it ends at the deadline
 	key := topic + "\x00" + msg.UUID
 	settled, ok := s.take(ctx, key, read)
 	if !ok {
-		return // not acked: watermill-sql delivers it again
+		return false // not acked: watermill-sql delivers it again
 	}
 	defer s.release(key, settled)
 	// The handler gets a copy, so that an ack is checked against the
 	// deadline before watermill-sql sees it: once its wait ended (at the
-	// deadline, its context ends too), the ack is not recorded.
+	// deadline, its context ends too), the ack is not recorded. Its
+	// context ends with ctx too (the subscription stops), while the read's
+	// goes on until the copy is settled.
 	cp := msg.Copy()
-	cp.SetContext(read)
+	cpCtx, cancel := context.WithCancel(read)
+	defer cancel()
+	defer context.AfterFunc(ctx, cancel)()
+	cp.SetContext(cpCtx)
 	if n := s.lateCount(key); n > 0 {
 		cp.Metadata.Set(metadata.DeliveryCount, strconv.Itoa(n))
 	}
 	select {
 	case out <- cp:
 	case <-s.closing:
-		return
+		return false
 	case <-ctx.Done():
-		return
+		return false
 	}
 	start := time.Now()
 	select {
 	case <-cp.Acked():
 		if pastDeadline(read) {
 			s.lateAck(key, topic, msg, time.Since(start))
+			msg.Ack()
+			return false // not recorded: nothing to wait for
 		}
 		msg.Ack()
+		return true
 	case <-cp.Nacked():
 		msg.Nack()
 	case <-s.closing:
-	case <-ctx.Done():
 	}
+	return false
 }
 
 // pastDeadline reports whether read, a delivery's context, ended at its
