@@ -11,7 +11,12 @@ import (
 type Transport interface {
 	// Publisher publishes to topics.
 	Publisher() message.Publisher
-	// Subscriber returns a subscriber for one queue group.
+	// Subscriber returns a subscriber for one queue group. When a
+	// subscription's context ends, the message it handed out and that is
+	// not settled yet is still settled by its Ack or Nack until the
+	// subscriber closes (the bus lets a handler running at a stop finish,
+	// bus.Config.StopTimeout); the message's own context ends with the
+	// subscription's.
 	Subscriber(group string) (message.Subscriber, error)
 	// Competing reports whether several subscriptions of one group to one
 	// topic share its messages. When false, each subscription gets every
