@@ -187,14 +187,14 @@ For a handler WithExternalEffects, resolve a parked message first
 					// It stays; the others are replayed (before, the first
 					// such message stopped the whole replay).
 					kept++
-					fmt.Fprintf(cmd.OutOrStdout(), "kept %s in the error topic: %v\n", msg.UUID, err)
+					fmt.Fprintf(cmd.OutOrStdout(), "kept %s in the error topic: %s\n", printable(msg.UUID), printable(err.Error()))
 					return false, nil
 				}
 				if err != nil {
 					return false, err
 				}
 				replayed++
-				fmt.Fprintf(cmd.OutOrStdout(), "replayed %s to %s\n", msg.UUID, queue)
+				fmt.Fprintf(cmd.OutOrStdout(), "replayed %s to %s\n", printable(msg.UUID), printable(queue))
 				return true, nil
 			})
 			if err != nil {

@@ -4,8 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
+	"unicode"
+	"unicode/utf8"
 )
 
 // printList prints list as JSON for scripts ([] when empty), or as a table:
@@ -20,9 +23,30 @@ func printList[T any](out io.Writer, asJSON bool, list []T, header []string, row
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, strings.Join(header, "\t"))
 	for _, item := range list {
-		fmt.Fprintln(w, strings.Join(row(item), "\t"))
+		cells := row(item)
+		for i, c := range cells {
+			cells[i] = printable(c)
+		}
+		fmt.Fprintln(w, strings.Join(cells, "\t"))
 	}
 	return w.Flush()
+}
+
+// printable is s for a terminal: s itself when it is valid UTF-8 of
+// printable characters, else quoted with Go's escapes. Message IDs and
+// reasons come from producers: raw, an escape sequence recolours or
+// rewrites the terminal, a newline forges a row, and tabwriter's escape
+// byte (0xff) breaks the table's alignment (found by a cold trial).
+func printable(s string) string {
+	if !utf8.ValidString(s) {
+		return strconv.Quote(s)
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
 }
 
 // orDash is s, or "-" for nothing.
