@@ -1,6 +1,7 @@
 package dialect
 
 import (
+	"database/sql"
 	"fmt"
 	"strings"
 
@@ -51,14 +52,28 @@ func (d Dialect) MessageSchema(batch int) (wsql.SchemaAdapter, wsql.OffsetsAdapt
 // relay acked a higher one (TestOutboxRelaysEveryCommit lost 10 of 400).
 // PostgreSQL's schema reads in transaction order (pg_snapshot_xmin), and
 // stays.
+//
+// The MySQL relay reads at READ COMMITTED (readCommitted): its locking read
+// of the rows not acked then locks those rows only. At watermill-sql's
+// REPEATABLE READ it also locked the gap after them, where every new
+// outbox row goes, for as long as its batch's publishes took: while a
+// broker took publishes without confirming them (a memory alarm), every
+// handler sending through the outbox waited up to the ack deadline (30 s)
+// and, with a lower innodb_lock_wait_timeout, failed to the error topic
+// (found by a review).
 func (d Dialect) OutboxSchema(batch int) (wsql.SchemaAdapter, wsql.OffsetsAdapter, string, error) {
 	if d == MySQL {
-		return wideSchema{wsql.MySQLQueueSchema{GeneratePayloadType: columnType("LONGBLOB"), SubscribeBatchSize: batch}, d},
+		return readCommitted{wideSchema{wsql.MySQLQueueSchema{GeneratePayloadType: columnType("LONGBLOB"), SubscribeBatchSize: batch}, d}},
 			queueOffsets{}, "", nil // the queue schema has no consumer groups
 	}
 	schema, offsets, err := d.MessageSchema(batch)
 	return schema, offsets, OutboxRelayGroup, err
 }
+
+// readCommitted reads at READ COMMITTED (see OutboxSchema).
+type readCommitted struct{ wideSchema }
+
+func (readCommitted) SubscribeIsolationLevel() sql.IsolationLevel { return sql.LevelReadCommitted }
 
 // queueOffsets is watermill-sql's MySQLQueueOffsetsAdapter acking only the
 // rows of a batch up to the last one handled. Its own AckMessageQuery marks
