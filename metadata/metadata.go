@@ -56,6 +56,11 @@ const Replayed = "postroom-replayed"
 // handling it. A transport never nacks such a message in a loop.
 const TransportError = "postroom-transport-error"
 
+// UnreadMetadata keeps, as text, the metadata a transport could not read
+// (the SQL transport: a metadata column that is not a JSON object), so
+// that the copy in the error topic shows what the producer sent.
+const UnreadMetadata = "postroom-unread-metadata"
+
 // CommandTo is set on a command sent with bus.Send: the endpoint it is
 // for. The outbox relay publishes such a message so that it fails when no
 // queue takes it (and moves it to the error topic), instead of letting the

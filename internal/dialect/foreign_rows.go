@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -40,8 +41,9 @@ func (s wideSchema) UnmarshalMessage(params wsql.UnmarshalMessageParams) (wsql.R
 	// same key set by a producer (or kept by a replayed copy) would send
 	// the message to the error topic at every delivery.
 	delete(md, metadata.TransportError)
-	if err != nil {
-		md = message.Metadata{metadata.TransportError: "sql: " + err.Error()}
+	if err != nil { // kept as text for the error topic (before, it was dropped: found by a cold trial)
+		md = message.Metadata{metadata.TransportError: "sql: " + err.Error(),
+			metadata.UnreadMetadata: strings.ToValidUTF8(string(r.Metadata), "\uFFFD")}
 	}
 	r.Msg.Metadata = md
 	return r, nil
@@ -56,7 +58,7 @@ func ForeignMetadata(raw []byte) (message.Metadata, error) {
 	}
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &fields); err != nil {
-		return nil, fmt.Errorf("metadata is not a JSON object of string values: %w", err)
+		return nil, fmt.Errorf("metadata is not a JSON object: %w", err)
 	}
 	for k, v := range fields {
 		var str string // null leaves it ""

@@ -231,12 +231,20 @@ func TestBadVersionsAreUnrecoverable(t *testing.T) {
 	noType := update("5", "e", base)
 	noType.Metadata.Set(metadata.MessageType, "")
 	longEntity := update("6", strings.Repeat("e", 201), base)
+	zero := update("8", "e", base)
+	zero.Metadata.Set(metadata.Version, "0001-01-01T00:00:00Z")
 	for name, msg := range map[string]*message.Message{
 		"no entity": noEntity, "no version": noVersion, "unparseable": unparseable,
-		"far future": future, "no type": noType, "long entity": longEntity,
+		"far future": future, "no type": noType, "long entity": longEntity, "zero time": zero,
 	} {
 		_, err := h(msg)
 		require.ErrorIs(t, err, stale.ErrBadVersion, name)
+		if name == "zero time" { // set, so not "missing" (found by a cold trial)
+			require.ErrorContains(t, err, `version "0001-01-01T00:00:00Z" is out of range: years 1678 to 2261`)
+		}
+		if name == "no entity" { // a foreign producer learns the headers, not a Go option only
+			require.ErrorContains(t, err, "set metadata postroom-entity-id and postroom-version")
+		}
 		var unrecoverable interface{ Unrecoverable() bool }
 		require.ErrorAs(t, err, &unrecoverable, name)
 	}

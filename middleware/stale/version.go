@@ -32,11 +32,19 @@ func MetadataVersion(msg *message.Message) (Version, error) {
 		return Version{EntityID: id}, nil
 	}
 	at, err := time.Parse(time.RFC3339Nano, raw)
+	if err == nil && at.IsZero() { // not missing: set, and out of range
+		return Version{}, &VersionError{Reason: fmt.Sprintf("version %q is out of range: years 1678 to 2261", raw)}
+	}
 	if err != nil {
 		return Version{}, &VersionError{Reason: fmt.Sprintf("version %q is not an RFC 3339 timestamp", raw), Err: err}
 	}
 	return Version{EntityID: id, At: at}, nil
 }
+
+// whereVersionsComeFrom says how a message gets its entity ID and version,
+// for the reasons above: a producer that is not postroom reads them there.
+const whereVersionsComeFrom = "set metadata postroom-entity-id and postroom-version (RFC 3339), " +
+	"with bus.WithVersion when the producer is postroom, or take them from the payload (Config.Version; bus.WithStaleVersion)"
 
 // ErrBadVersion is the sentinel every [*VersionError] matches.
 var ErrBadVersion = errors.New("stale: bad version")
@@ -68,13 +76,13 @@ func (e *VersionError) Unrecoverable() bool { return true }
 func (v Version) validate(messageType, messageID string, now time.Time, maxSkew time.Duration) error {
 	switch {
 	case v.EntityID == "":
-		return &VersionError{Reason: "entity ID is missing: send with bus.WithVersion or set Config.Version"}
+		return &VersionError{Reason: "entity ID is missing: " + whereVersionsComeFrom}
 	case len(v.EntityID) > MaxEntityIDLength || !dialect.ExactText(v.EntityID):
 		return &VersionError{Reason: fmt.Sprintf("entity ID must be valid UTF-8 without NUL bytes, of at most %d bytes", MaxEntityIDLength)}
 	case v.At.IsZero():
-		return &VersionError{Reason: "version is missing: send with bus.WithVersion or set Config.Version"}
+		return &VersionError{Reason: "version is missing: " + whereVersionsComeFrom}
 	case v.At.Year() < 1678 || v.At.Year() > 2261:
-		return &VersionError{Reason: fmt.Sprintf("version %s is out of range", v.At.Format(time.RFC3339Nano))}
+		return &VersionError{Reason: fmt.Sprintf("version %s is out of range: years 1678 to 2261", v.At.Format(time.RFC3339Nano))}
 	case v.At.After(now.Add(maxSkew)):
 		return &VersionError{Reason: fmt.Sprintf("version %s is more than %s in the future (now %s)",
 			v.At.Format(time.RFC3339Nano), maxSkew, now.UTC().Format(time.RFC3339Nano))}

@@ -86,12 +86,13 @@ func TestForeignRows(t *testing.T) {
 			insert("other-type", `{"id":"o"}`, `{"postroom-message-type":"other.Type"}`)
 			insertGood()
 
-			reasons := map[string]string{}
+			reasons, unread := map[string]string{}, map[string]string{}
 			for len(reasons) < 4 {
 				select {
 				case msg := <-errs:
 					msg.Ack()
 					reasons[msg.UUID] = msg.Metadata.Get(metadata.ErrorReason)
+					unread[msg.UUID] = msg.Metadata.Get(metadata.UnreadMetadata)
 				case <-time.After(30 * time.Second):
 					t.Fatalf("only %d of 4 rows reached the error topic: %v", len(reasons), reasons)
 				}
@@ -99,6 +100,8 @@ func TestForeignRows(t *testing.T) {
 			require.Contains(t, reasons[""], "message ID is empty")
 			require.Contains(t, reasons["not-json"], "malformed")
 			require.Contains(t, reasons["array-metadata"], "metadata is not a JSON object")
+			// What the producer sent is kept for the operator (before, dropped: found by a cold trial).
+			require.JSONEq(t, `[1,2]`, unread["array-metadata"])
 			require.Contains(t, reasons["other-type"], "unknown message type")
 
 			require.Eventually(t, func() bool {
