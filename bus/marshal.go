@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 )
 
 // Marshaler turns payloads into bytes and back.
@@ -14,8 +15,20 @@ type Marshaler interface {
 	ContentType() string
 }
 
-// JSON is the default Marshaler.
-type JSON struct{}
+// JSON is the default Marshaler. Its decoding is lenient, as
+// NServiceBus's and MassTransit's are: a field the type does not have is
+// ignored and a field the payload lacks keeps its zero value, so a
+// producer a version ahead or behind still gets through. A handler checks
+// what it needs and returns Unrecoverable for a message without it.
+type JSON struct {
+	// DisallowUnknownFields refuses a payload with a field the message's
+	// type does not have (a misrouted message, a misspelt field) as
+	// malformed: it goes to the error topic instead of reaching the
+	// handler with zero values (found by a cold trial: another type's
+	// payload was handled as an empty command). Use it when producers and
+	// consumers change their types together.
+	DisallowUnknownFields bool
+}
 
 // Marshal encodes v as JSON.
 func (JSON) Marshal(v any) ([]byte, error) { return json.Marshal(v) }
@@ -23,11 +36,22 @@ func (JSON) Marshal(v any) ([]byte, error) { return json.Marshal(v) }
 // Unmarshal decodes JSON into v. A payload that is JSON null is an error:
 // a message has a value (encoding/json would leave v as it was, and the
 // handler would get a zero message).
-func (JSON) Unmarshal(data []byte, v any) error {
+func (j JSON) Unmarshal(data []byte, v any) error {
 	if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
 		return errNullPayload
 	}
-	return json.Unmarshal(data, v)
+	if !j.DisallowUnknownFields {
+		return json.Unmarshal(data, v)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF { // json.Unmarshal refuses what follows the value too
+		return errors.New("invalid character after the top-level value")
+	}
+	return nil
 }
 
 var errNullPayload = errors.New("the payload is JSON null, not a value of the message's type")
