@@ -12,13 +12,27 @@ import (
 type MissedPolicy int
 
 const (
-	// RunOnce emits one slot for all the missed ones, then continues on the schedule.
+	// RunOnce emits one slot for all the missed ones, the first of them
+	// (its time and SlotID), then continues on the schedule.
 	RunOnce MissedPolicy = iota
 	// Skip emits none of the missed slots; the next slot on the schedule fires.
 	Skip
 	// CatchUp emits every missed slot, at most Schedule.CatchUpLimit of them.
 	CatchUp
 )
+
+// String names the policy, for logs.
+func (p MissedPolicy) String() string {
+	switch p {
+	case RunOnce:
+		return "RunOnce"
+	case Skip:
+		return "Skip"
+	case CatchUp:
+		return "CatchUp"
+	}
+	return fmt.Sprintf("MissedPolicy(%d)", int(p))
+}
 
 // CatchUpLimitDefault bounds the slots CatchUp emits at once.
 const CatchUpLimitDefault = 100
