@@ -50,7 +50,8 @@ func (o *errorOptions) open(cmd *cobra.Command) (*amqpqueue.Queue, error) {
 		url = os.Getenv("POSTROOM_AMQP_URL")
 	}
 	if url == "" {
-		return nil, errors.New("no broker: pass --amqp or set POSTROOM_AMQP_URL")
+		return nil, errors.New("no broker: pass --amqp or set POSTROOM_AMQP_URL (the errors commands read RabbitMQ's error queue; " +
+			"on the SQL transport the error topic is a table: use `postroom console --dsn …`)")
 	}
 	*o.secrets = append(*o.secrets, url)
 	return amqpqueue.Open(url, o.topic, bus.ErrorQueueGroup)
