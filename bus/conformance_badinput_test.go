@@ -147,6 +147,8 @@ func checkBadInput(t *testing.T, c *confCase) {
 	require.NoError(t, c.db.Raw("SELECT COUNT(*) FROM postroom_stale_watermarks WHERE entity_id <> ?", "e-2").Scan(&marks).Error)
 	require.Zero(t, marks, "no watermark for bad input")
 	for _, h := range []string{"conf.BadInbox", "conf.BadStale", "conf.BadExternal", "conf.BadBatch"} {
+		// Counted once the delivery settles, a moment after its commit.
+		waitFor(t, h+" to count its good message", func() bool { return b.Counters().Get(h, metrics.Handled) >= 1 })
 		require.EqualValues(t, 1, b.Counters().Get(h, metrics.Handled), "%s handled its good message once", h)
 	}
 }
