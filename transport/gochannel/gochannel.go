@@ -204,9 +204,9 @@ func (s *groupSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *
 	}
 	s.t.declare(s.group, topic).add(sub)
 	s.t.mu.Unlock()
-	for old := range s.subs { // forget the subscriptions that have ended
+	for old := range s.subs { // forget the subscriptions that ended and hold nothing
 		select {
-		case <-old.ended:
+		case <-old.done:
 			delete(s.subs, old)
 		default:
 		}
@@ -234,6 +234,7 @@ func (s *groupSubscriber) Close() error {
 	s.mu.Unlock()
 	for _, sub := range subs {
 		<-sub.ended
+		<-sub.done // what it held is back in the queue
 	}
 	return nil
 }

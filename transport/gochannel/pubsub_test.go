@@ -16,9 +16,10 @@ var features = tests.Features{
 	// Each group has its own queue of a topic; the group's subscriptions
 	// share it.
 	ConsumerGroups: true,
-	// At least once: a nacked message, or one held by a subscription that
-	// ends, is delivered again; an ack that comes after its subscription
-	// ended does not stop that.
+	// At least once: a nacked message is delivered again, and so is one
+	// held by a subscription whose subscriber or transport closes before
+	// it is acked (an ack after its subscription's context ended still
+	// settles it).
 	ExactlyOnceDelivery: false,
 	// A queue is FIFO and a nacked or returned message goes back to its
 	// head, so one subscription sees the messages in the order published.

@@ -135,10 +135,8 @@ type subscription struct {
 	ended   chan struct{}  // closed after out
 	took    chan *delivery // what the dispatcher delivered, for the watcher
 
-	held *delivery // under queue.mu: delivered and not yet acked or nacked
-	// late is set, under queue.mu, when the watcher goes on waiting for
-	// the settle of held after ctx ended (see watch).
-	late bool
+	held *delivery     // under queue.mu: delivered and not yet acked or nacked
+	done chan struct{} // closed when the watcher returned: nothing held any more
 
 	offer *delivery // dispatcher only: the head, offered while the subscription is free
 }
@@ -161,6 +159,7 @@ func newSubscription(ctx context.Context) *subscription {
 		out:     make(chan *message.Message),
 		ended:   make(chan struct{}),
 		took:    make(chan *delivery, 1),
+		done:    make(chan struct{}),
 	}
 }
 
@@ -201,15 +200,13 @@ func (s *subscription) end() {
 // queue at once, to be handled again while its first run went on.
 func (q *queue) watch(s *subscription) {
 	defer q.t.running.Done()
+	defer close(s.done)
 	for {
 		var d *delivery
 		select {
 		case d = <-s.took:
 		case <-s.ctx.Done():
-			if d = q.ended(s, nil); d != nil {
-				<-s.took // sent by taken, right after it set held
-				q.settleLate(s, d)
-			}
+			q.ending(s)
 			return
 		}
 		select {
@@ -218,30 +215,41 @@ func (q *queue) watch(s *subscription) {
 		case <-d.msg.Nacked():
 			q.settle(s, d, true)
 		case <-s.ctx.Done():
-			if q.ended(s, d) != nil {
-				q.settleLate(s, d)
-			}
+			q.ending(s)
 			return
 		}
 	}
 }
 
-// ended tells the dispatcher that s's context ended and returns what s
-// holds (d, or what the dispatcher handed s that the watcher has not read
-// yet), marked for the watcher to settle; nil if it holds nothing, or the
-// dispatcher already gave it back (dropEnded).
-func (q *queue) ended(s *subscription, d *delivery) *delivery {
+// ending settles what s holds once its context ended: it has the
+// dispatcher end s, after which nothing more is handed to it (the
+// dispatcher alone hands out and ends subscriptions, so a hand-out in
+// progress has finished), then waits for the settle of what s still
+// holds. The dispatcher never gives back what an ended subscription
+// holds: deciding that for one subscription while its watcher has not
+// seen its end gave back messages being handled, and their acks went
+// nowhere (found by a review: a router's subscriptions end together).
+func (q *queue) ending(s *subscription) {
 	q.mu.Lock()
-	held := s.held
-	if held != nil && (d == nil || held == d) {
-		s.late = true
-	} else {
-		held = nil
-	}
 	q.gone++
 	q.mu.Unlock()
 	q.signal()
-	return held
+	select {
+	case <-s.ended:
+	case <-q.t.closed:
+		return // dropped with the queue
+	}
+	q.mu.Lock()
+	d := s.held
+	q.mu.Unlock()
+	if d == nil {
+		return
+	}
+	select {
+	case <-s.took: // handed out before the end, not read by the loop above
+	default:
+	}
+	q.settleLate(s, d)
 }
 
 // settleLate waits for d, held by s after its context ended, to be acked
@@ -373,21 +381,14 @@ func (q *queue) dispatch() {
 	}
 }
 
-// dropEnded ends the subscriptions whose context has ended; a message one
-// held goes back to the head, unless its watcher waits for its settle
-// (late). Callers hold q.mu.
+// dropEnded ends the subscriptions whose context has ended; what one holds
+// stays with its watcher (see ending). Callers hold q.mu.
 func (q *queue) dropEnded() {
 	live := q.subs[:0]
 	for _, s := range q.subs {
 		if s.ctx.Err() == nil {
 			live = append(live, s)
 			continue
-		}
-		if s.held != nil && !s.late {
-			if !acked(s.held.msg) { // the next subscription gets it
-				q.pushFront(s.held.queued)
-			}
-			s.held = nil
 		}
 		s.end()
 	}
