@@ -25,16 +25,19 @@ var ErrTimeZone = errors.New("the MySQL connection converts times to a zone othe
 
 // CheckTimeZone fails with ErrTimeZone when db, on MySQL/MariaDB, sends
 // times in a zone other than UTC (a *gorm.DB not opened by Open, whose
-// DSN set loc): it binds a UTC time and compares it with the same time
-// written as text. Nothing to check on other databases.
+// DSN set loc): it binds UTC times of winter and summer and compares them
+// with the same times written as text. Nothing to check on other databases.
 func CheckTimeZone(ctx context.Context, db *gorm.DB) error {
 	d, err := dialect.Of(db)
 	if err != nil || d != dialect.MySQL {
 		return err
 	}
-	probe := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	// A winter and a summer date: Europe/London is UTC in January only
+	// (found by a review).
+	winter, summer := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2000, 7, 1, 0, 0, 0, 0, time.UTC)
 	var same int
-	if err := db.WithContext(ctx).Raw("SELECT CAST(? AS DATETIME(6)) = CAST('2000-01-01 00:00:00' AS DATETIME(6))", probe).Scan(&same).Error; err != nil {
+	if err := db.WithContext(ctx).Raw("SELECT CAST(? AS DATETIME(6)) = CAST('2000-01-01 00:00:00' AS DATETIME(6)) AND "+
+		"CAST(? AS DATETIME(6)) = CAST('2000-07-01 00:00:00' AS DATETIME(6))", winter, summer).Scan(&same).Error; err != nil {
 		return fmt.Errorf("store: check the connection's time zone: %w", err)
 	}
 	if same != 1 {
