@@ -93,10 +93,10 @@ func (s *subscriber) start(topic string, fromNow bool) error {
 // settled by its ack or nack (a stopping bus lets it finish; its context
 // ends with ctx). watermill-sql's reading, whose transaction holds the
 // message, runs on a context of its own for that: it ends once nothing is
-// handed out, after the ack of the last one is committed (the next read
-// began, or ackCommitGrace passed), or at Close. Before, it ended with ctx:
-// an ack after the stop was rolled back with the read, and the message
-// handled again.
+// handed out and the last ack is committed (the next read began, or
+// ackCommitGrace passed since the ack), or at Close. Before, it ended with
+// ctx: an ack just before or after the stop was rolled back with the read,
+// and the message handled again.
 func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if err := s.SubscribeInitialize(topic); err != nil {
 		return nil, err
@@ -110,10 +110,18 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	out := make(chan *message.Message)
 	var mu sync.Mutex
 	handedOut := false
+	var acked time.Time // the last ack given to watermill-sql, until it reads the next message
 	stopWatch := context.AfterFunc(ctx, func() {
 		mu.Lock()
 		defer mu.Unlock()
-		if !handedOut {
+		switch {
+		case handedOut: // stopped once it is settled (below)
+		case !acked.IsZero() && time.Since(acked) < ackCommitGrace:
+			// watermill-sql may still be committing that ack, on the read's
+			// context (an ack just before the stop was rolled back: found by
+			// a review); its next read, below, stops it sooner.
+			time.AfterFunc(ackCommitGrace-time.Since(acked), stopReading)
+		default:
 			stopReading()
 		}
 	})
@@ -125,19 +133,23 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		defer stopWatch()
 		for msg := range in {
 			mu.Lock()
+			acked = time.Time{}   // read after the last ack's commit
 			if ctx.Err() != nil { // not handed out: rolled back with the read
 				mu.Unlock()
 				return
 			}
 			handedOut = true
 			mu.Unlock()
-			acked := s.forward(ctx, topic, msg, out)
+			ok := s.forward(ctx, topic, msg, out)
 			mu.Lock()
 			handedOut = false
+			if ok {
+				acked = time.Now()
+			}
 			stopped := ctx.Err() != nil
 			mu.Unlock()
 			if stopped {
-				if acked {
+				if ok {
 					s.awaitCommit(in)
 				}
 				return
@@ -149,7 +161,7 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 
 // ackCommitGrace bounds how long a stopped subscription waits for
 // watermill-sql to commit the ack of its last message (awaitCommit).
-const ackCommitGrace = 2 * time.Second
+const ackCommitGrace = time.Second
 
 // awaitCommit waits until watermill-sql has committed the ack it was just
 // given: it reads the next message only after that commit (the message
