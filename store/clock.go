@@ -31,7 +31,9 @@ func ClockSkew(ctx context.Context, db *gorm.DB, now func() time.Time) (time.Dur
 	case dialect.Postgres:
 		query = "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)"
 	case dialect.MySQL:
-		query = "SELECT CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)"
+		// UTC_TIMESTAMP, no zone conversion: UNIX_TIMESTAMP(NOW()) is an hour
+		// off in the repeated hour of a named session zone (found by a review).
+		query = "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))"
 	default: // SQLite runs in this process, on its clock
 		return 0, nil
 	}
