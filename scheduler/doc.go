@@ -3,7 +3,11 @@
 //
 // A [Schedule] fires every interval or on a cron expression. Schedules are
 // defined in code; [Scheduler.Define] stores a new one and keeps the state
-// (next run, pause) of one that exists, so a restart resets nothing. Each
+// (next run, pause) of one that exists, so a restart resets nothing. A
+// schedule whose Every or Cron changed starts afresh at its next slot: a
+// slot of the old definition that fell due while no instance ran is not
+// fired (during a rolling deploy, instances of the two definitions each
+// set it again as they start). Each
 // tick, an instance reads the due schedules and claims a due slot with a
 // compare-and-set on next_run_at, in the same transaction as the emit: only
 // the instance whose UPDATE affected a row emits, so a slot fires once
