@@ -20,18 +20,7 @@ import (
 // counts found rows (clientFoundRows=true, opened without store.Open)
 // does not start: its inbox would handle every duplicate again.
 func TestRunRefusesAConnectionCountingFoundRows(t *testing.T) {
-	db, err := gorm.Open(mysql.Open(testenv.MySQLDatabaseDSN(t)+"&clientFoundRows=true"), &gorm.Config{Logger: logger.Discard})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = store.Close(db) })
-	_, err = store.Migrate(context.Background(), db, store.Tables{})
-	require.NoError(t, err)
-	b, err := bus.New(bus.Config{Endpoint: "billing", Transport: gochannel.New(gochannel.Config{}), DB: db, Logger: testenv.Logger(t)})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = b.Close() })
-	require.NoError(t, bus.Handle(b, func(context.Context, *CreateInvoice) error { return nil }, bus.WithInbox()))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	require.ErrorIs(t, b.Run(ctx), store.ErrFoundRows)
+	require.ErrorIs(t, runOnMySQLPool(t, "&clientFoundRows=true"), store.ErrFoundRows)
 }
 
 // TestRunRefusesAConnectionInAnotherTimeZone: a pool whose driver converts
@@ -39,7 +28,15 @@ func TestRunRefusesAConnectionCountingFoundRows(t *testing.T) {
 // MySQL's DATETIME columns: young inbox keys purged, delayed messages
 // delivered early (found by a review). Run refuses it.
 func TestRunRefusesAConnectionInAnotherTimeZone(t *testing.T) {
-	db, err := gorm.Open(mysql.Open(testenv.MySQLDatabaseDSN(t)+"&parseTime=true&loc=Europe%2FBerlin"), &gorm.Config{Logger: logger.Discard})
+	require.ErrorIs(t, runOnMySQLPool(t, "&parseTime=true&loc=Europe%2FBerlin"), store.ErrTimeZone)
+}
+
+// runOnMySQLPool runs a bus with an inbox handler on a migrated MariaDB
+// pool opened with gorm directly, its DSN ending in options, and returns
+// what Run returned (within 20 s).
+func runOnMySQLPool(t *testing.T, options string) error {
+	t.Helper()
+	db, err := gorm.Open(mysql.Open(testenv.MySQLDatabaseDSN(t)+options), &gorm.Config{Logger: logger.Discard})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close(db) })
 	_, err = store.Migrate(context.Background(), db, store.Tables{})
@@ -50,5 +47,5 @@ func TestRunRefusesAConnectionInAnotherTimeZone(t *testing.T) {
 	require.NoError(t, bus.Handle(b, func(context.Context, *CreateInvoice) error { return nil }, bus.WithInbox()))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	require.ErrorIs(t, b.Run(ctx), store.ErrTimeZone)
+	return b.Run(ctx)
 }
