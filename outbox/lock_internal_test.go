@@ -32,12 +32,9 @@ func (*hangingBroker) Close() error { return nil }
 // deadline, and with innodb_lock_wait_timeout under it failed (found by a
 // review: 7.8 s of an 8 s deadline; "Lock wait timeout exceeded" at 3 s).
 func TestAHangingPublishDoesNotBlockHandlers(t *testing.T) {
-	for _, store := range []struct {
-		name string
-		open func(testing.TB) *gorm.DB
-	}{{"mariadb", testenv.MySQL}, {"postgres", testenv.Postgres}} {
-		t.Run(store.name, func(t *testing.T) {
-			db := store.open(t)
+	for _, store := range testenv.ServerDatabases {
+		t.Run(store.Name, func(t *testing.T) {
+			db := store.Open(t)
 			dest := &hangingBroker{}
 			o, err := New(Config{DB: db, Destination: dest, PollInterval: 10 * time.Millisecond, ackDeadline: 10 * time.Second})
 			require.NoError(t, err)
@@ -57,7 +54,7 @@ func TestAHangingPublishDoesNotBlockHandlers(t *testing.T) {
 			for range 3 {
 				began := time.Now()
 				err := db.Transaction(func(tx *gorm.DB) error {
-					if store.name == "mariadb" {
+					if store.Name == "mariadb" {
 						if err := tx.Exec("SET SESSION innodb_lock_wait_timeout = 3").Error; err != nil {
 							return err
 						}

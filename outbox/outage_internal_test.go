@@ -23,12 +23,9 @@ import (
 // marked every row of the batch at the deadline, so the rows behind the
 // refused one were never relayed, without a log line (found by a review).
 func TestAnOutageMidBatchLosesNothing(t *testing.T) {
-	for _, store := range []struct {
-		name string
-		open func(testing.TB) *gorm.DB
-	}{{"mariadb", testenv.MySQL}, {"postgres", testenv.Postgres}} {
-		t.Run(store.name, func(t *testing.T) {
-			db := store.open(t)
+	for _, store := range testenv.ServerDatabases {
+		t.Run(store.Name, func(t *testing.T) {
+			db := store.Open(t)
 			dest := &outageBroker{up: 1, downFor: 1500 * time.Millisecond}
 			o, err := New(Config{DB: db, Destination: dest, PollInterval: 10 * time.Millisecond, ackDeadline: 300 * time.Millisecond})
 			require.NoError(t, err)

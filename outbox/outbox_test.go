@@ -34,12 +34,9 @@ func TestMain(m *testing.M) {
 // a plain Watermill handler returns are queued with its transaction (none on
 // rollback), show in the backlog, and are relayed with their own IDs.
 func TestReturnedMessagesCommitThenRelay(t *testing.T) {
-	for _, db := range []struct {
-		name string
-		open func(testing.TB) *gorm.DB
-	}{{"postgres", testenv.Postgres}, {"mariadb", testenv.MySQL}} {
-		t.Run(db.name, func(t *testing.T) {
-			gorm := db.open(t)
+	for _, db := range testenv.ServerDatabases {
+		t.Run(db.Name, func(t *testing.T) {
+			gorm := db.Open(t)
 			broker := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
 			defer broker.Close()
 			o, err := outbox.New(outbox.Config{DB: gorm, Destination: broker, PollInterval: 10 * time.Millisecond})
@@ -99,12 +96,9 @@ func TestReturnedMessagesCommitThenRelay(t *testing.T) {
 // with gorm's PrepareStmt the handler's transaction is a
 // *gorm.PreparedStmtTX; Publish writes through it like any other.
 func TestPublishJoinsAPreparedStatementTransaction(t *testing.T) {
-	for _, db := range []struct {
-		name string
-		open func(testing.TB) *gorm.DB
-	}{{"postgres", testenv.Postgres}, {"mariadb", testenv.MySQL}} {
-		t.Run(db.name, func(t *testing.T) {
-			prepared := db.open(t).Session(&gorm.Session{PrepareStmt: true})
+	for _, db := range testenv.ServerDatabases {
+		t.Run(db.Name, func(t *testing.T) {
+			prepared := db.Open(t).Session(&gorm.Session{PrepareStmt: true})
 			broker := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
 			defer broker.Close()
 			o, err := outbox.New(outbox.Config{DB: prepared, Destination: broker})

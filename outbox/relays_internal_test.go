@@ -36,12 +36,9 @@ func (b *countingBroker) Close() error { return nil }
 // none twice (a review's check, kept when the MySQL relay moved to READ
 // COMMITTED, which locks the rows it reads and no gap).
 func TestTwoRelaysRelayEveryRowOnce(t *testing.T) {
-	for _, store := range []struct {
-		name string
-		open func(testing.TB) *gorm.DB
-	}{{"mariadb", testenv.MySQL}, {"postgres", testenv.Postgres}} {
-		t.Run(store.name, func(t *testing.T) {
-			db := store.open(t)
+	for _, store := range testenv.ServerDatabases {
+		t.Run(store.Name, func(t *testing.T) {
+			db := store.Open(t)
 			dest := &countingBroker{got: map[string]int{}}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -94,7 +91,7 @@ func TestTwoRelaysRelayEveryRowOnce(t *testing.T) {
 					dups++
 				}
 			}
-			t.Logf("%s: relayed %d distinct of %d, %d duplicated", store.name, len(dest.got), writers*per, dups)
+			t.Logf("%s: relayed %d distinct of %d, %d duplicated", store.Name, len(dest.got), writers*per, dups)
 			require.Len(t, dest.got, writers*per, "every row relayed")
 			require.Zero(t, dups, "none twice")
 			dest.mu.Unlock()

@@ -131,6 +131,10 @@ var Databases = []struct {
 	{"sqlite", SQLite},
 }
 
+// ServerDatabases lists the stores watermill-sql has adapters for (the
+// outbox, the SQL transport): PostgreSQL and MariaDB.
+var ServerDatabases = Databases[:2]
+
 func open(t testing.TB, dsn, what string) *gorm.DB {
 	t.Helper()
 	db, err := store.Open(dsn)
