@@ -303,8 +303,12 @@ func (b *Bus) runClaimed(ctx context.Context, d dialect.Dialect, stmts dialect.D
 		b.cfg.Logger.Info("bus: a delayed retry's lease ran out before it ran; another instance has it", "message_id", r.MessageID)
 		return nil
 	}
-	if err := b.runDelayedRetry(ctx, r, r.message()); err != nil {
+	claimed := &claimedRetry{id: r.ID, lease: lease}
+	if err := b.runDelayedRetry(context.WithValue(ctx, claimedKey{}, claimed), r, r.message()); err != nil {
 		b.cfg.Logger.Warn("bus: a delayed retry did not settle; it runs again when its lease ends", "message_id", r.MessageID, "error", err)
+		return nil
+	}
+	if claimed.rescheduled { // its row is the next retry now
 		return nil
 	}
 	settled := db.Exec(stmts.Settle, r.ID, d.Time(lease))

@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -125,4 +126,43 @@ func TestDelayedDeliveriesArePublishedByTheirSender(t *testing.T) {
 		require.NoError(t, db.Raw("SELECT COUNT(*) FROM postroom_delayed").Scan(&left).Error)
 		return left == 0
 	})
+}
+
+// TestADelayedRetryThatFailsAgainBecomesTheNext: a delayed retry whose
+// handler fails again turns its own row into the next retry, in one
+// statement under its lease, so that a crash cannot leave both rows.
+// Before, the next retry was a new row, and the claimed one was deleted
+// after it: a process killed in between ran the message's remaining
+// retries twice (found by a review).
+func TestADelayedRetryThatFailsAgainBecomesTheNext(t *testing.T) {
+	db := testenv.SQLite(t)
+	b, err := bus.New(bus.Config{Endpoint: testenv.Name("ep"), Transport: gochannel.New(gochannel.Config{}), DB: db,
+		Logger: testenv.Logger(t), DelayedPollInterval: 20 * time.Millisecond,
+		Retry: bus.RetryPolicy{MaxRetries: 1, InitialBackoff: time.Millisecond}})
+	require.NoError(t, err)
+	var attempts atomic.Int32
+	require.NoError(t, bus.Handle(b, func(context.Context, *CreateInvoice) error {
+		attempts.Add(1)
+		return errors.New("fails")
+	}, bus.WithDelayedRetries(300*time.Millisecond, time.Hour)))
+	run(t, b)
+	require.NoError(t, bus.Send(context.Background(), b, &CreateInvoice{}, bus.To(b.Endpoint())))
+	type row struct {
+		ID       int64
+		Metadata string
+	}
+	rows := func() []row {
+		var rs []row
+		require.NoError(t, db.Raw("SELECT id, metadata FROM postroom_delayed").Scan(&rs).Error)
+		return rs
+	}
+	waitFor(t, "the first delayed retry", func() bool { return len(rows()) == 1 })
+	first := rows()[0]
+	require.Contains(t, first.Metadata, `"postroom-delayed-retries":"1"`)
+	waitFor(t, "the second delayed retry scheduled", func() bool {
+		rs := rows()
+		return len(rs) == 1 && strings.Contains(rs[0].Metadata, `"postroom-delayed-retries":"2"`)
+	})
+	require.Equal(t, first.ID, rows()[0].ID, "the same row, rescheduled in place")
+	require.EqualValues(t, 4, attempts.Load(), "two attempts, then two in the first delayed retry")
 }

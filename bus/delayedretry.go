@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
@@ -65,12 +66,54 @@ func (b *Bus) retryLater(handler, topic string, msg *message.Message, reason err
 	again.Metadata.Set(metadata.DelayedRetries, strconv.Itoa(done+1))
 	again.Metadata.Set(metadata.ErrorReason, reason.Error())
 	out := outgoing{topic: topic, msg: again, at: b.cfg.Now().Add(delays[done]), group: b.group(handler)}
-	if err := b.delay(context.Background(), b.cfg.DB, out); err != nil {
+	if c, ok := msg.Context().Value(claimedKey{}).(*claimedRetry); ok {
+		// A delayed retry that failed again: its row becomes the next one.
+		if err := b.reschedule(c, out); err != nil {
+			return false, err
+		}
+	} else if err := b.delay(context.Background(), b.cfg.DB, out); err != nil {
 		return false, err
 	}
 	b.cfg.Logger.Warn("bus: message failed its immediate retries; a delayed retry is scheduled", "handler", handler,
 		"message_id", msg.UUID, "delayed_retry", done+1, "of", len(delays), "at", out.at, "reason", reason)
 	return true, nil
+}
+
+// claimedRetry is a delayed retry's row while an instance runs it under
+// its lease; rescheduled once it became the next retry (see reschedule).
+type claimedRetry struct {
+	id          int64
+	lease       time.Time
+	rescheduled bool
+}
+
+type claimedKey struct{}
+
+// reschedule turns the claimed row into the next delayed retry out, in one
+// statement, while the lease holds. Before, the next retry was a new row
+// and the claimed one was deleted after it: a crash in between left both,
+// and the message ran its remaining retries twice, reaching the error
+// topic twice (found by a review). A lease lost meanwhile leaves the retry
+// to the instance that took it over.
+func (b *Bus) reschedule(c *claimedRetry, out outgoing) error {
+	d, stmts, err := b.delayedStatements(b.cfg.DB)
+	if err != nil {
+		return err
+	}
+	md, err := json.Marshal(out.msg.Metadata)
+	if err != nil {
+		return fmt.Errorf("bus: delayed retry %s: %w", out.msg.UUID, err)
+	}
+	res := b.cfg.DB.Exec(stmts.Reschedule, d.Time(out.at), string(md), c.id, d.Time(c.lease))
+	if res.Error != nil {
+		return fmt.Errorf("bus: schedule the next delayed retry of %s: %w", out.msg.UUID, res.Error)
+	}
+	c.rescheduled = true
+	if res.RowsAffected == 0 {
+		b.cfg.Logger.Warn("bus: a delayed retry ran past its lease; another instance may have run it too", "message_id", out.msg.UUID,
+			"lease", b.retryLease())
+	}
+	return nil
 }
 
 // runDelayedRetry runs a due delayed retry through its handler. It returns

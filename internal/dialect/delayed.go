@@ -33,6 +33,10 @@ type DelayedStatements struct {
 	// Settle removes a delayed retry that ran, only if it still holds its
 	// lease (arguments: the id, the lease's end).
 	Settle string
+	// Reschedule turns a delayed retry that ran into its next one, only if
+	// it still holds its lease (arguments: the next due time, the metadata,
+	// the id, the lease's end): one statement, so a crash cannot leave both.
+	Reschedule string
 	// Summary counts the messages and returns the earliest due time.
 	Summary string
 	// List selects up to a number of messages, earliest due first: id,
@@ -91,13 +95,14 @@ func (d Dialect) Delayed(table string) (DelayedStatements, error) {
 		lock = ""
 	}
 	return DelayedStatements{
-		Insert:  "INSERT INTO " + table + " (due_at, topic, target_group, message_id, payload, metadata, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-		Due:     "SELECT id, topic, target_group, message_id, payload, metadata FROM " + table + " WHERE due_at <= ? AND target_group IN ? ORDER BY due_at, id LIMIT ?" + lock,
-		Claim:   "UPDATE " + table + " SET due_at = ? WHERE id = ?",
-		Renew:   "UPDATE " + table + " SET due_at = ? WHERE id = ? AND due_at = ?",
-		Delete:  "DELETE FROM " + table + " WHERE id = ?",
-		Settle:  "DELETE FROM " + table + " WHERE id = ? AND due_at = ?",
-		Summary: "SELECT COUNT(*) AS n, MIN(due_at) AS next_due FROM " + table,
-		List:    "SELECT id, due_at, topic, target_group, message_id, created_at FROM " + table + " ORDER BY due_at, id LIMIT ?",
+		Insert:     "INSERT INTO " + table + " (due_at, topic, target_group, message_id, payload, metadata, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+		Due:        "SELECT id, topic, target_group, message_id, payload, metadata FROM " + table + " WHERE due_at <= ? AND target_group IN ? ORDER BY due_at, id LIMIT ?" + lock,
+		Claim:      "UPDATE " + table + " SET due_at = ? WHERE id = ?",
+		Renew:      "UPDATE " + table + " SET due_at = ? WHERE id = ? AND due_at = ?",
+		Delete:     "DELETE FROM " + table + " WHERE id = ?",
+		Settle:     "DELETE FROM " + table + " WHERE id = ? AND due_at = ?",
+		Reschedule: "UPDATE " + table + " SET due_at = ?, metadata = ? WHERE id = ? AND due_at = ?",
+		Summary:    "SELECT COUNT(*) AS n, MIN(due_at) AS next_due FROM " + table,
+		List:       "SELECT id, due_at, topic, target_group, message_id, created_at FROM " + table + " ORDER BY due_at, id LIMIT ?",
 	}, nil
 }
