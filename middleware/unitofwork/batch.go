@@ -151,6 +151,14 @@ func (b *batcher) joinWith(ctx context.Context, it *Collected) (*batch, int) {
 // joinLocked adds a member to the open batch, opening one if none is, and
 // returns it with the member's number in it. Call with b.mu held.
 func (b *batcher) joinLocked(ctx context.Context, it *Collected) (*batch, int) {
+	if old := b.open; old != nil && old.tx.ctx.Err() != nil {
+		// Every member's context ended, and with them the transaction's:
+		// the batch can take no more. Before, a later message joined it and
+		// failed with its dead transaction (found by a review).
+		old.timer.Stop()
+		b.open = nil
+		go old.close() // it ends once its members have run
+	}
 	bt := b.open
 	if bt == nil {
 		// The transaction outlives the member that begins it, so it keeps
@@ -371,7 +379,7 @@ func (u *unit) beginSavepoint() (gorm.ConnPool, error) {
 	u.parent.pending = nil
 	u.parent.mu.Unlock()
 	if err == nil {
-		err = prev.releaseThen(u.ctx, conn, "SAVEPOINT "+u.savepoint)
+		err = prev.releaseThen(u.parent.ctx, conn, "SAVEPOINT "+u.savepoint)
 	}
 	if err != nil {
 		u.err = err
@@ -400,8 +408,14 @@ var ErrSavepointAborted = errors.New("unitofwork: a statement failed in the hand
 // on MySQL a deadlock ends the whole transaction and forgets its
 // savepoints (the release and the rollback fail: the batch breaks).
 func (u *unit) endSavepoint(conn gorm.ConnPool, commit bool) error {
+	// The savepoint's statements run on the batch's context, not the
+	// member's: a member whose context ended (a Middleware's timeout) is
+	// rolled back to its savepoint alone. On its own context the rollback
+	// failed at once and broke the batch, failing every member (found by a
+	// review).
+	ctx := u.parent.ctx
 	if !commit {
-		return u.rollbackTo(u.ctx, conn)
+		return u.rollbackTo(ctx, conn)
 	}
 	if u.releaseLater && u.db.Dialector.Name() == "postgres" {
 		// Released with the next member's SAVEPOINT, or before the COMMIT,
@@ -411,11 +425,11 @@ func (u *unit) endSavepoint(conn gorm.ConnPool, commit bool) error {
 		u.parent.mu.Unlock()
 		return nil
 	}
-	_, err := conn.ExecContext(u.ctx, "RELEASE SAVEPOINT "+u.savepoint)
+	_, err := conn.ExecContext(ctx, "RELEASE SAVEPOINT "+u.savepoint)
 	if err == nil {
 		return nil
 	}
-	if rbErr := u.rollbackTo(u.ctx, conn); rbErr != nil {
+	if rbErr := u.rollbackTo(ctx, conn); rbErr != nil {
 		return rbErr
 	}
 	return fmt.Errorf("%w: %w", ErrSavepointAborted, err)

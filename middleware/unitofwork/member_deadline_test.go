@@ -1,0 +1,121 @@
+package unitofwork_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/middleware/unitofwork"
+)
+
+// TestAMemberWhoseContextEndsFailsAlone: one member's own context ends
+// while its handler runs (a Middleware's timeout): it is rolled back to
+// its savepoint alone and the others commit. Before, the rollback ran on
+// the member's ended context, failed at once and broke the batch: every
+// member failed, one whose handler never ran too (found by a review).
+func TestAMemberWhoseContextEndsFailsAlone(t *testing.T) {
+	for _, store := range testenv.Databases {
+		t.Run(store.Name, func(t *testing.T) {
+			db := store.Open(t)
+			require.NoError(t, db.Exec("CREATE TABLE effects (id VARCHAR(20) NOT NULL)").Error)
+			mw, err := unitofwork.New(unitofwork.Config{DB: db, BatchSize: 3, BatchWait: 5 * time.Second})
+			require.NoError(t, err)
+			h := mw(func(msg *message.Message) ([]*message.Message, error) {
+				ctx := msg.Context()
+				if err := unitofwork.Tx(ctx).Exec("INSERT INTO effects (id) VALUES (?)", msg.UUID).Error; err != nil {
+					return nil, err
+				}
+				if msg.UUID == "slow" {
+					<-ctx.Done()
+					return nil, ctx.Err()
+				}
+				return nil, nil
+			})
+			errs := map[string]chan error{}
+			for _, id := range []string{"a", "slow", "b"} {
+				done := make(chan error, 1)
+				errs[id] = done
+				time.Sleep(30 * time.Millisecond) // joins in this order
+				go func() {
+					msg := message.NewMessage(id, nil)
+					if id == "slow" {
+						ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+						defer cancel()
+						msg.SetContext(ctx)
+					}
+					_, err := h(msg)
+					done <- err
+				}()
+			}
+			require.NoError(t, <-errs["a"])
+			require.ErrorIs(t, <-errs["slow"], context.DeadlineExceeded)
+			require.NoError(t, <-errs["b"])
+			var ids []string
+			require.NoError(t, db.Raw("SELECT id FROM effects ORDER BY id").Scan(&ids).Error)
+			require.Equal(t, []string{"a", "b"}, ids, "a and b commit; slow is rolled back alone")
+		})
+	}
+}
+
+// TestAMemberJoiningAfterEveryOtherEndedGetsANewBatch: the only member's
+// context ends while its batch waits to fill, which ends the batch's
+// transaction; the members that come later get a new batch. Before, they
+// joined the dead one and failed (found by a review). For WithBatch and
+// for a Collector (HandleBatch).
+func TestAMemberJoiningAfterEveryOtherEndedGetsANewBatch(t *testing.T) {
+	for _, store := range testenv.Databases {
+		t.Run(store.Name, func(t *testing.T) {
+			db := store.Open(t)
+			require.NoError(t, db.Exec("CREATE TABLE effects (id VARCHAR(20) NOT NULL)").Error)
+			mw, err := unitofwork.New(unitofwork.Config{DB: db, BatchSize: 3, BatchWait: 5 * time.Second})
+			require.NoError(t, err)
+			h := mw(func(msg *message.Message) ([]*message.Message, error) {
+				return nil, unitofwork.Tx(msg.Context()).Exec("INSERT INTO effects (id) VALUES (?)", "m-"+msg.UUID).Error
+			})
+			c, err := unitofwork.NewCollector(unitofwork.Config{DB: db, BatchSize: 3, BatchWait: 5 * time.Second},
+				func(ctx context.Context, items []*unitofwork.Collected) error {
+					for _, it := range items {
+						if err := unitofwork.Tx(ctx).Exec("INSERT INTO effects (id) VALUES (?)", "c-"+it.Item.(string)).Error; err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+			require.NoError(t, err)
+			errs := map[string]chan error{}
+			for _, id := range []string{"early", "a", "b"} {
+				for _, kind := range []string{"m-", "c-"} {
+					done := make(chan error, 1)
+					errs[kind+id] = done
+					go func() {
+						ctx := context.Background()
+						if id == "early" {
+							var cancel context.CancelFunc
+							ctx, cancel = context.WithTimeout(ctx, 100*time.Millisecond)
+							defer cancel()
+						}
+						if kind == "c-" {
+							done <- c.Add(ctx, id)
+							return
+						}
+						msg := message.NewMessage(id, nil)
+						msg.SetContext(ctx)
+						_, err := h(msg)
+						done <- err
+					}()
+				}
+				time.Sleep(300 * time.Millisecond)
+			}
+			for _, id := range []string{"m-a", "m-b", "c-a", "c-b"} {
+				require.NoError(t, <-errs[id], id)
+			}
+			var ids []string
+			require.NoError(t, db.Raw("SELECT id FROM effects WHERE id <> 'm-early' AND id <> 'c-early' ORDER BY id").Scan(&ids).Error)
+			require.Equal(t, []string{"c-a", "c-b", "m-a", "m-b"}, ids)
+		})
+	}
+}
