@@ -42,6 +42,7 @@ type Bus struct {
 	drain    context.Context
 	endDrain context.CancelFunc
 	stopOnce sync.Once
+	handling handling // the deliveries the handlers hold (drainingSubscriber waits for them)
 
 	mu        sync.Mutex
 	handlers  map[string]bool

@@ -210,14 +210,15 @@ func (b *Bus) register(name string, byRun bool, opts []HandlerOption, build func
 		return fmt.Errorf("bus: handler %s: %d subscriptions on each of its 2 topics (concurrency %d × batch size %d) is over the transport's %d: lower the concurrency or WithBatch's size",
 			hc.name, subscriptions, max(hc.concurrency, 1), max(hc.batchSize, 1), l.MaxSubscriptions())
 	}
-	sub, err := b.cfg.Transport.Subscriber(group)
+	plain, err := b.cfg.Transport.Subscriber(group)
 	if err != nil {
 		return fmt.Errorf("bus: handler %s: %w", hc.name, err)
 	}
+	sub := b.draining(plain)
 	for _, topic := range []string{commandTopic(b.cfg.Endpoint, name), eventTopic(name)} {
 		// The handler's queue exists from now on: a message sent before
 		// Run waits in it instead of being dropped.
-		if err := declare(sub, topic, topic == eventTopic(name)); err != nil {
+		if err := declare(plain, topic, topic == eventTopic(name)); err != nil {
 			return fmt.Errorf("bus: handler %s: declare its queue for %s: %w", hc.name, topic, err)
 		}
 		var delivery message.HandlerFunc = func(msg *message.Message) ([]*message.Message, error) {
@@ -250,13 +251,23 @@ func (b *Bus) register(name string, byRun bool, opts []HandlerOption, build func
 						}
 					}()
 				}
+				b.handling.add()
+				defer b.handling.done()
 				defer b.outliveStop(msg)()
 				err := guarded(msg)
-				if errors.Is(err, errStopping) {
+				// Settled here, before the delivery stops counting as
+				// held (drainingSubscriber); Watermill's own Ack or Nack
+				// after this does nothing more.
+				switch {
+				case errors.Is(err, errStopping):
 					// Given back because the bus stops, said at info by
 					// deliver; Watermill would log it at error.
 					msg.Nack()
 					return nil
+				case err != nil:
+					msg.Nack()
+				default:
+					msg.Ack()
 				}
 				return err
 			})

@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -53,4 +54,106 @@ func (b *Bus) outliveStop(msg *message.Message) (done func()) {
 		stopAfter()
 		cancel()
 	}
+}
+
+// handling counts the deliveries the bus's handlers hold, from the
+// router's call to their ack or nack.
+type handling struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n falls to 0; nil while n is 0
+}
+
+func (h *handling) add() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n == 0 {
+		h.idle = make(chan struct{})
+	}
+	h.n++
+}
+
+func (h *handling) done() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.n--
+	if h.n == 0 {
+		close(h.idle)
+		h.idle = nil
+	}
+}
+
+// wait returns once no delivery is held, or when give closes.
+func (h *handling) wait(give <-chan struct{}) {
+	h.mu.Lock()
+	idle := h.idle
+	h.mu.Unlock()
+	if idle == nil {
+		return
+	}
+	select {
+	case <-idle:
+	case <-give:
+	}
+}
+
+// drainWait bounds how long a subscriber's Close waits, after the drain
+// ended (the handlers' contexts are cancelled), for them to return.
+const drainWait = 10 * time.Second
+
+// drainingSubscriber is a handler's subscriber as the router sees it.
+// Watermill's router closes a handler's subscriber as soon as the router
+// begins to close, which returns to the broker the messages the handlers
+// still hold: their acks, when they finish within StopTimeout, were lost,
+// and the messages handled again (found by a cold trial: every stop by
+// Close, one in four by Run's context). Its Close instead ends its
+// subscriptions (the transport delivers nothing more, and keeps what it
+// handed out ackable), waits until the bus's handlers hold no delivery
+// (or the drain ended and drainWait passed), and only then closes the
+// subscriber.
+type drainingSubscriber struct {
+	message.Subscriber
+	b *Bus
+
+	mu      sync.Mutex
+	cancels []context.CancelFunc
+	once    sync.Once
+	err     error
+}
+
+func (b *Bus) draining(sub message.Subscriber) *drainingSubscriber {
+	return &drainingSubscriber{Subscriber: sub, b: b}
+}
+
+// Subscribe subscribes with a context Close can end.
+func (d *drainingSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	d.mu.Lock()
+	d.cancels = append(d.cancels, cancel)
+	d.mu.Unlock()
+	out, err := d.Subscriber.Subscribe(ctx, topic)
+	if err != nil {
+		cancel()
+	}
+	return out, err
+}
+
+// Close ends the subscriptions, waits for the deliveries the handlers
+// hold, and closes the subscriber (once; the router calls it once per
+// handler).
+func (d *drainingSubscriber) Close() error {
+	d.mu.Lock()
+	cancels := d.cancels
+	d.cancels = nil
+	d.mu.Unlock()
+	for _, cancel := range cancels {
+		cancel()
+	}
+	d.b.beginStop()
+	giveUp := make(chan struct{})
+	stop := context.AfterFunc(d.b.drain, func() { time.AfterFunc(drainWait, func() { close(giveUp) }) })
+	d.b.handling.wait(giveUp)
+	stop()
+	d.once.Do(func() { d.err = d.Subscriber.Close() })
+	return d.err
 }

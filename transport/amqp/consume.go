@@ -179,7 +179,9 @@ func (s *subscriber) deliver(ctx context.Context, c *consumer, d amqp091.Deliver
 	case <-msg.Acked():
 	case <-msg.Nacked():
 	case <-s.closing:
-		return giveBack()
+		if !isAcked(msg) { // an ack that raced the Close still counts
+			return giveBack()
+		}
 	case <-ctx.Done():
 		s.stop(c) // no more deliveries; this one is still settled
 		o = stopped
@@ -187,7 +189,9 @@ func (s *subscriber) deliver(ctx context.Context, c *consumer, d amqp091.Deliver
 		case <-msg.Acked():
 		case <-msg.Nacked():
 		case <-s.closing:
-			return giveBack()
+			if !isAcked(msg) {
+				return giveBack()
+			}
 		}
 	}
 	acked := false
@@ -205,6 +209,16 @@ func (s *subscriber) deliver(ctx context.Context, c *consumer, d amqp091.Deliver
 		return lost
 	}
 	return o
+}
+
+// isAcked reports whether msg was acked.
+func isAcked(msg *message.Message) bool {
+	select {
+	case <-msg.Acked():
+		return true
+	default:
+		return false
+	}
 }
 
 // settle acks d or nacks it back to the queue; lost if the channel failed

@@ -24,7 +24,8 @@ type subscriber struct {
 	t     *Transport
 	group string
 
-	closing   chan struct{} // closed by Close: forwarders stop offering
+	stopping  chan struct{} // closed first by Close: subscriptions take no more, and settle what they hold
+	closing   chan struct{} // closed by Close after closeGrace: forwarders stop offering
 	closeOnce sync.Once
 	forwards  sync.WaitGroup // one per Subscribe, until its channel is closed
 
@@ -34,7 +35,7 @@ type subscriber struct {
 }
 
 func newSubscriber(sub *wsql.Subscriber, t *Transport, group string) *subscriber {
-	return &subscriber{Subscriber: sub, t: t, group: group, closing: make(chan struct{}),
+	return &subscriber{Subscriber: sub, t: t, group: group, stopping: make(chan struct{}), closing: make(chan struct{}),
 		handling: map[string]chan struct{}{}, late: map[string]lateAcks{}}
 }
 
@@ -131,10 +132,20 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		defer close(out)
 		defer stopReading()
 		defer stopWatch()
-		for msg := range in {
+		for {
+			var msg *message.Message
+			select {
+			case m, open := <-in:
+				if !open {
+					return
+				}
+				msg = m
+			case <-s.stopping: // Close, and nothing held
+				return
+			}
 			mu.Lock()
-			acked = time.Time{}   // read after the last ack's commit
-			if ctx.Err() != nil { // not handed out: rolled back with the read
+			acked = time.Time{}                     // read after the last ack's commit
+			if ctx.Err() != nil || s.isStopping() { // not handed out: rolled back with the read
 				mu.Unlock()
 				return
 			}
@@ -146,7 +157,7 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 			if ok {
 				acked = time.Now()
 			}
-			stopped := ctx.Err() != nil
+			stopped := ctx.Err() != nil || s.isStopping()
 			mu.Unlock()
 			if stopped {
 				if ok {
@@ -217,18 +228,23 @@ func (s *subscriber) forward(ctx context.Context, topic string, msg *message.Mes
 	start := time.Now()
 	select {
 	case <-cp.Acked():
-		if pastDeadline(read) {
-			s.lateAck(key, topic, msg, time.Since(start))
-			msg.Ack()
-			return false // not recorded: nothing to wait for
-		}
-		msg.Ack()
-		return true
 	case <-cp.Nacked():
 		msg.Nack()
+		return false
 	case <-s.closing:
+		select {
+		case <-cp.Acked(): // an ack that raced the Close still counts
+		default:
+			return false
+		}
 	}
-	return false
+	late := pastDeadline(read) // before watermill-sql sees the ack
+	msg.Ack()
+	if late {
+		s.lateAck(key, topic, msg, time.Since(start))
+		return false // not recorded: nothing to wait for
+	}
+	return true
 }
 
 // pastDeadline reports whether read, a delivery's context, ended at its
@@ -328,9 +344,47 @@ func (s *subscriber) lateAck(key, topic string, msg *message.Message, took time.
 
 // Close stops every subscription and returns once their channels are
 // closed.
+//
+// It first lets each subscription settle what it holds: a message handed
+// out and acked meanwhile is passed on, and its ack committed, for at most
+// closeGrace; then it stops them. Before, Close ended watermill-sql's
+// reading at once, which rolled back an ack made just before: a stopping
+// bus, which closes its subscribers once its handlers have finished,
+// handled those messages again (found by a cold trial).
 func (s *subscriber) Close() error {
-	s.closeOnce.Do(func() { close(s.closing) })
+	s.closeOnce.Do(func() {
+		close(s.stopping)
+		waitUntil(&s.forwards, time.Now().Add(closeGrace))
+		close(s.closing)
+	})
 	err := s.Subscriber.Close()
 	s.forwards.Wait()
 	return err
+}
+
+// closeGrace bounds how long Close waits for subscriptions to settle what
+// they hold.
+const closeGrace = ackCommitGrace + time.Second
+
+// waitUntil waits for wg until deadline.
+func waitUntil(wg *sync.WaitGroup, deadline time.Time) {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Until(deadline)):
+	}
+}
+
+// isStopping reports whether Close began.
+func (s *subscriber) isStopping() bool {
+	select {
+	case <-s.stopping:
+		return true
+	default:
+		return false
+	}
 }
