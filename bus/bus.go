@@ -42,6 +42,7 @@ type Bus struct {
 	drain    context.Context
 	endDrain context.CancelFunc
 	stopOnce sync.Once
+	stopping chan struct{} // closed when the stop begins
 	handling handling // the deliveries the handlers hold (drainingSubscriber waits for them)
 
 	mu        sync.Mutex
@@ -93,6 +94,7 @@ func New(cfg Config) (*Bus, error) {
 		retryTargets: map[string]func(string, *message.Message) error{}, retryDelays: map[string][]time.Duration{},
 		delayedAttempts: map[int64]int{}}
 	b.drain, b.endDrain = context.WithCancel(context.Background())
+	b.stopping = make(chan struct{})
 	if cfg.MetricsAddr != "" {
 		b.addRouterMetrics()
 	}

@@ -73,7 +73,7 @@ func newLimiter(handler string, cfg RateLimit, log *slog.Logger, rec metrics.Rec
 // acquire returns at once while the handler is not limited. While it is,
 // it takes the handler's one slot and waits cfg.Wait; release gives the
 // slot back. It fails only when ctx ends (the bus is closing).
-func (l *limiter) acquire(ctx context.Context) (release func(), limited bool, err error) {
+func (l *limiter) acquire(ctx context.Context, stop <-chan struct{}) (release func(), limited bool, err error) {
 	if !l.open.Load() {
 		return func() {}, false, nil
 	}
@@ -81,6 +81,8 @@ func (l *limiter) acquire(ctx context.Context) (release func(), limited bool, er
 	case l.slot <- struct{}{}:
 	case <-ctx.Done():
 		return nil, false, ctx.Err()
+	case <-stop:
+		return nil, false, errStopping
 	}
 	release = func() { <-l.slot }
 	if !l.open.Load() { // it ended while this attempt waited for the slot
@@ -92,6 +94,9 @@ func (l *limiter) acquire(ctx context.Context) (release func(), limited bool, er
 	case <-ctx.Done():
 		release()
 		return nil, false, ctx.Err()
+	case <-stop:
+		release()
+		return nil, false, errStopping
 	}
 	return release, true, nil
 }

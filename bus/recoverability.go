@@ -56,7 +56,13 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 	var outageSince time.Time
 	sawTransient := false
 	for {
-		release, limited, waitErr := lim.acquire(msg.Context())
+		// A message waiting its turn under rate limiting is not running:
+		// a stop gives it back at once instead of holding the stop for
+		// StopTimeout (found by a cold trial).
+		release, limited, waitErr := lim.acquire(msg.Context(), b.stopping)
+		if errors.Is(waitErr, errStopping) {
+			return fmt.Errorf("bus: %s: %w while rate limited (after: %v)", handler, errStopping, err)
+		}
 		if waitErr != nil {
 			return fmt.Errorf("bus: %s: closing while rate limited: %w (after: %v)", handler, waitErr, err)
 		}
@@ -104,6 +110,8 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 		b.cfg.Recorder.Record(handler, metrics.Retried)
 		select {
 		case <-time.After(policy.backoff(retries)):
+		case <-b.stopping: // waiting, not running: given back at once
+			return fmt.Errorf("bus: %s: %w during retries: %w", handler, errStopping, err)
 		case <-msg.Context().Done():
 			if b.isStopping() {
 				return fmt.Errorf("bus: %s: %w during retries: %w", handler, errStopping, err)

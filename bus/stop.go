@@ -13,6 +13,7 @@ import (
 // running have Config.StopTimeout left (drain).
 func (b *Bus) beginStop() {
 	b.stopOnce.Do(func() {
+		close(b.stopping)
 		b.wmSink.Stopping()
 		if b.cfg.StopTimeout < 0 {
 			b.endDrain()
