@@ -376,8 +376,9 @@ func (b *Bus) isStopping() bool {
 // Close stops handling and closes the transport. It takes no new message
 // and waits for the handlers still running: for Config.StopTimeout they
 // finish as usual; then their context is cancelled, an attempt in progress
-// rolls back, and its message goes back to the broker (never to the error
-// topic), to be handled again.
+// rolls back, and its message goes back to the broker (not to the error
+// topic, unless a handler WithExternalEffects parks it), to be handled
+// again.
 func (b *Bus) Close() error {
 	b.beginStop()
 	b.mu.Lock()

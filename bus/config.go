@@ -148,6 +148,11 @@ type Config struct {
 	// message goes back to the broker, as before). Keep it below the
 	// time your supervisor waits before it kills the process (30 s on
 	// Kubernetes by default). Defaults to 20 s; negative: cancel at once.
+	// A message waiting its turn (rate limiting, a retry's backoff) is
+	// given back at once. On the SQL transport a message's ack deadline
+	// (sql.Config.AckDeadline, 30 s from its read) can end it sooner. A
+	// handler WithExternalEffects cancelled mid-call has an unknown
+	// outcome: parked, or retried, per its OnUnknown (docs/effects.md).
 	StopTimeout time.Duration
 	// Marshaler turns payloads into bytes. Defaults to JSON.
 	Marshaler Marshaler

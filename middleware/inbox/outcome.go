@@ -37,13 +37,16 @@ type OutcomeUnknownError struct {
 	Consumer string
 	Key      Key
 	Attempts int
-	// Err is the attempt's error, nil when its process died.
+	// Err is the attempt's error, nil when an earlier attempt left the
+	// key so (its process died, or it was parked before).
 	Err error
 }
 
 // Error names the message and says what the operator does next.
 func (e *OutcomeUnknownError) Error() string {
-	cause := "the attempt's lease ran out (its process stopped mid-call)"
+	// Said of a key an earlier attempt left: a cold trial read "lease ran
+	// out" for one parked by a call the bus's stop cut short.
+	cause := "an earlier attempt left the key parked or its lease ran out (its call failed with an unknown outcome, or its process stopped mid-call)"
 	if e.Err != nil {
 		cause = "the handler failed: " + e.Err.Error()
 	}
