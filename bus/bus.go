@@ -43,7 +43,7 @@ type Bus struct {
 	endDrain context.CancelFunc
 	stopOnce sync.Once
 	stopping chan struct{} // closed when the stop begins
-	handling handling // the deliveries the handlers hold (drainingSubscriber waits for them)
+	handling handling      // the deliveries the handlers hold (drainingSubscriber waits for them)
 
 	mu        sync.Mutex
 	handlers  map[string]bool
