@@ -7,6 +7,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/middleware/unitofwork"
@@ -20,9 +21,8 @@ import (
 func TestAMemberWhoseContextEndsFailsAlone(t *testing.T) {
 	for _, store := range testenv.Databases {
 		t.Run(store.Name, func(t *testing.T) {
-			db := store.Open(t)
-			require.NoError(t, db.Exec("CREATE TABLE effects (id VARCHAR(20) NOT NULL)").Error)
-			mw, err := unitofwork.New(unitofwork.Config{DB: db, BatchSize: 3, BatchWait: 5 * time.Second})
+			db, cfg := batchesOfThree(t, store.Open)
+			mw, err := unitofwork.New(cfg)
 			require.NoError(t, err)
 			h := mw(func(msg *message.Message) ([]*message.Message, error) {
 				ctx := msg.Context()
@@ -69,14 +69,13 @@ func TestAMemberWhoseContextEndsFailsAlone(t *testing.T) {
 func TestAMemberJoiningAfterEveryOtherEndedGetsANewBatch(t *testing.T) {
 	for _, store := range testenv.Databases {
 		t.Run(store.Name, func(t *testing.T) {
-			db := store.Open(t)
-			require.NoError(t, db.Exec("CREATE TABLE effects (id VARCHAR(20) NOT NULL)").Error)
-			mw, err := unitofwork.New(unitofwork.Config{DB: db, BatchSize: 3, BatchWait: 5 * time.Second})
+			db, cfg := batchesOfThree(t, store.Open)
+			mw, err := unitofwork.New(cfg)
 			require.NoError(t, err)
 			h := mw(func(msg *message.Message) ([]*message.Message, error) {
 				return nil, unitofwork.Tx(msg.Context()).Exec("INSERT INTO effects (id) VALUES (?)", "m-"+msg.UUID).Error
 			})
-			c, err := unitofwork.NewCollector(unitofwork.Config{DB: db, BatchSize: 3, BatchWait: 5 * time.Second},
+			c, err := unitofwork.NewCollector(cfg,
 				func(ctx context.Context, items []*unitofwork.Collected) error {
 					for _, it := range items {
 						if err := unitofwork.Tx(ctx).Exec("INSERT INTO effects (id) VALUES (?)", "c-"+it.Item.(string)).Error; err != nil {
@@ -118,4 +117,13 @@ func TestAMemberJoiningAfterEveryOtherEndedGetsANewBatch(t *testing.T) {
 			require.Equal(t, []string{"c-a", "c-b", "m-a", "m-b"}, ids)
 		})
 	}
+}
+
+// batchesOfThree opens a store with an effects table and returns it with a
+// configuration of batches of three that wait 5 s to fill.
+func batchesOfThree(t *testing.T, open func(testing.TB) *gorm.DB) (*gorm.DB, unitofwork.Config) {
+	t.Helper()
+	db := open(t)
+	require.NoError(t, db.Exec("CREATE TABLE effects (id VARCHAR(20) NOT NULL)").Error)
+	return db, unitofwork.Config{DB: db, BatchSize: 3, BatchWait: 5 * time.Second}
 }
