@@ -54,7 +54,9 @@ func (u *unsettled) previous(group string, msg *message.Message) int {
 		n = u.count[unsettledKey(group, msg.UUID)].n
 		u.mu.Unlock()
 	}
-	if c, err := strconv.Atoi(msg.Metadata.Get(metadata.DeliveryCount)); err == nil && c > n {
+	if v := msg.Metadata.Get(metadata.DeliveryCount); v == "" {
+		return n
+	} else if c, err := strconv.Atoi(v); err == nil && c > n {
 		n = c
 	}
 	return n

@@ -51,6 +51,9 @@ const maxTopicLength = 40
 // a name that had to change keeps its tail (the type name) and ends in a
 // hash of the whole, so distinct names stay distinct.
 func topicOf(name string) string {
+	if len(name) <= maxTopicLength && isTopic(name) {
+		return name // the common case, without a regexp on every Send
+	}
 	t := strings.Trim(notTopicish.ReplaceAllString(name, "-"), "-")
 	if len(t) <= maxTopicLength && t == name {
 		return t
@@ -58,6 +61,22 @@ func topicOf(name string) string {
 	sum := sha256.Sum256([]byte(name))
 	head := t[max(0, len(t)-(maxTopicLength-9)):]
 	return strings.TrimLeft(head, "-.") + "-" + hex.EncodeToString(sum[:4])
+}
+
+// isTopic reports whether name holds only the bytes topicOf keeps, and
+// neither begins nor ends with '-'.
+func isTopic(name string) bool {
+	if name == "" || name[0] == '-' || name[len(name)-1] == '-' {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '_', c == '.', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // EventTopic returns the topic events of type T are published to: on
