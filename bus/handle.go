@@ -538,6 +538,9 @@ type incoming struct {
 	msg      *message.Message
 	outgoing []outgoing
 	ran      bool
+	// sends, when not nil, ties this message to the others of a
+	// HandleBatch call whose sends the first of them carries.
+	sends *batchSends
 }
 
 type outgoing struct {

@@ -43,7 +43,11 @@ const batchSizeDefault = 100
 // message twice in one attempt, the second time alone.
 //
 // Messages fn sends or publishes go through the outbox in the transaction
-// when the bus has one, else out after the commit; their correlation and
+// when the bus has one, else out after the commit, and then no message of
+// the call is acked before they are out: a stop during a broker outage
+// gives them all back, and without the inbox fn runs again for each and
+// sends again (with the inbox the sends are lost, said at error, as for
+// Handle: use Config.Outbox). Their correlation and
 // causation are those of the batch's first message (of the message, when
 // fn runs for one alone). MessageIDs(ctx) returns the IDs of the messages
 // of the call, in the order of ms; MessageID(ctx) and Metadata(ctx) are the
@@ -177,6 +181,7 @@ func (r batchRun[T]) run(ctx context.Context, items []*unitofwork.Collected) err
 	}
 	switch {
 	case err == nil:
+		tieSends(inArrival(fresh))
 		for _, m := range fresh {
 			m.ran()
 			dups = append(dups, m.copies...)

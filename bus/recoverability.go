@@ -139,13 +139,19 @@ func (b *Bus) attempt(msg *message.Message, h message.HandlerFunc) (ran bool, er
 			err = fmt.Errorf("%w: %v", ErrPanic, r)
 			b.cfg.Logger.Error("bus: handler panicked", "message_id", msg.UUID, "panic", r, "stack", string(debug.Stack()))
 		}
+		if in.sends.carriedBy(in) {
+			in.sends.finish(err) // whatever happened: the others wait for it
+		}
 	}()
 	if _, err = h(msg); err != nil {
 		return false, err
 	}
+	if s := in.sends; s != nil && !s.carriedBy(in) {
+		return in.ran, s.wait(msg.Context())
+	}
 	for i, out := range in.outgoing {
 		if err := b.publishCommitted(msg.Context(), out); err != nil {
-			b.notDispatched(msg, in.outgoing[i:], err)
+			b.notDispatched(msg, in.sends, in.outgoing[i:], err)
 			return in.ran, err
 		}
 	}
@@ -157,14 +163,19 @@ func (b *Bus) attempt(msg *message.Message, h message.HandlerFunc) (ran bool, er
 // stopping, or the SQL transport's ack deadline, during a broker outage).
 // A handler with the inbox does not run again for the redelivery, so
 // without Config.Outbox they are lost; one without it sends them again.
-func (b *Bus) notDispatched(msg *message.Message, unsent []outgoing, err error) {
+// For a HandleBatch call, every message of the call is named: each goes
+// back to the broker with the first (see batchSends).
+func (b *Bus) notDispatched(msg *message.Message, batch *batchSends, unsent []outgoing, err error) {
 	ids := make([]string, len(unsent))
 	for i, out := range unsent {
 		ids[i] = out.topic + "/" + out.msg.UUID
 	}
+	attrs := []any{"message_id", msg.UUID, "unsent", strings.Join(ids, ", "), "error", err}
+	if batch != nil {
+		attrs = append(attrs, "batch_message_ids", strings.Join(batch.ids, ", "))
+	}
 	b.cfg.Logger.Error("bus: the handler committed, but messages it sent were not dispatched; "+
-		"lost unless the handler runs again for a redelivery (with the inbox it does not; Config.Outbox keeps them)",
-		"message_id", msg.UUID, "unsent", strings.Join(ids, ", "), "error", err)
+		"lost unless the handler runs again for a redelivery (with the inbox it does not; Config.Outbox keeps them)", attrs...)
 }
 
 // checkReceived refuses what the transport could not read in full (it says
