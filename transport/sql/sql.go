@@ -103,7 +103,7 @@ func (t *Transport) Publisher() message.Publisher { return t.publisher }
 
 // Subscriber returns a subscriber of consumer group group.
 func (t *Transport) Subscriber(group string) (message.Subscriber, error) {
-	sub, err := wsql.NewSubscriber(t.db, wsql.SubscriberConfig{
+	sub, err := wsql.NewSubscriber(trackedBeginner{t.db}, wsql.SubscriberConfig{
 		ConsumerGroup:    group,
 		PollInterval:     t.cfg.PollInterval,
 		ResendInterval:   t.cfg.PollInterval,

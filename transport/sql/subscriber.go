@@ -94,15 +94,16 @@ func (s *subscriber) start(topic string, fromNow bool) error {
 // settled by its ack or nack (a stopping bus lets it finish; its context
 // ends with ctx). watermill-sql's reading, whose transaction holds the
 // message, runs on a context of its own for that: it ends once nothing is
-// handed out and the last ack is committed (the next read began, or
-// ackCommitGrace passed since the ack), or at Close. Before, it ended with
+// handed out and the last ack is committed (the transaction that read it
+// ended, see reads; at most ackCommitGrace after the ack), or at Close. Before, it ended with
 // ctx: an ack just before or after the stop was rolled back with the read,
 // and the message handled again.
 func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if err := s.SubscribeInitialize(topic); err != nil {
 		return nil, err
 	}
-	reading, stopReading := context.WithCancel(context.WithoutCancel(ctx))
+	rd := &reads{}
+	reading, stopReading := context.WithCancel(context.WithValue(context.WithoutCancel(ctx), readsKey{}, rd))
 	in, err := s.Subscriber.Subscribe(reading, topic)
 	if err != nil {
 		stopReading()
@@ -111,7 +112,8 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	out := make(chan *message.Message)
 	var mu sync.Mutex
 	handedOut := false
-	var acked time.Time // the last ack given to watermill-sql, until it reads the next message
+	var acked time.Time              // the last ack given to watermill-sql, until it reads the next message
+	var ackCommitted <-chan struct{} // closed when the transaction recording that ack ends
 	stopWatch := context.AfterFunc(ctx, func() {
 		mu.Lock()
 		defer mu.Unlock()
@@ -120,8 +122,16 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		case !acked.IsZero() && time.Since(acked) < ackCommitGrace:
 			// watermill-sql may still be committing that ack, on the read's
 			// context (an ack just before the stop was rolled back: found by
-			// a review); its next read, below, stops it sooner.
-			time.AfterFunc(ackCommitGrace-time.Since(acked), stopReading)
+			// a review).
+			committed, grace := ackCommitted, time.NewTimer(ackCommitGrace-time.Since(acked))
+			go func() {
+				defer stopReading()
+				defer grace.Stop()
+				select {
+				case <-committed:
+				case <-grace.C:
+				}
+			}()
 		default:
 			stopReading()
 		}
@@ -134,12 +144,13 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		defer stopWatch()
 		for {
 			var msg *message.Message
+			var readIn <-chan struct{} // the transaction that read msg, open until it records msg's ack
 			select {
 			case m, open := <-in:
 				if !open {
 					return
 				}
-				msg = m
+				msg, readIn = m, rd.current()
 			case <-s.stopping: // Close, and nothing held
 				return
 			}
@@ -155,13 +166,13 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 			mu.Lock()
 			handedOut = false
 			if ok {
-				acked = time.Now()
+				acked, ackCommitted = time.Now(), readIn
 			}
 			stopped := ctx.Err() != nil || s.isStopping()
 			mu.Unlock()
 			if stopped {
 				if ok {
-					s.awaitCommit(in)
+					s.awaitCommit(in, ackCommitted)
 				}
 				return
 			}
@@ -175,12 +186,16 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 const ackCommitGrace = time.Second
 
 // awaitCommit waits until watermill-sql has committed the ack it was just
-// given: it reads the next message only after that commit (the message
-// read is not handed out and goes back with the read), or ackCommitGrace.
-func (s *subscriber) awaitCommit(in <-chan *message.Message) {
+// given: the transaction that recorded it ended (committed), or the next
+// read began, after that commit (the message read is not handed out and
+// goes back with the read), or ackCommitGrace passed.
+func (s *subscriber) awaitCommit(in <-chan *message.Message, committed <-chan struct{}) {
+	grace := time.NewTimer(ackCommitGrace)
+	defer grace.Stop()
 	select {
+	case <-committed:
 	case <-in:
-	case <-time.After(ackCommitGrace):
+	case <-grace.C:
 	case <-s.closing:
 	}
 }

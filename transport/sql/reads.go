@@ -1,0 +1,89 @@
+package sql
+
+import (
+	"context"
+	"database/sql"
+	"sync"
+
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+)
+
+// reads follows the transactions of one subscription's reading:
+// watermill-sql reads a message, waits for its ack and records the ack in
+// the same transaction, one transaction at a time per subscription. A
+// stopped subscription ends its reading once the ack of its last message
+// is committed; knowing when that transaction ends lets it stop then,
+// instead of waiting ackCommitGrace for a next read that an empty topic
+// never brings (every stop right after a message took a second).
+type reads struct {
+	mu   sync.Mutex
+	open chan struct{} // closed when the transaction open now ends; nil: none
+}
+
+// readsKey holds a subscription's *reads in its reading context, which
+// watermill-sql hands to BeginTx.
+type readsKey struct{}
+
+// current returns a channel closed when the transaction open now ends:
+// the one that read the message handed out, while its ack is not yet
+// recorded. Closed already when none is open.
+func (r *reads) current() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.open == nil {
+		done := make(chan struct{})
+		close(done)
+		return done
+	}
+	return r.open
+}
+
+func (r *reads) begin() chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.open = make(chan struct{})
+	return r.open
+}
+
+func (r *reads) end(done chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	close(done)
+	if r.open == done {
+		r.open = nil
+	}
+}
+
+// trackedBeginner is the database watermill-sql's subscribers read from:
+// a transaction begun on a subscription's reading context is followed by
+// its reads.
+type trackedBeginner struct{ wsql.Beginner }
+
+func (b trackedBeginner) BeginTx(ctx context.Context, opts *sql.TxOptions) (wsql.Tx, error) {
+	tx, err := b.Beginner.BeginTx(ctx, opts)
+	r, ok := ctx.Value(readsKey{}).(*reads)
+	if err != nil || !ok {
+		return tx, err
+	}
+	return &trackedTx{Tx: tx, r: r, done: r.begin()}, nil
+}
+
+// trackedTx tells its reads when it ends, once.
+type trackedTx struct {
+	wsql.Tx
+	r    *reads
+	done chan struct{}
+	once sync.Once
+}
+
+func (t *trackedTx) Commit() error {
+	defer t.ended()
+	return t.Tx.Commit()
+}
+
+func (t *trackedTx) Rollback() error {
+	defer t.ended()
+	return t.Tx.Rollback()
+}
+
+func (t *trackedTx) ended() { t.once.Do(func() { t.r.end(t.done) }) }
