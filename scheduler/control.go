@@ -93,8 +93,16 @@ func (c *Control) setPaused(ctx context.Context, name string, paused bool) error
 }
 
 // Trigger makes a schedule due now: the next tick of any instance fires it.
+// It only ever moves the next slot earlier. A schedule that is late
+// already keeps its due slots, which the next tick settles by its missed
+// slot policy (before, Trigger overwrote the oldest due slot with now and
+// a CatchUp schedule five hours late emitted one slot instead of six;
+// found by a review). A triggered slot is off the schedule's grid: its
+// slot time, and so its message ID ([SlotID]), is now; the schedule then
+// continues on its grid.
 func (c *Control) Trigger(ctx context.Context, name string, now time.Time) error {
-	return c.one(ctx, c.db.WithContext(ctx).Exec(c.stmts.Trigger, c.d.Time(now), name), name)
+	t := c.d.Time(now)
+	return c.one(ctx, c.db.WithContext(ctx).Exec(c.stmts.Trigger, t, name, t), name)
 }
 
 // one checks the update res of the schedule name: an error unless it
