@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -100,9 +101,54 @@ func (c *Control) setPaused(ctx context.Context, name string, paused bool) error
 // found by a review). A triggered slot is off the schedule's grid: its
 // slot time, and so its message ID ([SlotID]), is now; the schedule then
 // continues on its grid.
+//
+// A paused schedule is refused with an error that [errors.Is] [ErrPaused]:
+// it would not fire, and the console and the CLI said it would (found by
+// a review).
 func (c *Control) Trigger(ctx context.Context, name string, now time.Time) error {
 	t := c.d.Time(now)
-	return c.one(ctx, c.db.WithContext(ctx).Exec(c.stmts.Trigger, t, name, t), name)
+	res := c.db.WithContext(ctx).Exec(c.stmts.Trigger, t, name, t)
+	if res.Error != nil || res.RowsAffected > 0 {
+		return c.one(ctx, res, name)
+	}
+	paused, err := c.paused(ctx, name)
+	if err != nil {
+		return err
+	}
+	if paused {
+		return &PausedError{Name: name}
+	}
+	return nil // due already
+}
+
+// ErrPaused is what [Control.Trigger] returns (as a [*PausedError]) for a
+// paused schedule.
+var ErrPaused = errors.New("scheduler: schedule is paused")
+
+// PausedError says which schedule a trigger found paused.
+type PausedError struct{ Name string }
+
+func (e *PausedError) Error() string {
+	return fmt.Sprintf("scheduler: schedule %q is paused: resume it first", e.Name)
+}
+
+// Is reports whether target is [ErrPaused].
+func (e *PausedError) Is(target error) bool { return target == ErrPaused }
+
+// paused reads whether the schedule name is paused: an error if there is
+// none of that name.
+func (c *Control) paused(ctx context.Context, name string) (bool, error) {
+	var found []struct {
+		NextRunAt any
+		Paused    bool
+	}
+	if err := c.db.WithContext(ctx).Raw(c.stmts.State, name).Scan(&found).Error; err != nil {
+		return false, fmt.Errorf("scheduler: %q: %w", name, err)
+	}
+	if len(found) == 0 {
+		return false, fmt.Errorf("scheduler: no schedule named %q", name)
+	}
+	return found[0].Paused, nil
 }
 
 // one checks the update res of the schedule name: an error unless it
@@ -116,15 +162,6 @@ func (c *Control) one(ctx context.Context, res *gorm.DB, name string) error {
 	if res.RowsAffected > 0 {
 		return nil
 	}
-	var found []struct {
-		NextRunAt any
-		Paused    bool
-	}
-	if err := c.db.WithContext(ctx).Raw(c.stmts.State, name).Scan(&found).Error; err != nil {
-		return fmt.Errorf("scheduler: %q: %w", name, err)
-	}
-	if len(found) == 0 {
-		return fmt.Errorf("scheduler: no schedule named %q", name)
-	}
-	return nil
+	_, err := c.paused(ctx, name)
+	return err
 }

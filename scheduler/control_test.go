@@ -52,3 +52,41 @@ func TestTriggerKeepsTheMissedSlotsOfALateSchedule(t *testing.T) {
 		})
 	}
 }
+
+// TestTriggerRefusesAPausedSchedule on every store: a paused schedule
+// does not fire, so a trigger on it is an error that says to resume it,
+// and changes nothing; once resumed, a trigger fires it.
+func TestTriggerRefusesAPausedSchedule(t *testing.T) {
+	for _, store := range testenv.Databases {
+		t.Run(store.Name, func(t *testing.T) {
+			t.Parallel()
+			db := store.Open(t)
+			emitsTable(t, db)
+			c := &clock{}
+			c.Set(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
+			s := newScheduler(t, db, c, "a", scheduler.Schedule{Name: "daily", Every: 24 * time.Hour})
+			ctl, err := scheduler.NewControl(db, "")
+			require.NoError(t, err)
+			ctx := context.Background()
+
+			require.NoError(t, ctl.Pause(ctx, "daily"))
+			err = ctl.Trigger(ctx, "daily", c.Now())
+			require.ErrorIs(t, err, scheduler.ErrPaused)
+			require.EqualError(t, err, `scheduler: schedule "daily" is paused: resume it first`)
+			c.Advance(time.Second)
+			n, err := s.Tick(ctx)
+			require.NoError(t, err)
+			require.Zero(t, n)
+			list, err := ctl.List(ctx)
+			require.NoError(t, err)
+			require.Equal(t, time.Date(2025, 1, 2, 0, 0, 0, 0, time.UTC), list[0].NextRunAt, "not triggered")
+
+			require.NoError(t, ctl.Resume(ctx, "daily"))
+			require.NoError(t, ctl.Trigger(ctx, "daily", c.Now()))
+			n, err = s.Tick(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 1, n)
+			require.ErrorContains(t, ctl.Trigger(ctx, "nope", c.Now()), `no schedule named "nope"`)
+		})
+	}
+}

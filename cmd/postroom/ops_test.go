@@ -103,7 +103,13 @@ func TestSchedulesCommands(t *testing.T) {
 	require.Equal(t, "every 12h0m0s", list[0].Spec)
 	require.False(t, list[0].Paused)
 
-	for _, action := range []string{"pause", "trigger", "resume"} {
+	out, err = run(t, "schedules", "pause", "cleanup", "--dsn", dsn)
+	require.NoError(t, err)
+	require.Equal(t, "cleanup: done\n", out)
+	out, err = run(t, "schedules", "trigger", "cleanup", "--dsn", dsn)
+	require.EqualError(t, err, `scheduler: schedule "cleanup" is paused: resume it first`, "a paused schedule would not fire")
+	require.NotContains(t, out, "done")
+	for _, action := range []string{"resume", "trigger"} {
 		out, err = run(t, "schedules", action, "cleanup", "--dsn", dsn)
 		require.NoError(t, err, action)
 		require.Equal(t, "cleanup: done\n", out)

@@ -19,7 +19,7 @@ func newSchedules(opts *options) *cobra.Command {
 		use, short string
 		run        func(c *scheduler.Control, cmd *cobra.Command, name string) error
 	}{
-		{"trigger NAME", "Make a schedule due now: the next tick of any instance fires it", func(c *scheduler.Control, cmd *cobra.Command, name string) error {
+		{"trigger NAME", "Make a schedule due now: the next tick of any instance fires it (a paused one is refused: resume it first)", func(c *scheduler.Control, cmd *cobra.Command, name string) error {
 			return c.Trigger(cmd.Context(), name, time.Now())
 		}},
 		{"pause NAME", "Stop a schedule from firing until resumed", func(c *scheduler.Control, cmd *cobra.Command, name string) error {

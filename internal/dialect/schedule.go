@@ -20,9 +20,9 @@ type ScheduleStatements struct {
 	// SetPaused pauses or resumes a schedule. Arguments: paused, name.
 	SetPaused string
 	// Trigger makes a schedule due at a time unless it is due earlier
-	// already: a late schedule keeps its oldest due slot, so its missed
-	// slots still follow its policy. Arguments: next_run_at, name,
-	// next_run_at.
+	// already (a late schedule keeps its oldest due slot, so its missed
+	// slots still follow its policy) or paused (it would not fire).
+	// Arguments: next_run_at, name, next_run_at.
 	Trigger string
 	// List reads every schedule by name: name, spec, next_run_at,
 	// last_run_at, last_fired_by, paused.
@@ -46,7 +46,7 @@ func (d Dialect) Schedules(table string) (ScheduleStatements, error) {
 		Claim:     "UPDATE " + table + " SET next_run_at = ?, last_run_at = ?, last_fired_by = ?, updated_at = ? WHERE name = ? AND next_run_at = ?",
 		State:     "SELECT next_run_at, paused FROM " + table + " WHERE name = ?",
 		SetPaused: "UPDATE " + table + " SET paused = ? WHERE name = ?",
-		Trigger:   "UPDATE " + table + " SET next_run_at = ? WHERE name = ? AND next_run_at > ?",
+		Trigger:   "UPDATE " + table + " SET next_run_at = ? WHERE name = ? AND next_run_at > ? AND paused = FALSE",
 		List:      "SELECT name, spec, next_run_at, last_run_at, last_fired_by, paused FROM " + table + " ORDER BY name",
 	}, nil
 }
