@@ -128,6 +128,7 @@ var ErrPaused = errors.New("scheduler: schedule is paused")
 // PausedError says which schedule a trigger found paused.
 type PausedError struct{ Name string }
 
+// Error says which schedule is paused and what to do.
 func (e *PausedError) Error() string {
 	return fmt.Sprintf("scheduler: schedule %q is paused: resume it first", e.Name)
 }
