@@ -2,10 +2,13 @@ package scheduler_test
 
 import (
 	"context"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/scheduler"
@@ -87,6 +90,46 @@ func TestTriggerRefusesAPausedSchedule(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, 1, n)
 			require.ErrorContains(t, ctl.Trigger(ctx, "nope", c.Now()), `no schedule named "nope"`)
+		})
+	}
+}
+
+// TestAPauseBeforeTheClaimStopsTheFire on every store: a pause committed
+// after a tick read the schedule as due and running, but before its
+// claim, stops the fire; the slot then fires once resumed.
+func TestAPauseBeforeTheClaimStopsTheFire(t *testing.T) {
+	for _, store := range testenv.Databases {
+		t.Run(store.Name, func(t *testing.T) {
+			t.Parallel()
+			db := store.Open(t)
+			emitsTable(t, db)
+			c := &clock{}
+			c.Set(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
+			s := newScheduler(t, db, c, "a", scheduler.Schedule{Name: "hourly", Every: time.Hour})
+			ctl, err := scheduler.NewControl(db, "")
+			require.NoError(t, err)
+			ctx := context.Background()
+
+			// The pause runs in the claim's transaction, just before the
+			// claim: as if the operator's pause committed at that moment.
+			var pauses atomic.Int32
+			require.NoError(t, db.Callback().Raw().Before("gorm:raw").Register("test:pause_before_claim", func(tx *gorm.DB) {
+				if sql := tx.Statement.SQL.String(); strings.Contains(sql, "SET next_run_at") && strings.Contains(sql, "last_fired_by") && pauses.Add(1) == 1 {
+					_, err := tx.Statement.ConnPool.ExecContext(tx.Statement.Context, "UPDATE "+scheduler.TableDefault+" SET paused = TRUE WHERE name = 'hourly'")
+					require.NoError(t, err)
+				}
+			}))
+			c.Advance(time.Hour + time.Minute)
+			n, err := s.Tick(ctx)
+			require.NoError(t, err)
+			require.EqualValues(t, 1, pauses.Load(), "the tick tried to claim the slot")
+			require.Zero(t, n, "a pause before the claim stops the fire")
+			require.Empty(t, emitted(t, db, "hourly"))
+
+			require.NoError(t, ctl.Resume(ctx, "hourly"))
+			n, err = s.Tick(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 1, n, "resumed, the slot fires")
 		})
 	}
 }

@@ -11,8 +11,9 @@ type ScheduleStatements struct {
 	// changed. Arguments: spec, next_run_at, updated_at, name, spec.
 	Redefine string
 	// Claim moves a schedule's next_run_at forward only if it still holds
-	// the value read (compare-and-set): one row affected means this
-	// instance owns the slot. Arguments: new next_run_at, last_run_at,
+	// the value read (compare-and-set) and is not paused: one row affected
+	// means this instance owns the slot. A pause committed between the
+	// tick's read and its claim stops the fire. Arguments: new next_run_at, last_run_at,
 	// last_fired_by, updated_at, name, old next_run_at.
 	Claim string
 	// State reads a schedule's next_run_at and paused. Argument: name.
@@ -43,7 +44,7 @@ func (d Dialect) Schedules(table string) (ScheduleStatements, error) {
 	return ScheduleStatements{
 		Insert:    insert,
 		Redefine:  "UPDATE " + table + " SET spec = ?, next_run_at = ?, updated_at = ? WHERE name = ? AND spec <> ?",
-		Claim:     "UPDATE " + table + " SET next_run_at = ?, last_run_at = ?, last_fired_by = ?, updated_at = ? WHERE name = ? AND next_run_at = ?",
+		Claim:     "UPDATE " + table + " SET next_run_at = ?, last_run_at = ?, last_fired_by = ?, updated_at = ? WHERE name = ? AND next_run_at = ? AND paused = FALSE",
 		State:     "SELECT next_run_at, paused FROM " + table + " WHERE name = ?",
 		SetPaused: "UPDATE " + table + " SET paused = ? WHERE name = ?",
 		Trigger:   "UPDATE " + table + " SET next_run_at = ? WHERE name = ? AND next_run_at > ? AND paused = FALSE",
