@@ -312,7 +312,10 @@ func (c *Console) takeFailed(w http.ResponseWriter, r *http.Request, done string
 	}
 	n, unconfirmed, kept := 0, 0, 0
 	var keptErr error // why the last message kept could not be taken
+	var at string     // the message do was at
+	atOnce := false   // each message leaves the error topic as it is taken (RabbitMQ)
 	err = c.withQueue(r.Context(), func(q errorQueue) error {
+		_, atOnce = q.(*amqpqueue.Queue)
 		return q.Browse(r.Context(), c.cfg.Limit, func(msg *message.Message) (bool, error) {
 			if !s.match(msg) {
 				return false, nil
@@ -322,6 +325,7 @@ func (c *Console) takeFailed(w http.ResponseWriter, r *http.Request, done string
 				unconfirmed++
 				return false, nil
 			}
+			at = msg.UUID
 			if err := do(q, msg); errors.Is(err, amqpqueue.ErrNotReplayable) {
 				// It stays; the others are taken (before, the first such
 				// message failed the whole retry; found by a review).
@@ -336,6 +340,8 @@ func (c *Console) takeFailed(w http.ResponseWriter, r *http.Request, done string
 		})
 	})
 	switch {
+	case err != nil && (n > 0 || errors.Is(err, amqpqueue.ErrOutcomeUnknown)):
+		err = errors.New(stoppedText(done, n, at, atOnce, err))
 	case err == nil && n == 0 && kept > 0:
 		err = fmt.Errorf("nothing %s: %d message(s) of %s cannot be, and stay in the error topic: %w", done, kept, s, keptErr)
 	case err == nil && n == 0:

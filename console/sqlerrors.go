@@ -18,8 +18,9 @@ import (
 // RabbitMQ (*amqpqueue.Queue) or on the SQL transport (*sqlErrorQueue).
 type errorQueue interface {
 	// Browse calls visit for up to limit messages, oldest first; a
-	// message for which visit returns take leaves the error topic once
-	// Browse returns without error.
+	// message for which visit returns take leaves the error topic: on
+	// RabbitMQ at once (a Browse cut off keeps the rest), on the SQL
+	// transport when Browse commits (cut off, it took none).
 	Browse(ctx context.Context, limit int, visit func(*message.Message) (take bool, err error)) error
 	// Replay sends msg back to the handler that failed, alone, and
 	// returns where to.

@@ -161,9 +161,12 @@ func newErrorsReplay(o *errorOptions) *cobra.Command {
 		Short: "Send messages back to the handler that failed, with their original IDs",
 		Long: `replay sends each chosen message back to the queue of the handler that failed
 (not to every subscriber of its topic), with its original ID and metadata, the
-error metadata removed, and then removes it from the error topic. A message is
-replayed at least once: if the command stops between the two, a later replay
-sends it again, and a handler with an inbox skips it as a duplicate. It replays
+error metadata removed, and then removes it from the error topic, before it
+reads the next. A message is replayed at least once: if the command stops
+between the two, a later replay sends it again, and a handler with an inbox
+skips it as a duplicate. A replay cut off (a dropped connection, Ctrl-C) says
+how many it replayed and removed, and which message, if any, was sent but
+may still be in the error topic, or may or may not have been sent. It replays
 only the messages in the error topic when it starts: one that fails again
 meanwhile waits for the next replay.
 
@@ -178,8 +181,22 @@ For a handler WithExternalEffects, resolve a parked message first
 				return err
 			}
 			defer q.Close()
+			out := cmd.OutOrStdout()
 			replayed, kept := 0, 0
+			// sent is the message whose copy was sent last: Browse removes
+			// it from the error topic before it reads the next, so it is
+			// printed as replayed only then (before, "replayed" came before
+			// the removal, which a dropped connection could prevent).
+			var sent, sentTo string
+			removed := func() {
+				if sent != "" {
+					replayed++
+					fmt.Fprintf(out, "replayed %s to %s\n", printable(sent), printable(sentTo))
+					sent = ""
+				}
+			}
 			err = q.Browse(cmd.Context(), o.limit, func(msg *message.Message) (bool, error) {
+				removed()
 				if !all && !slices.Contains(args, msg.UUID) {
 					return false, nil
 				}
@@ -188,17 +205,27 @@ For a handler WithExternalEffects, resolve a parked message first
 					// It stays; the others are replayed (before, the first
 					// such message stopped the whole replay).
 					kept++
-					fmt.Fprintf(cmd.OutOrStdout(), "kept %s in the error topic: %s\n", printable(msg.UUID), printable(err.Error()))
+					fmt.Fprintf(out, "kept %s in the error topic: %s\n", printable(msg.UUID), printable(err.Error()))
 					return false, nil
+				}
+				if errors.Is(err, amqpqueue.ErrOutcomeUnknown) {
+					fmt.Fprintf(out, "%s: sent or not, unknown: it stays in the error topic, and a later replay sends it again "+
+						"(a handler with an inbox skips a repeat)\n", printable(msg.UUID))
 				}
 				if err != nil {
 					return false, err
 				}
-				replayed++
-				fmt.Fprintf(cmd.OutOrStdout(), "replayed %s to %s\n", printable(msg.UUID), printable(queue))
+				sent, sentTo = msg.UUID, queue
 				return true, nil
 			})
+			if errors.Is(err, amqpqueue.ErrNotRemoved) && sent != "" {
+				fmt.Fprintf(out, "sent %s to %s, but it may still be in the error topic: then a later replay sends it again "+
+					"(a handler with an inbox skips a repeat)\n", printable(sent), printable(sentTo))
+				sent = ""
+			}
+			removed()
 			if err != nil {
+				fmt.Fprintf(out, "replayed %d and removed them from the error topic before the stop; the rest stay there\n", replayed)
 				return err
 			}
 			if replayed == 0 && kept == 0 {

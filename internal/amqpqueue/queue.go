@@ -61,8 +61,21 @@ func (q *Queue) exists(name string) error {
 // among those in the queue when it starts: a message that arrives meanwhile
 // (one replayed by visit and moved back by a running endpoint) waits for
 // the next Browse. Each message stays in the queue unless visit returns
-// take: then it is removed when Browse returns, also after an error. The
-// messages left are put back when Browse returns.
+// take: then it is removed at once, before the next is read, also when
+// visit returns an error with it. The messages left are put back when
+// Browse returns.
+//
+// Removing each message as soon as visit has sent its copy keeps the
+// window of a duplicate to one message: a Browse cut off (a dropped
+// connection, a stopped command) leaves every message either sent and
+// removed, or not sent and still in the queue, except the one visit was
+// at. If that one was sent and it is not sure that the broker removed it
+// (an ack is not answered: the next call on the channel, or one made for
+// it, proves the broker had it), Browse says so with [ErrNotRemoved].
+// Before, the messages taken were removed only when the
+// whole Browse ended, and a connection dropped during a "retry all" left
+// every copy sent and every original in the error queue, for the next
+// retry to send again (found by a review).
 func (q *Queue) Browse(ctx context.Context, limit int, visit func(*message.Message) (take bool, err error)) error {
 	ch, err := q.conn.Channel()
 	if err != nil {
@@ -73,45 +86,61 @@ func (q *Queue) Browse(ctx context.Context, limit int, visit func(*message.Messa
 	if err != nil {
 		return fmt.Errorf("amqpqueue: queue %s: %w", q.queue, err)
 	}
-	var taken []amqp091.Delivery
 	var m postroomamqp.Marshaler
+	removing := "" // the message acked last, until a later answer on ch proves the broker had the ack
+	settle := func(err error) error {
+		if removing == "" {
+			return err
+		}
+		if _, serr := ch.QueueDeclarePassive(q.queue, true, false, false, false, nil); serr != nil {
+			err = errors.Join(err, fmt.Errorf("%w: amqpqueue: message %s: its removal was cut off: %w", ErrNotRemoved, removing, serr))
+		}
+		removing = ""
+		return err
+	}
 	for range min(limit, state.Messages) {
 		if err := ctx.Err(); err != nil {
-			return errors.Join(err, ack(taken))
+			return settle(err)
 		}
 		d, ok, err := ch.Get(q.queue, false)
 		if err != nil {
-			return errors.Join(fmt.Errorf("amqpqueue: get from %s: %w", q.queue, err), ack(taken))
+			return settle(fmt.Errorf("amqpqueue: get from %s: %w", q.queue, err))
 		}
+		removing = ""
 		if !ok {
 			break
 		}
 		msg, err := m.Unmarshal(d)
 		if err != nil {
-			return errors.Join(fmt.Errorf("amqpqueue: message %d of %s: %w", d.DeliveryTag, q.queue, err), ack(taken))
+			return fmt.Errorf("amqpqueue: message %d of %s: %w", d.DeliveryTag, q.queue, err)
 		}
 		take, err := visit(msg)
 		if take {
-			taken = append(taken, d)
+			// visit has done its work on it (a replay sent its copy): a
+			// later Browse would do it again.
+			if ackErr := d.Ack(false); ackErr != nil {
+				return errors.Join(err, fmt.Errorf("%w: amqpqueue: message %s: %w", ErrNotRemoved, msg.UUID, ackErr))
+			}
+			removing = msg.UUID
 		}
 		if err != nil {
-			return errors.Join(err, ack(taken))
+			return settle(err)
 		}
 	}
-	return ack(taken)
+	return settle(nil)
 }
 
-// ack removes what a Browse took, also when it stops on an error: visit
-// has done its work on them (a replay sent its copy), and a later Browse
-// would do it again.
-func ack(taken []amqp091.Delivery) error {
-	for _, d := range taken {
-		if err := d.Ack(false); err != nil {
-			return fmt.Errorf("amqpqueue: remove a message: %w", err)
-		}
-	}
-	return nil
-}
+// ErrNotRemoved marks the error of a Browse cut off while it removed the
+// message visit took (a replay sent its copy): it may still be in the
+// queue, and then a later retry sends it again (a handler with an inbox
+// skips the repeat).
+var ErrNotRemoved = errors.New("taken, but perhaps still in the error topic")
+
+// ErrOutcomeUnknown marks the error of a send whose wait for the broker's
+// confirm was cut off (the connection dropped, or the command or the
+// request stopped): the copy may or may not be in the handler's queue.
+// The original stays in the error topic.
+var ErrOutcomeUnknown = errors.New("sent or not, unknown")
 
 // SendToQueue publishes msg straight to a queue (through the default
 // exchange) with its ID and metadata, and waits for the broker's confirm.
@@ -145,7 +174,12 @@ func (q *Queue) send(ctx context.Context, queue string, msg *message.Message) er
 	}
 	ok, err := confirm.WaitContext(ctx)
 	if err != nil {
-		return fmt.Errorf("amqpqueue: confirm of %s: %w", queue, err)
+		return fmt.Errorf("%w: amqpqueue: the wait for the confirm of %s to %s was cut off: %w", ErrOutcomeUnknown, msg.UUID, queue, err)
+	}
+	if !ok && ch.IsClosed() {
+		// amqp091 settles the confirms a closed channel still waits for
+		// as refused: the broker may have the message all the same.
+		return fmt.Errorf("%w: amqpqueue: the channel closed before the confirm of %s to %s", ErrOutcomeUnknown, msg.UUID, queue)
 	}
 	if !ok {
 		return errors.New("amqpqueue: the broker refused the message to " + queue)

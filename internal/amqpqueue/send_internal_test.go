@@ -24,3 +24,19 @@ func TestSendToAQueueGoneFails(t *testing.T) {
 	err = q.send(context.Background(), testenv.Name("gone_"), message.NewMessage("m1", nil))
 	require.ErrorContains(t, err, "is gone: RabbitMQ returned the message")
 }
+
+// TestASendCutOffIsOutcomeUnknown: a send whose wait for the confirm is
+// cut off (here the request ends right after the publish) says that the
+// copy may or may not be in the queue, not that it failed: the caller
+// keeps the original and tells the operator a retry may repeat it.
+func TestASendCutOffIsOutcomeUnknown(t *testing.T) {
+	conn, err := amqp091.Dial(testenv.RequireAMQP(t))
+	require.NoError(t, err)
+	q := &Queue{conn: conn}
+	t.Cleanup(func() { _ = q.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // amqp091's publish ignores the context; the wait for the confirm does not
+	err = q.send(ctx, testenv.Name("gone_"), message.NewMessage("m1", nil))
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	require.ErrorContains(t, err, "sent or not, unknown")
+}
