@@ -27,6 +27,7 @@ import (
 // failedMessage is one message of the error topic.
 type failedMessage struct {
 	ID, Handler, Topic, Attempts, At, Reason string
+	Key                                      string      // copyKey: what an action names a copy without an ID by
 	Group                                    string      // the failing handler's group
 	FailedAt                                 time.Time   // At, parsed; zero if it is not a time
 	Metadata                                 [][2]string // sorted by key
@@ -44,10 +45,7 @@ func failedOf(msg *message.Message, full bool) failedMessage {
 	f := failedMessage{
 		ID: msg.UUID, Handler: msg.Metadata.Get(metadata.ErrorHandler), Topic: msg.Metadata.Get(metadata.ErrorTopic),
 		Attempts: msg.Metadata.Get(metadata.ErrorAttempts), At: msg.Metadata.Get(metadata.ErrorAt),
-		Reason: msg.Metadata.Get(metadata.ErrorReason), Group: msg.Metadata.Get(metadata.ErrorGroup),
-	}
-	if f.Reason == "" && msg.Metadata.Get(metadata.TransportError) != "" {
-		f.Reason = msg.Metadata.Get(metadata.TransportError) // a row the console could not read
+		Reason: reasonOf(msg), Group: msg.Metadata.Get(metadata.ErrorGroup), Key: copyKey(msg),
 	}
 	if at, err := time.Parse(time.RFC3339Nano, f.At); err == nil {
 		f.FailedAt = at
@@ -70,6 +68,17 @@ func failedOf(msg *message.Message, full bool) failedMessage {
 		}
 	}
 	return f
+}
+
+// reasonOf is the reason a failed message is grouped and selected by: the
+// bus's error reason or, for a message no bus moved (a dead-letter policy,
+// a shovel) or one the console could not read, the transport's problem
+// with it. Grouping and selection use this one function: before, a group
+// of such messages was shown by the transport's problem and selected by
+// the bus's (empty) reason, so its Delete matched nothing (found by a
+// review).
+func reasonOf(msg *message.Message) string {
+	return cmp.Or(msg.Metadata.Get(metadata.ErrorReason), msg.Metadata.Get(metadata.TransportError))
 }
 
 // errNoErrorTopic is the error of the failed-messages pages without an
@@ -176,15 +185,17 @@ func (c *Console) failedShow(w http.ResponseWriter, r *http.Request) {
 }
 
 // selection is which failed messages an action applies to: those with an
-// ID, those of a failure group, or all.
+// ID, the copies with a digest (copyKey: a message without an ID, which
+// the ID cannot name), those of a failure group, or all.
 type selection struct {
-	ID, Handler, Reason string
-	All                 bool
+	ID, Copy, Handler, Reason string
+	All                       bool
 }
 
 func selectionOf(r *http.Request) (selection, error) {
-	s := selection{ID: r.FormValue("id"), Handler: r.FormValue("handler"), Reason: r.FormValue("reason"), All: r.FormValue("all") == "1"}
-	if s.ID == "" && !s.All && s.Handler == "" && s.Reason == "" {
+	s := selection{ID: r.FormValue("id"), Copy: r.FormValue("copy"), Handler: r.FormValue("handler"), Reason: r.FormValue("reason"),
+		All: r.FormValue("all") == "1"}
+	if s.ID == "" && s.Copy == "" && !s.All && s.Handler == "" && s.Reason == "" {
 		return s, errors.New("choose a message, a failure group or all")
 	}
 	return s, nil
@@ -196,8 +207,10 @@ func (s selection) match(msg *message.Message) bool {
 		return true
 	case s.ID != "":
 		return msg.UUID == s.ID
+	case s.Copy != "":
+		return copyKey(msg) == s.Copy
 	default:
-		return msg.Metadata.Get(metadata.ErrorHandler) == s.Handler && msg.Metadata.Get(metadata.ErrorReason) == s.Reason
+		return msg.Metadata.Get(metadata.ErrorHandler) == s.Handler && reasonOf(msg) == s.Reason
 	}
 }
 
@@ -207,6 +220,8 @@ func (s selection) String() string {
 		return "every failed message"
 	case s.ID != "":
 		return "message " + s.ID
+	case s.Copy != "":
+		return "the message without an ID (" + s.Copy + ")"
 	default:
 		return fmt.Sprintf("the messages of %s failed with %q", cmp.Or(s.Handler, "(no handler)"), s.Reason)
 	}
