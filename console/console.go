@@ -25,6 +25,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/store"
 )
 
@@ -44,6 +45,7 @@ type Config struct {
 	// DB is postroom's database. Required.
 	DB *gorm.DB
 	// Tables names postroom's tables. Defaults to store.TablesDefault().
+	// Delayed must be the default: it is the only one a bus polls.
 	Tables store.Tables
 	// AMQPURL is RabbitMQ's URL, for the failed messages. Without it, the
 	// failed messages are those of the SQL transport, when DB has the
@@ -91,6 +93,13 @@ func (c Config) validate() error {
 	}
 	if err := c.Tables.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("console: %w", err))
+	}
+	// A retry on the SQL transport goes through the delayed table, and a
+	// bus polls only the default one (bus.Config has no such name): a
+	// retry written elsewhere would wait for ever (found by a review).
+	if c.Tables.Delayed != "" && c.Tables.Delayed != dialect.DelayedTableDefault {
+		errs = append(errs, fmt.Errorf("console: Tables.Delayed %q: a bus reads only %s, so a retry written there would never run: leave it empty",
+			c.Tables.Delayed, dialect.DelayedTableDefault))
 	}
 	if c.Limit < 0 {
 		errs = append(errs, fmt.Errorf("console: Limit %d is negative: leave it 0 for %d", c.Limit, LimitDefault))
