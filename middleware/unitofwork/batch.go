@@ -193,7 +193,10 @@ func (b *batcher) joinLocked(ctx context.Context, it *Collected) (*batch, int) {
 }
 
 // memberGone records that a member's context is done, and cancels the
-// transaction's when every member's is.
+// transaction's when every member's is. The batch then takes no more
+// members and ends once they have run: it cannot commit, and waiting out
+// BatchWait for members would only hold a stopping bus's drain (a
+// stopping bus hands out no more).
 func (bt *batch) memberGone() {
 	bt.mu.Lock()
 	bt.live--
@@ -201,6 +204,7 @@ func (bt *batch) memberGone() {
 	bt.mu.Unlock()
 	if gone {
 		bt.cancel()
+		go bt.close()
 	}
 }
 

@@ -119,6 +119,39 @@ func TestAMemberJoiningAfterEveryOtherEndedGetsANewBatch(t *testing.T) {
 	}
 }
 
+// TestABatchWhoseMembersAllEndedEndsAtOnce: the only member of a batch
+// waiting to fill has run, and its context ends (a stop past its
+// StopTimeout): the batch ends then, failing it, instead of waiting out
+// BatchWait for members a stopping bus no longer hands out. Before, the
+// member returned only when the 5 s wait ran out (found by a review). For
+// WithBatch and for a Collector (HandleBatch).
+func TestABatchWhoseMembersAllEndedEndsAtOnce(t *testing.T) {
+	_, cfg := batchesOfThree(t, testenv.SQLite)
+	mw, err := unitofwork.New(cfg)
+	require.NoError(t, err)
+	h := mw(func(msg *message.Message) ([]*message.Message, error) {
+		return nil, unitofwork.Tx(msg.Context()).Exec("INSERT INTO effects (id) VALUES (?)", msg.UUID).Error
+	})
+	c, err := unitofwork.NewCollector(cfg, func(ctx context.Context, items []*unitofwork.Collected) error {
+		return unitofwork.Tx(ctx).Exec("INSERT INTO effects (id) VALUES (?)", "c").Error
+	})
+	require.NoError(t, err)
+	for _, kind := range []string{"WithBatch", "Collector"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		start := time.Now()
+		if kind == "Collector" {
+			err = c.Add(ctx, "c")
+		} else {
+			msg := message.NewMessage("m", nil)
+			msg.SetContext(ctx)
+			_, err = h(msg)
+		}
+		cancel()
+		require.Error(t, err, "%s: a batch whose context ended commits nothing", kind)
+		require.Less(t, time.Since(start), cfg.BatchWait/2, "%s: the member waited for the batch's wait, not for its own end", kind)
+	}
+}
+
 // batchesOfThree opens a store with an effects table and returns it with a
 // configuration of batches of three that wait 5 s to fill.
 func batchesOfThree(t *testing.T, open func(testing.TB) *gorm.DB) (*gorm.DB, unitofwork.Config) {
