@@ -5,6 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin:$(go env GOPATH)/bin"
 
+# step names a step of the run, with the time since the start (the whole
+# run is meant to stay under 15 minutes on CI's two cores).
+SECONDS=0
+step() { echo "test: [${SECONDS}s] $*"; }
+
 bash scripts/services.sh
 
 # Tests delete the queues and exchanges they declare (internal/amqptest);
@@ -55,12 +60,12 @@ broker_check() {
   fi
 }
 
-echo "test: chromium for the browser tests (browsertest/)"
+step "chromium for the browser tests (browsertest/)"
 bash scripts/chromium.sh
 
 # The foreign-producer example (docs/foreign-producers.md) runs a Node.js
 # script with amqplib; its test fails in CI without them.
-echo "test: Node.js for examples/foreign-producer"
+step "Node.js for examples/foreign-producer"
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   if ! command -v apt-get >/dev/null; then
     echo "test: node and npm are missing and there is no apt-get: install Node.js 18 or newer with npm, then run again"; exit 1
@@ -74,36 +79,36 @@ fi
 echo "test: npm ci in examples/foreign-producer installed amqplib" \
   "$(node -p 'require("./examples/foreign-producer/node_modules/amqplib/package.json").version') (node $(node --version))"
 
-echo "test: gofmt"
+step "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then echo "gofmt would change:"; echo "$unformatted"; exit 1; fi
 
-echo "test: go vet"
+step "go vet"
 go vet ./...
 
 STATICCHECK_VERSION=v0.8.2
-echo "test: staticcheck $STATICCHECK_VERSION"
+step "staticcheck $STATICCHECK_VERSION"
 go run "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION" ./...
 
-echo "test: the bench module (its own go.mod: ./... above does not reach it)"
+step "the bench module (its own go.mod: ./... above does not reach it)"
 make bench-check
 (cd bench && go run "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION" ./...)
 
-echo "test: go test -race"
+step "go test -race"
 go test -race -count=1 -timeout 20m ./...
 
-echo "test: the browser-test module (its own go.mod: ./... above does not reach it)"
+step "the browser-test module (its own go.mod: ./... above does not reach it)"
 (cd browsertest && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION" ./... && go test -race -count=1 -timeout 5m ./...)
 
-echo "test: RabbitMQ's connections all closed mid-run (alone: it closes every test's connections)"
+step "RabbitMQ's connections all closed mid-run (alone: it closes every test's connections)"
 go test -race -count=1 -run '^TestBrokerConnectionsClosedMidRun$' ./bus/ -fault.broker
 
-echo "test: PostgreSQL restarted mid-run, then stopped for a minute (alone: they stop the server every test shares)"
+step "PostgreSQL restarted mid-run, then stopped for a minute (alone: they stop the server every test shares)"
 go test -race -count=1 -run '^(TestDatabaseRestartedMidRun|TestDatabaseOutageOfAMinute)$' ./bus/ -fault.db
 
 broker_check
 
-echo "test: a short fuzz run of every parser (seed corpus: the f.Add calls in the tests)"
+step "a short fuzz run of every parser (seed corpus: the f.Add calls in the tests)"
 # Counts, not durations: with a duration Go 1.26's fuzz coordinator can
 # fail the run with "context deadline exceeded" at its end, no input at
 # fault (golang/go#75804, fixed in Go 1.27; it failed a CI run here).
@@ -111,5 +116,6 @@ echo "test: a short fuzz run of every parser (seed corpus: the f.Add calls in th
 go test -run '^$' -fuzz '^FuzzParseInterchange$' -fuzztime 150000x ./middleware/inbox/edi/
 go test -run '^$' -fuzz '^FuzzMetadataVersion$' -fuzztime 100000x ./middleware/stale/
 
-echo "test: examples"
+step "examples"
 bash scripts/examples.sh
+step "done"
