@@ -165,12 +165,19 @@ func TestDatabaseOutageOfAMinute(t *testing.T) {
 	require.EqualValues(t, messages, distinct, "nothing lost")
 	require.EqualValues(t, messages, rows, "nothing doubled")
 
-	conn, err := amqp091.Dial(p.url)
+	require.Zero(t, errorQueueLength(t, p.url, errorTopic), "no message reached the error topic")
+}
+
+// errorQueueLength is how many messages wait in the error queue that
+// child processes declared for errorTopic.
+func errorQueueLength(t *testing.T, url, errorTopic string) int {
+	t.Helper()
+	conn, err := amqp091.Dial(url)
 	require.NoError(t, err)
 	defer conn.Close()
 	ch, err := conn.Channel()
 	require.NoError(t, err)
 	q, err := ch.QueueDeclarePassive(amqp.QueueName(errorTopic, bus.ErrorQueueGroup), true, false, false, false, nil)
 	require.NoError(t, err)
-	require.Zero(t, q.Messages, "no message reached the error topic")
+	return q.Messages
 }

@@ -48,6 +48,7 @@ const (
 	childFailTil = "POSTROOM_TEST_CHILD_FAIL_UNTIL"    // Unix ms: every Work fails before then
 	childBatch   = "POSTROOM_TEST_CHILD_BATCH"         // N: Work's handler commits in batches of up to N (WithBatch)
 	childBatchFn = "POSTROOM_TEST_CHILD_BATCH_HANDLER" // "1": Work's handler is a batch handler (HandleBatch), batches per childBatch
+	childSleep   = "POSTROOM_TEST_CHILD_SQL_SLEEP"     // seconds: Work's handler first runs DO SLEEP(s) in its transaction (MySQL/MariaDB), so a server stopping finds statements running
 )
 
 // WorkDone is published by a consumer process for each Work it handles,
@@ -88,6 +89,7 @@ func runConsumer() int {
 		pollDelayed = 100 * time.Millisecond
 	}
 	failUntil, _ := strconv.ParseInt(os.Getenv(childFailTil), 10, 64)
+	sleep, _ := strconv.ParseFloat(os.Getenv(childSleep), 64)
 	counters := &metrics.Counters{}
 	// The failpoint: after the handler's transaction has committed and
 	// before the router acks.
@@ -128,6 +130,11 @@ func runConsumer() int {
 		if hasPoison && strconv.Itoa(w.N) == poison {
 			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			select {}
+		}
+		if sleep > 0 {
+			if err := bus.Tx(ctx).Exec("DO SLEEP(?)", sleep).Error; err != nil {
+				return err
+			}
 		}
 		if err := bus.Tx(ctx).Exec("INSERT INTO effects (message_id, n) VALUES (?, ?)", strconv.Itoa(w.N), w.N).Error; err != nil {
 			return err

@@ -2,6 +2,7 @@ package dialect
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -26,6 +28,11 @@ func TestTransientIsOnlyTheDatabaseOutOfReach(t *testing.T) {
 		&pgconn.PgError{Code: "23505"}:                                  false, // unique violation
 		&pgconn.PgError{Code: "40P01"}:                                  false, // a deadlock is the message's, retried as such
 		&mysql.MySQLError{Number: 1053}:                                 true,
+		&mysql.MySQLError{Number: 1927}:                                 true,  // connection killed
+		&mysql.MySQLError{Number: 1040}:                                 true,  // too many connections
+		&mysql.MySQLError{Number: 4031}:                                 true,  // disconnected by the server
+		mysql.ErrInvalidConn:                                            true,  // a statement running when the server died or stopped, as the driver returns it
+		fmt.Errorf("unitofwork: commit: %w", mysql.ErrInvalidConn):      true,  // its COMMIT: the outcome unknown, the inbox settles it
 		&mysql.MySQLError{Number: 1062}:                                 false, // duplicate entry
 		fmt.Errorf("begin: %w", driver.ErrBadConn):                      true,
 		fmt.Errorf("query: %w", mysql.ErrInvalidConn):                   true,
@@ -43,5 +50,88 @@ func TestTransientIsOnlyTheDatabaseOutOfReach(t *testing.T) {
 		if got := Transient(err); got != want {
 			t.Errorf("Transient(%v) = %v, want %v", err, got, want)
 		}
+	}
+}
+
+// TestTransientMySQLDriverErrors: what go-sql-driver/mysql returns, through
+// database/sql, when MariaDB is out of reach: a port nothing listens on (a
+// server down), a server that closes the connection at once (one dying),
+// and the error packets a server sends a new connection when it is
+// shutting down or full. Each is transient; TestMariaDBKilledThenStopped
+// (bus, -fault.mariadb) sees the statements cut mid-run.
+func TestTransientMySQLDriverErrors(t *testing.T) {
+	ping := func(t *testing.T, addr string) error {
+		db, err := sql.Open("mysql", "root@tcp("+addr+")/postroom?timeout=2s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		err = db.PingContext(ctx)
+		if err == nil {
+			t.Fatal("ping succeeded")
+		}
+		return err
+	}
+	// serve answers every connection with reply (nothing: closes at once).
+	serve := func(t *testing.T, reply []byte) string {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				_, _ = c.Write(reply)
+				_ = c.Close()
+			}
+		}()
+		return l.Addr().String()
+	}
+	// errorPacket is a server's error packet (sequence 0: before the
+	// handshake) with number and message.
+	errorPacket := func(number uint16, state, message string) []byte {
+		body := append([]byte{0xff, byte(number), byte(number >> 8), '#'}, state+message...)
+		return append([]byte{byte(len(body)), byte(len(body) >> 8), byte(len(body) >> 16), 0}, body...)
+	}
+	t.Run("nothing listens", func(t *testing.T) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		_ = l.Close()
+		if err := ping(t, addr); !Transient(err) {
+			t.Errorf("Transient(%v) = false", err)
+		}
+	})
+	t.Run("the server closes the connection", func(t *testing.T) {
+		if err := ping(t, serve(t, nil)); !Transient(err) {
+			t.Errorf("Transient(%v) = false", err)
+		}
+	})
+	for _, e := range []struct {
+		number  uint16
+		state   string
+		message string
+	}{
+		{1053, "08S01", "Server shutdown in progress"},
+		{1040, "08004", "Too many connections"},
+	} {
+		t.Run(e.message, func(t *testing.T) {
+			err := ping(t, serve(t, errorPacket(e.number, e.state, e.message)))
+			var my *mysql.MySQLError
+			if !errors.As(err, &my) || my.Number != e.number {
+				t.Fatalf("ping: %v, want error %d", err, e.number)
+			}
+			if !Transient(err) {
+				t.Errorf("Transient(%v) = false", err)
+			}
+		})
 	}
 }

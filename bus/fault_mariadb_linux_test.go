@@ -1,0 +1,293 @@
+//go:build linux
+
+// Linux only: the private server dies with the test binary (Pdeathsig), so
+// a test that times out leaves no mariadbd behind.
+
+package bus_test
+
+import (
+	"context"
+	"database/sql"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql" // the driver of mariadbServer.ping
+	"github.com/stretchr/testify/require"
+
+	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/testenv"
+)
+
+var faultMariaDB = flag.Bool("fault.mariadb", false, "run TestMariaDBKilledThenStopped, which starts a MariaDB server of its own "+
+	"(mariadbd of Debian's mariadb-server), kills it, then stops it, for 30 s each, while consumer processes work (about 95 s; scripts/test.sh runs it alone)")
+
+// TestMariaDBKilledThenStopped: a MariaDB server of the test's own (not
+// the shared one) is killed with SIGKILL, as a crash would, and started
+// again 30 s later; once the backlog is handled it is stopped with SIGTERM,
+// as an administrator would, and started again 30 s later. Three consumer
+// processes on RabbitMQ, with the default retry policy (3 retries, about
+// 0.7 s), handle a steady stream all along. Rate limiting waits both
+// outages out: no message reaches the error topic, none is lost or applied
+// twice, and each backlog is handled after its restart. It proves that
+// the errors of go-sql-driver/mysql during an outage are classified as
+// transient (internal/dialect's Transient), as TestDatabaseOutageOfAMinute
+// does for PostgreSQL. Run with -fault.mariadb (scripts/test.sh does).
+func TestMariaDBKilledThenStopped(t *testing.T) {
+	if !*faultMariaDB {
+		t.Skip("starts, kills and stops a MariaDB server of its own for about 95 s: run with -fault.mariadb, as scripts/test.sh does")
+	}
+	srv := startPrivateMariaDB(t)
+	url := testenv.RequireAMQP(t)
+	db := testenv.Migrated(t, srv.dsn(), "the test's own MariaDB")
+	require.NoError(t, db.Exec("CREATE TABLE effects (message_id VARCHAR(100) NOT NULL, n INTEGER NOT NULL)").Error)
+	p := processSetup{dsn: srv.dsn(), url: url, endpoint: testenv.Name("proc"), db: db}
+	deleteChildQueues(t, p.endpoint)
+	p = p.withSender(t)
+	errorTopic := testenv.Name("error_")
+	deleteErrorQueue(t, errorTopic)
+	// Each message holds its transaction for 50 ms, so the kill and the
+	// stop find statements running, not only idle connections.
+	env := []string{childDefault + "=1", childErrors + "=" + errorTopic, childSleep + "=0.05"}
+	var consumers []*consumer
+	for range 3 {
+		consumers = append(consumers, startChild(t, "consumer", p.dsn, p.url, p.endpoint, 0, env...))
+	}
+
+	// A steady stream, one message every 40 ms, until stop is closed.
+	var sent atomic.Int64
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for n := 0; ; n++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := bus.Send(context.Background(), p.sender, &Work{N: n}, bus.To(p.endpoint), bus.WithMessageID(workID(n))); err != nil {
+				t.Errorf("send %d: %v", n, err)
+				return
+			}
+			sent.Add(1)
+			time.Sleep(40 * time.Millisecond)
+		}
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		<-stopped
+	})
+	// handled waits until every message sent before now has its effect:
+	// the backlog of an outage. (Not "as many effects as messages sent":
+	// those sent since count too, in place of one in the error topic.)
+	handled := func(after string, restarted time.Time) {
+		t.Helper()
+		want := sent.Load()
+		deadline := restarted.Add(60 * time.Second)
+		var distinct int64
+		for {
+			// The test's own pool reconnects too.
+			if err := p.db.Raw("SELECT COUNT(DISTINCT n) FROM effects WHERE n < ?", want).Scan(&distinct).Error; err == nil && distinct == want {
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "the backlog was not handled within 60 s of the restart after %s: %d of the %d messages sent have their effect",
+				after, distinct, want)
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Logf("the %d messages sent so far handled %s after MariaDB started again (%s)", want, time.Since(restarted).Round(100*time.Millisecond), after)
+	}
+
+	time.Sleep(5 * time.Second)
+	srv.stop(t, syscall.SIGKILL)
+	t.Logf("MariaDB killed (SIGKILL) after %d messages sent", sent.Load())
+	time.Sleep(30 * time.Second)
+	srv.start(t)
+	handled("a kill", time.Now())
+
+	srv.stop(t, syscall.SIGTERM)
+	t.Logf("MariaDB stopped (SIGTERM) after %d messages sent", sent.Load())
+	time.Sleep(30 * time.Second)
+	srv.start(t)
+	restarted := time.Now()
+	time.Sleep(5 * time.Second) // the stream goes on through the recovery
+	close(stop)
+	<-stopped
+	handled("a stop", restarted)
+
+	total, duplicates := 0, 0
+	for _, c := range consumers {
+		h, d := c.stop(t)
+		total += h
+		duplicates += d
+	}
+	rows, distinct := p.effects(t)
+	t.Logf("%d messages sent, %d handled and %d duplicates skipped by the consumer processes", sent.Load(), total, duplicates)
+	require.EqualValues(t, sent.Load(), distinct, "nothing lost")
+	require.EqualValues(t, sent.Load(), rows, "nothing doubled")
+	require.Zero(t, errorQueueLength(t, p.url, errorTopic), "no message reached the error topic")
+}
+
+// mariadbServer is a MariaDB server of one test's own, in a temporary
+// directory, listening on 127.0.0.1 on a free port: the test may kill it
+// and start it again without touching the server other tests share.
+type mariadbServer struct {
+	bin, dir string
+	port     int
+	cmd      *exec.Cmd
+	exited   chan struct{} // closed when cmd has exited
+}
+
+const mariadbMissing = "needs mariadbd and mariadb-install-db, from Debian's mariadb-server: " +
+	"scripts/services.sh installs it where no MariaDB listens on 127.0.0.1:3306; otherwise apt-get install mariadb-server"
+
+// lookPath finds the first of names on PATH or in /usr/sbin (Debian's
+// mariadbd is there, off a non-root PATH).
+func lookPath(names ...string) string {
+	for _, name := range names {
+		if path, err := exec.LookPath(name); err == nil {
+			return path
+		}
+		path := filepath.Join("/usr/sbin", name)
+		if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return path
+		}
+	}
+	return ""
+}
+
+// startPrivateMariaDB creates a data directory in the test's temp dir and
+// starts a server on it, with a database "postroom"; the server is killed
+// when the test ends, or when the test binary dies.
+func startPrivateMariaDB(t *testing.T) *mariadbServer {
+	t.Helper()
+	bin, install := lookPath("mariadbd", "mysqld"), lookPath("mariadb-install-db", "mysql_install_db")
+	if bin == "" || install == "" {
+		t.Fatalf("%s %s", t.Name(), mariadbMissing)
+	}
+	dir := t.TempDir()
+	// A Unix socket's path has at most 107 bytes.
+	require.Less(t, len(dir+"/mariadbd.sock"), 100, "the temp dir's path is too long for the server's socket: set TMPDIR to a shorter one")
+	args := []string{"--no-defaults", "--datadir=" + filepath.Join(dir, "data"), "--auth-root-authentication-method=normal", "--skip-test-db"}
+	if os.Geteuid() == 0 {
+		args = append(args, "--user=root")
+	}
+	out, err := exec.Command(install, args...).CombinedOutput()
+	require.NoError(t, err, "%s: %s", install, out)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	s := &mariadbServer{bin: bin, dir: dir, port: l.Addr().(*net.TCPAddr).Port}
+	require.NoError(t, l.Close())
+	t.Cleanup(s.kill)
+	s.start(t)
+	conn, err := sql.Open("mysql", fmt.Sprintf("root@tcp(127.0.0.1:%d)/", s.port))
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = conn.Exec("CREATE DATABASE postroom")
+	require.NoError(t, err)
+	return s
+}
+
+// dsn is the DSN of the server's database "postroom".
+func (s *mariadbServer) dsn() string {
+	return fmt.Sprintf("root@tcp(127.0.0.1:%d)/postroom?parseTime=true", s.port)
+}
+
+// start starts the server on its data directory and waits until it
+// answers.
+func (s *mariadbServer) start(t *testing.T) {
+	t.Helper()
+	// --no-defaults: nothing of /etc/mysql, whose socket, pid file and
+	// port are the shared server's. The character set is Debian's.
+	args := []string{"--no-defaults", "--datadir=" + filepath.Join(s.dir, "data"),
+		"--socket=" + filepath.Join(s.dir, "mariadbd.sock"), "--pid-file=" + filepath.Join(s.dir, "mariadbd.pid"),
+		"--log-error=" + filepath.Join(s.dir, "error.log"),
+		fmt.Sprintf("--port=%d", s.port), "--bind-address=127.0.0.1", "--skip-name-resolve", "--skip-grant-tables",
+		"--character-set-server=utf8mb4", "--collation-server=utf8mb4_general_ci",
+		"--innodb-buffer-pool-size=64M", "--max-connections=300"}
+	if os.Geteuid() == 0 {
+		args = append(args, "--user=root") // mariadbd refuses to run as root without it
+	}
+	cmd := exec.Command(s.bin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	require.NoError(t, cmd.Start(), "start %s", s.bin)
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	s.cmd, s.exited = cmd, exited
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		err := s.ping()
+		if err == nil {
+			return
+		}
+		select {
+		case <-exited:
+			t.Fatalf("mariadbd exited (%s) before it answered: %v\n%s", cmd.ProcessState, err, s.errorLog())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("mariadbd did not answer within 60 s: %v\n%s", err, s.errorLog())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (s *mariadbServer) ping() error {
+	conn, err := sql.Open("mysql", fmt.Sprintf("root@tcp(127.0.0.1:%d)/?timeout=1s", s.port))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return conn.PingContext(ctx)
+}
+
+// stop sends sig to the server and waits until it has exited.
+func (s *mariadbServer) stop(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	require.NoError(t, s.cmd.Process.Signal(sig))
+	select {
+	case <-s.exited:
+	case <-time.After(60 * time.Second):
+		s.kill()
+		t.Fatalf("mariadbd did not exit within 60 s of %v\n%s", sig, s.errorLog())
+	}
+}
+
+// kill kills the server if it runs, and waits until it has exited.
+func (s *mariadbServer) kill() {
+	if s.cmd == nil {
+		return
+	}
+	select {
+	case <-s.exited:
+	default:
+		_ = s.cmd.Process.Kill()
+		<-s.exited
+	}
+}
+
+// errorLog is the end of the server's error log, for a failure's message.
+func (s *mariadbServer) errorLog() string {
+	b, err := os.ReadFile(filepath.Join(s.dir, "error.log"))
+	if err != nil {
+		return fmt.Sprintf("(no error log: %v)", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return "mariadbd's error log ends:\n" + strings.Join(lines[max(0, len(lines)-20):], "\n")
+}
