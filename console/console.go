@@ -249,8 +249,8 @@ func (c *Console) redact(err error) string {
 	return text
 }
 
-// ServeHTTP checks the request (host, token, read-only, CSRF, origin) and
-// serves it.
+// ServeHTTP checks the request (host, the site it came from, token,
+// read-only, CSRF, origin) and serves it.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
@@ -261,6 +261,18 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.log.Info("console: request", "method", r.Method, "path", r.URL.Path)
 	if c.cfg.Token == "" && !isLoopback(hostOf(r.Host)) {
 		c.refuse(w, r, http.StatusForbidden, "this console has no access token and answers only to a loopback host name (127.0.0.1, localhost, [::1])")
+		return
+	}
+	if site := r.Header.Get("Sec-Fetch-Site"); site == "cross-site" || site == "same-site" {
+		// A page of another site (an <img> pointed at /failed) would make
+		// the console read the error queue, which on RabbitMQ returns
+		// every message it reads (found by a review). same-site is refused
+		// too: any other port of 127.0.0.1 or localhost (a dev server) is
+		// the same site. Only the console's own pages (same-origin), an
+		// address typed or bookmarked (none) and clients that send no
+		// Sec-Fetch-Site (scripts, old browsers) pass.
+		c.refuse(w, r, http.StatusForbidden, "a page of another site asked for this (Sec-Fetch-Site: "+site+
+			"): the console answers only its own pages; open its address directly")
 		return
 	}
 	public := strings.HasPrefix(r.URL.Path, "/static/") || r.URL.Path == "/login"

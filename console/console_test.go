@@ -249,6 +249,35 @@ func TestLoopbackHostOnlyWithoutToken(t *testing.T) {
 	}
 }
 
+// TestOtherSitesAreRefused: a page of another site, or of another port of
+// the same host (same-site), cannot make the console read anything (on
+// RabbitMQ every read of the error queue returns its messages, counted on
+// a quorum queue): <img src="http://127.0.0.1:8080/failed"> gets a 403.
+// The console's own pages, an address typed in (none) and clients that
+// send no Sec-Fetch-Site are served.
+func TestOtherSitesAreRefused(t *testing.T) {
+	f := newFixture(t, testenv.SQLite(t), console.Config{})
+	for _, path := range []string{"/", "/failed", "/failed/message?id=x", "/failed/confirm?action=retry&all=1", "/unresolved", "/schedules"} {
+		for _, site := range []string{"cross-site", "same-site"} {
+			status, body, _ := f.do(t, "GET", path, nil, map[string]string{"Sec-Fetch-Site": site})
+			require.Equal(t, http.StatusForbidden, status, "%s from %s", path, site)
+			require.Contains(t, body, "Sec-Fetch-Site: "+site)
+		}
+	}
+	for _, site := range []string{"", "none", "same-origin"} {
+		h := map[string]string{}
+		if site != "" {
+			h["Sec-Fetch-Site"] = site
+		}
+		status, _, _ := f.do(t, "GET", "/", nil, h)
+		require.Equal(t, http.StatusOK, status, "Sec-Fetch-Site %q", site)
+	}
+	token := f.csrf(t, map[string]string{"Sec-Fetch-Site": "same-origin"})
+	status, _, _ := f.do(t, "POST", "/schedules/action", url.Values{"csrf": {token}, "name": {"nightly"}, "action": {"pause"}},
+		map[string]string{"Origin": f.srv.URL, "Sec-Fetch-Site": "cross-site"})
+	require.Equal(t, http.StatusForbidden, status)
+}
+
 func TestCheckListen(t *testing.T) {
 	for addr, ok := range map[string]bool{"127.0.0.1:8080": true, "localhost:80": true, "[::1]:8080": true, "127.0.0.2:1": true,
 		"0.0.0.0:8080": false, ":8080": false, "10.1.2.3:8080": false, "example.com:80": false} {
