@@ -342,6 +342,23 @@ func TestUnresolvedResolve(t *testing.T) {
 	require.Contains(t, body, "No unresolved external effects")
 }
 
+// TestUnresolvedCountAtTheLimit: the overview reads at most Limit claims,
+// so a count equal to it says "at least" (before, it said "1 unresolved"
+// of a database that may hold many more; found by a review).
+func TestUnresolvedCountAtTheLimit(t *testing.T) {
+	for limit, want := range map[int]string{1: "at least 1 unresolved external effects", 2: "1 unresolved external effects"} {
+		f := newFixture(t, testenv.SQLite(t), console.Config{Limit: limit})
+		status, body, _ := f.do(t, "GET", "/", nil, nil)
+		require.Equal(t, http.StatusOK, status)
+		attention := body[strings.Index(body, `id="attention"`):]
+		require.Contains(t, attention[:strings.Index(attention, "</ul>")], want+": find out", "limit %d", limit)
+		require.Contains(t, body, `<p class="hint">1 schedules, `+want+",", "limit %d", limit)
+		if limit == 2 {
+			require.NotContains(t, body, "at least")
+		}
+	}
+}
+
 // TestLookupInbox runs the lookup's SQL on every store.
 func TestLookupInbox(t *testing.T) {
 	for _, store := range testenv.Databases {

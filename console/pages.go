@@ -44,10 +44,14 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	unresolved, err := inbox.ListUnresolved(ctx, c.cfg.DB, c.tables.Inbox, now, c.cfg.Limit)
+	unresolvedN := fmt.Sprint(len(unresolved))
+	if len(unresolved) == c.cfg.Limit {
+		unresolvedN = "at least " + unresolvedN // the read stopped at the limit
+	}
 	if err != nil {
 		errs = append(errs, err)
 	} else if len(unresolved) > 0 {
-		todo = append(todo, attention{"bad", fmt.Sprintf("%d unresolved external effects: find out whether each happened, then resolve it", len(unresolved)), "/unresolved"})
+		todo = append(todo, attention{"bad", unresolvedN + " unresolved external effects: find out whether each happened, then resolve it", "/unresolved"})
 	}
 	schedules, err := c.schedules(ctx)
 	if err != nil {
@@ -82,7 +86,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		errs = append(errs, err)
 	}
 	p := page{Title: "Overview", Data: map[string]any{"Attention": todo, "Tables": tables, "Consumers": consumers,
-		"Schedules": len(schedules), "Unresolved": len(unresolved), "Delayed": delayed, "Charts": charts}}
+		"Schedules": len(schedules), "Unresolved": unresolvedN, "Delayed": delayed, "Charts": charts}}
 	if err := errors.Join(errs...); err != nil {
 		p.Error = c.redact(err)
 	}
