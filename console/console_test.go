@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"html"
 	"io"
 	"log/slog"
 	"net/http"
@@ -327,19 +328,60 @@ func TestNoSecretOnAnyPage(t *testing.T) {
 	require.Contains(t, f.log.String(), "console: request", "the log is written")
 }
 
-// TestUnresolvedResolve: the confirmation page shows the idempotency key;
-// its form releases the claim.
+// TestUnresolvedResolve: the confirmation page shows the idempotency key
+// and the attempt; its form releases the claim.
 func TestUnresolvedResolve(t *testing.T) {
 	f := newFixture(t, testenv.SQLite(t), console.Config{})
-	_, body, _ := f.do(t, "GET", "/unresolved/confirm?resolution=release&consumer=billing/Charge&id=m-1", nil, nil)
+	_, body, _ := f.do(t, "GET", "/unresolved/confirm?resolution=release&consumer=billing/Charge&id=m-1&attempts=1", nil, nil)
 	require.Contains(t, body, inbox.IdempotencyKeyOf("billing/Charge", inbox.Key{MessageID: "m-1"}))
+	require.Contains(t, body, "attempt 1,")
 	csrf := csrfField.FindStringSubmatch(body)[1]
 	status, _, res := f.do(t, "POST", "/unresolved/resolve", url.Values{"csrf": {csrf}, "consumer": {"billing/Charge"}, "source": {""},
-		"id": {"m-1"}, "resolution": {"release"}}, f.origin())
+		"id": {"m-1"}, "resolution": {"release"}, "attempts": {"1"}}, f.origin())
 	require.Equal(t, http.StatusSeeOther, status)
 	_, body, _ = f.do(t, "GET", res.Header.Get("Location"), nil, nil)
 	require.Contains(t, body, "Released message m-1 of billing/Charge")
 	require.Contains(t, body, "No unresolved external effects")
+
+	status, body, _ = f.do(t, "POST", "/unresolved/resolve", url.Values{"csrf": {csrf}, "consumer": {"billing/Charge"}, "source": {""},
+		"id": {"m-1"}, "resolution": {"release"}}, f.origin())
+	require.Equal(t, http.StatusBadRequest, status, "a form without the attempt")
+	require.Contains(t, body, "names no attempt")
+}
+
+var resolveLink = regexp.MustCompile(`<a class="button resolve-done" href="([^"]+)">`)
+
+// TestAStaleConfirmationResolvesNothing: a confirmation page resolves the
+// attempt it showed, no other. Opened on attempt 1, submitted after
+// another operator released that attempt and the next copy ran the
+// handler and died again (attempt 2, unresolved), it changes nothing and
+// says the claim changed (before, it resolved attempt 2, which nobody had
+// looked at; found by a review).
+func TestAStaleConfirmationResolvesNothing(t *testing.T) {
+	f := newFixture(t, testenv.SQLite(t), console.Config{})
+	_, body, _ := f.do(t, "GET", "/unresolved", nil, nil)
+	m := resolveLink.FindStringSubmatch(body)
+	require.NotNil(t, m, "the unresolved page links to the confirmation")
+	form := f.confirm(t, html.UnescapeString(m[1]), "Resolve as done")
+
+	key := inbox.Key{MessageID: "m-1"}
+	now := time.Now()
+	require.NoError(t, inbox.ResolveAttempt(context.Background(), f.db, "", "billing/Charge", key, 1, inbox.DidNotHappen, now))
+	d, err := dialect.Of(f.db)
+	require.NoError(t, err)
+	res := f.db.Exec(d.ClaimTakeover(inbox.TableDefault), d.Time(now.Add(-time.Minute)), d.Time(now), "billing/Charge", "", "m-1",
+		dialect.StatusReleased, 1) // the next copy, whose process died too: attempt 2, its lease run out
+	require.NoError(t, res.Error)
+	require.EqualValues(t, 1, res.RowsAffected)
+
+	status, body, _ := f.do(t, "POST", "/unresolved/resolve", form, f.origin())
+	require.Equal(t, http.StatusConflict, status, body)
+	require.Contains(t, body, "the claim changed since it was shown")
+	require.Contains(t, body, "attempt 1 was shown, the claim is at attempt 2")
+	list, err := inbox.ListUnresolved(context.Background(), f.db, "", now, 10)
+	require.NoError(t, err)
+	require.Len(t, list, 1, "attempt 2 is still unresolved")
+	require.Equal(t, 2, list[0].Attempts)
 }
 
 // TestUnresolvedCountAtTheLimit: the overview reads at most Limit claims,

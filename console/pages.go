@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/postroom/postroom/internal/dialect"
@@ -171,12 +172,28 @@ func (c *Console) unresolvedList(w http.ResponseWriter, r *http.Request) {
 func (c *Console) unresolvedConfirm(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	resolution := q.Get("resolution")
+	attempts, err := attemptsOf(q.Get("attempts"))
 	p := page{Title: "Confirm", Data: map[string]any{"Consumer": q.Get("consumer"), "Source": q.Get("source"), "MessageID": q.Get("id"),
-		"Resolution": resolution, "IdempotencyKey": inbox.IdempotencyKeyOf(q.Get("consumer"), inbox.Key{Source: q.Get("source"), MessageID: q.Get("id")})}}
-	if resolution != "done" && resolution != "release" {
+		"Resolution": resolution, "Attempts": attempts,
+		"IdempotencyKey": inbox.IdempotencyKeyOf(q.Get("consumer"), inbox.Key{Source: q.Get("source"), MessageID: q.Get("id")})}}
+	switch {
+	case resolution != "done" && resolution != "release":
 		p.Error = "the resolution is done or release"
+	case err != nil:
+		p.Error = err.Error()
 	}
 	c.renderPage(w, r, "confirm_resolve", p)
+}
+
+// attemptsOf reads the attempt of a claim that a page showed: a resolution
+// applies to that attempt only (inbox.ResolveAttempt).
+func attemptsOf(s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return 0, errors.New("the link names no attempt of the claim: open it from the unresolved external effects page, " +
+			"which resolves only the attempt it shows")
+	}
+	return n, nil
 }
 
 func (c *Console) unresolvedResolve(w http.ResponseWriter, r *http.Request) {
@@ -191,12 +208,24 @@ func (c *Console) unresolvedResolve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "the resolution is done or release", http.StatusBadRequest)
 		return
 	}
-	if err := inbox.Resolve(r.Context(), c.cfg.DB, c.tables.Inbox, consumer, key, res, c.now()); err != nil {
-		c.log.Warn("console: resolve failed", "consumer", consumer, "message", id, "err", c.redact(err))
-		http.Error(w, c.redact(err), http.StatusConflict)
+	attempts, err := attemptsOf(r.PostFormValue("attempts"))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	c.log.Info("console: resolved", "consumer", consumer, "message", id, "as", done)
+	// The attempt the confirmation showed, no later one: another operator
+	// may have released it since, and the next copy run and been parked
+	// again (found by a review).
+	if err := inbox.ResolveAttempt(r.Context(), c.cfg.DB, c.tables.Inbox, consumer, key, attempts, res, c.now()); err != nil {
+		c.log.Warn("console: resolve failed", "consumer", consumer, "message", id, "attempt", attempts, "err", c.redact(err))
+		text := c.redact(err)
+		if errors.Is(err, inbox.ErrClaimChanged) {
+			text += ": open the unresolved external effects page again"
+		}
+		http.Error(w, text, http.StatusConflict)
+		return
+	}
+	c.log.Info("console: resolved", "consumer", consumer, "message", id, "attempt", attempts, "as", done)
 	redirectDone(w, r, "/unresolved", done, "message "+id+" of "+consumer)
 }
 

@@ -56,8 +56,9 @@ func printUnresolved(out io.Writer, list []inbox.Unresolved, asJSON bool) error 
 func newInboxResolve(opts *options) *cobra.Command {
 	var source string
 	var done, release bool
+	var attempts int
 	cmd := &cobra.Command{
-		Use:   "resolve CONSUMER MESSAGE_ID (--done | --release)",
+		Use:   "resolve CONSUMER MESSAGE_ID (--done | --release) [--attempts N]",
 		Short: "Record what happened to a message whose outcome was unknown",
 		Long: `resolve records what you found out about an unresolved message (see
 "postroom inbox unresolved": CONSUMER is its CONSUMER column,
@@ -68,7 +69,11 @@ for a message sent with postroom):
              message from the error topic is skipped as a duplicate;
   --release  the effect did not happen: the claim is released, and the next
              copy of the message (replay it from the error topic) runs the
-             handler again, with the same idempotency key.`,
+             handler again, with the same idempotency key.
+
+With --attempts (the ATTEMPTS column) it resolves that attempt only: if
+the claim has moved on since you looked (someone released it and the next
+copy ran the handler again), it resolves nothing and says so.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if done == release {
@@ -84,10 +89,17 @@ for a message sent with postroom):
 				r, word = inbox.DidNotHappen, "released"
 			}
 			key := inbox.Key{Source: source, MessageID: args[1]}
-			if err := inbox.Resolve(cmd.Context(), db, opts.tables.Inbox, args[0], key, r, time.Now()); err != nil {
-				if errors.Is(err, inbox.ErrNotUnresolved) {
-					return fmt.Errorf("%w; the consumer is <endpoint>/<handler> and --source the SOURCE column of `postroom inbox unresolved`", err)
-				}
+			if cmd.Flags().Changed("attempts") {
+				err = inbox.ResolveAttempt(cmd.Context(), db, opts.tables.Inbox, args[0], key, attempts, r, time.Now())
+			} else {
+				err = inbox.Resolve(cmd.Context(), db, opts.tables.Inbox, args[0], key, r, time.Now())
+			}
+			switch {
+			case errors.Is(err, inbox.ErrNotUnresolved):
+				return fmt.Errorf("%w; the consumer is <endpoint>/<handler> and --source the SOURCE column of `postroom inbox unresolved`", err)
+			case errors.Is(err, inbox.ErrClaimChanged):
+				return fmt.Errorf("%w: `postroom inbox unresolved` shows its attempt now", err)
+			case err != nil:
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: message %s of %s\n", word, args[1], args[0])
@@ -97,5 +109,6 @@ for a message sent with postroom):
 	cmd.Flags().StringVar(&source, "source", "", "the key's source: the SOURCE column of `postroom inbox unresolved` (the sending endpoint of a message sent with postroom)")
 	cmd.Flags().BoolVar(&done, "done", false, "the effect happened")
 	cmd.Flags().BoolVar(&release, "release", false, "the effect did not happen: run the message again")
+	cmd.Flags().IntVar(&attempts, "attempts", 0, "resolve only this attempt (the ATTEMPTS column of `postroom inbox unresolved`): nothing if the claim has moved on since")
 	return opts.databaseFlags(cmd, inboxTable)
 }

@@ -54,3 +54,28 @@ func TestInboxUnresolvedAndResolve(t *testing.T) {
 	require.NoError(t, db.Raw("SELECT status FROM postroom_inbox ORDER BY message_id").Scan(&statuses).Error)
 	require.Equal(t, []string{"done", "released", "processing", "done"}, statuses) // done-1, expired-1, live-1, parked-1
 }
+
+// TestInboxResolveAttempts: with --attempts, resolve takes that attempt
+// only: a claim that moved on since the operator looked (released, then
+// parked again by the next copy) stays unresolved.
+func TestInboxResolveAttempts(t *testing.T) {
+	dsn := testenv.PostgresSchemaDSN(t)
+	db := testenv.Migrated(t, dsn, "PostgreSQL")
+	d, err := dialect.Of(db)
+	require.NoError(t, err)
+	now := time.Now()
+	require.NoError(t, db.Exec(d.ClaimInsert("postroom_inbox"), "payments", "shop", "parked-2", "Charge", d.Time(now.Add(-time.Hour)),
+		d.Time(now.Add(-time.Minute)), "", nil).Error)
+	require.NoError(t, db.Exec("UPDATE postroom_inbox SET status = 'parked', attempts = 2 WHERE message_id = 'parked-2'").Error)
+
+	_, err = run(t, "inbox", "resolve", "payments", "parked-2", "--source", "shop", "--done", "--attempts", "1", "--dsn", dsn)
+	require.ErrorIs(t, err, inbox.ErrClaimChanged)
+	require.ErrorContains(t, err, "attempt 1 was shown, the claim is at attempt 2, parked")
+	var status string
+	require.NoError(t, db.Raw("SELECT status FROM postroom_inbox WHERE message_id = 'parked-2'").Scan(&status).Error)
+	require.Equal(t, "parked", status, "the attempt nobody saw stays unresolved")
+
+	out, err := run(t, "inbox", "resolve", "payments", "parked-2", "--source", "shop", "--done", "--attempts", "2", "--dsn", dsn)
+	require.NoError(t, err)
+	require.Equal(t, "done: message parked-2 of payments\n", out)
+}

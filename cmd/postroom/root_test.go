@@ -106,7 +106,7 @@ func TestEachCommandListsOnlyTheFlagsItUses(t *testing.T) {
 		"inbox stats":       append(db, "inbox-table", "json"),
 		"inbox purge":       append(db, "inbox-table", "watermarks-table", "older-than", "batch", "pause", "force"),
 		"inbox unresolved":  append(db, "inbox-table", "json", "limit"),
-		"inbox resolve":     append(db, "inbox-table", "source", "done", "release"),
+		"inbox resolve":     append(db, "inbox-table", "source", "done", "release", "attempts"),
 		"schedules list":    append(db, "schedules-table", "json"),
 		"schedules trigger": append(db, "schedules-table"),
 		"schedules pause":   append(db, "schedules-table"),

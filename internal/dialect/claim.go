@@ -101,6 +101,13 @@ func (d Dialect) ClaimResolve(table string) string {
 	return "UPDATE " + table + " SET status = ?, lease_until = NULL, received_at = ? WHERE " + keyMatch + " AND " + unresolved
 }
 
+// ClaimResolveAttempt is ClaimResolve for the claim of one attempt only:
+// the one the operator saw. Arguments: status, now, consumer, source,
+// message_id, now, attempts.
+func (d Dialect) ClaimResolveAttempt(table string) string {
+	return d.ClaimResolve(table) + " AND attempts = ?"
+}
+
 // ClaimsUnresolved lists the unresolved claims, oldest first.
 // Arguments: now, limit.
 func (d Dialect) ClaimsUnresolved(table string) string {

@@ -239,6 +239,37 @@ func TestExternalModeConformance(t *testing.T) {
 				require.Equal(t, 2, n)
 			})
 
+			t.Run("a resolution of the attempt an operator saw does not resolve a later one", func(t *testing.T) {
+				s := setup(t)
+				api := &calls{}
+				mw := s.middleware(t, inbox.Park, false)
+				key := inbox.Key{MessageID: "e-15"}
+				crashed(t, s, mw, "e-15", api)
+				s.clock.Advance(31 * time.Second)
+				list, err := inbox.ListUnresolved(context.Background(), s.db, "", s.clock.Now(), 10)
+				require.NoError(t, err)
+				require.Len(t, list, 1)
+				require.Equal(t, 1, list[0].Attempts, "what the stale page shows")
+				// Another operator releases it, and the next copy dies mid-call too.
+				require.NoError(t, inbox.ResolveAttempt(context.Background(), s.db, "", "payments.charge", key, 1, inbox.DidNotHappen, s.clock.Now()))
+				crashed(t, s, mw, "e-15", api)
+				s.clock.Advance(31 * time.Second)
+
+				err = inbox.ResolveAttempt(context.Background(), s.db, "", "payments.charge", key, 1, inbox.Happened, s.clock.Now())
+				require.ErrorIs(t, err, inbox.ErrClaimChanged)
+				require.ErrorContains(t, err, "attempt 1 was shown, the claim is at attempt 2, processing")
+				st, n := status(t, s.db, "e-15")
+				require.Equal(t, "processing", st, "the later attempt stays unresolved")
+				require.Equal(t, 2, n)
+				err = inbox.ResolveAttempt(context.Background(), s.db, "", "payments.charge", inbox.Key{MessageID: "e-16"}, 1, inbox.Happened, s.clock.Now())
+				require.ErrorIs(t, err, inbox.ErrNotUnresolved, "no claim at all")
+				require.ErrorContains(t, inbox.ResolveAttempt(context.Background(), s.db, "", "payments.charge", key, 0, inbox.Happened, s.clock.Now()),
+					"attempts start at 1")
+				require.NoError(t, inbox.ResolveAttempt(context.Background(), s.db, "", "payments.charge", key, 2, inbox.Happened, s.clock.Now()))
+				err = inbox.ResolveAttempt(context.Background(), s.db, "", "payments.charge", key, 2, inbox.Happened, s.clock.Now())
+				require.ErrorIs(t, err, inbox.ErrNotUnresolved, "resolved already, at the attempt shown")
+			})
+
 			t.Run("Retry: an attempt that died mid-call is run again with the same idempotency key", func(t *testing.T) {
 				s := setup(t)
 				api := &calls{}

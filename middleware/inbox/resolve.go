@@ -73,9 +73,34 @@ const (
 // claim (unknown, done, released, or processing under a live lease).
 var ErrNotUnresolved = errors.New("inbox: no unresolved claim with this key: list them with `postroom inbox unresolved`")
 
+// ErrClaimChanged is returned by ResolveAttempt when the key's claim is
+// no longer at the attempt the operator saw: it was resolved, and a later
+// copy of the message ran the handler again since (and may itself be
+// unresolved). What the operator found out was about the earlier attempt.
+var ErrClaimChanged = errors.New("inbox: the claim changed since it was shown: " +
+	"a later copy of the message ran the handler again; nothing was resolved, look at it again")
+
 // Resolve records what happened to the unresolved claim of key for
-// consumer, as of now.
+// consumer, as of now, whatever its attempt. An operator who looked at
+// one attempt (a list, a confirmation page) uses ResolveAttempt.
 func Resolve(ctx context.Context, db *gorm.DB, table, consumer string, key Key, r Resolution, now time.Time) error {
+	return resolve(ctx, db, table, consumer, key, 0, r, now)
+}
+
+// ResolveAttempt is Resolve for the claim's attempt attempts (the
+// Attempts of ListUnresolved), the one the operator looked at: if the
+// claim has another attempt now, it fails with [ErrClaimChanged] and
+// changes nothing. Without it, a resolution read off a stale page would
+// apply to a later attempt that the operator never saw.
+func ResolveAttempt(ctx context.Context, db *gorm.DB, table, consumer string, key Key, attempts int, r Resolution, now time.Time) error {
+	if attempts < 1 {
+		return fmt.Errorf("inbox: attempt %d: a claim's attempts start at 1 (the ATTEMPTS column of `postroom inbox unresolved`)", attempts)
+	}
+	return resolve(ctx, db, table, consumer, key, attempts, r, now)
+}
+
+// resolve resolves the claim of key at attempts, or at any attempt (0).
+func resolve(ctx context.Context, db *gorm.DB, table, consumer string, key Key, attempts int, r Resolution, now time.Time) error {
 	d, table, err := storeOf(db, table)
 	if err != nil {
 		return err
@@ -88,14 +113,32 @@ func Resolve(ctx context.Context, db *gorm.DB, table, consumer string, key Key, 
 	default:
 		return fmt.Errorf("inbox: resolution %d is neither Happened nor DidNotHappen", r)
 	}
-	res := db.WithContext(ctx).Exec(d.ClaimResolve(table), status, d.Time(now), consumer, key.Source, key.MessageID, d.Time(now))
+	args := []any{status, d.Time(now), consumer, key.Source, key.MessageID, d.Time(now)}
+	query := d.ClaimResolve(table)
+	if attempts > 0 {
+		query, args = d.ClaimResolveAttempt(table), append(args, attempts)
+	}
+	res := db.WithContext(ctx).Exec(query, args...)
 	if res.Error != nil {
 		return fmt.Errorf("inbox: resolve: %w", res.Error)
 	}
-	if res.RowsAffected == 0 {
-		return fmt.Errorf("%w (consumer %s, source %q, message %s)", ErrNotUnresolved, consumer, key.Source, key.MessageID)
+	if res.RowsAffected > 0 {
+		return nil
 	}
-	return nil
+	if attempts > 0 {
+		// Say why: the claim is at another attempt now, or not unresolved.
+		var cur struct {
+			Status   string
+			Attempts int
+		}
+		var lease, checksum any
+		row := db.WithContext(ctx).Raw(d.ClaimRead(table), consumer, key.Source, key.MessageID).Row()
+		if err := row.Scan(&cur.Status, &lease, &cur.Attempts, &checksum); err == nil && cur.Attempts != attempts {
+			return fmt.Errorf("%w (consumer %s, source %q, message %s: attempt %d was shown, the claim is at attempt %d, %s)",
+				ErrClaimChanged, consumer, key.Source, key.MessageID, attempts, cur.Attempts, cur.Status)
+		}
+	}
+	return fmt.Errorf("%w (consumer %s, source %q, message %s)", ErrNotUnresolved, consumer, key.Source, key.MessageID)
 }
 
 func storeOf(db *gorm.DB, table string) (dialect.Dialect, string, error) {
