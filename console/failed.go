@@ -130,16 +130,20 @@ func (c *Console) withQueue(ctx context.Context, fn func(q errorQueue) error) er
 	return errNoErrorTopic
 }
 
-// browse returns the failed messages, oldest first.
-func (c *Console) browse(ctx context.Context, full bool) ([]failedMessage, error) {
+// browse returns the failed messages, oldest first, and what is wrong with
+// the error queue's delivery limit (a quorum queue without one: the bus's
+// check, run as the queue is opened), or "".
+func (c *Console) browse(ctx context.Context, full bool) ([]failedMessage, string, error) {
 	var list []failedMessage
+	warning := ""
 	err := c.withQueue(ctx, func(q errorQueue) error {
+		warning = q.DeliveryLimitWarning()
 		return q.Browse(ctx, c.cfg.Limit, func(msg *message.Message) (bool, error) {
 			list = append(list, failedOf(msg, full))
 			return false, nil
 		})
 	})
-	return list, err
+	return list, warning, err
 }
 
 func groupFailed(list []failedMessage) []failureGroup {
@@ -157,9 +161,9 @@ func groupFailed(list []failedMessage) []failureGroup {
 }
 
 func (c *Console) failedList(w http.ResponseWriter, r *http.Request) {
-	list, err := c.browse(r.Context(), false)
+	list, warning, err := c.browse(r.Context(), false)
 	p := page{Title: "Failed messages", Data: map[string]any{"Groups": groupFailed(list), "Total": len(list), "Limit": c.cfg.Limit,
-		"ErrorTopic": c.cfg.ErrorTopic, "Source": c.failedSource(r.Context())}}
+		"ErrorTopic": c.cfg.ErrorTopic, "Source": c.failedSource(r.Context()), "Warning": warning}}
 	if err != nil {
 		p.Error = c.redact(err)
 	}
@@ -168,7 +172,7 @@ func (c *Console) failedList(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) failedShow(w http.ResponseWriter, r *http.Request) {
 	id := r.URL.Query().Get("id")
-	list, err := c.browse(r.Context(), true)
+	list, _, err := c.browse(r.Context(), true)
 	var copies []failedMessage
 	for _, f := range list {
 		if f.ID == id {

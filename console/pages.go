@@ -33,7 +33,8 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	var failed []failedMessage
 	failedRead := false
 	if c.failedSource(ctx) != "" {
-		if list, err := c.browse(ctx, false); err != nil {
+		list, warning, err := c.browse(ctx, false)
+		if err != nil {
 			errs = append(errs, err)
 		} else if failed, failedRead = list, true; len(list) > 0 {
 			n := fmt.Sprint(len(list))
@@ -42,6 +43,9 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 			}
 			todo = append(todo, attention{"bad", fmt.Sprintf("%s failed messages in the error topic %s (%d failure groups)", n,
 				c.cfg.ErrorTopic, len(groupFailed(list))), "/failed"})
+		}
+		if warning != "" {
+			todo = append(todo, attention{"warn", warning, "/failed"})
 		}
 	}
 	unresolved, err := inbox.ListUnresolved(ctx, c.cfg.DB, c.tables.Inbox, now, c.cfg.Limit)

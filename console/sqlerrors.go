@@ -25,6 +25,9 @@ type errorQueue interface {
 	// Replay sends msg back to the handler that failed, alone, and
 	// returns where to.
 	Replay(ctx context.Context, msg *message.Message) (string, error)
+	// DeliveryLimitWarning says what is wrong with the error queue's
+	// delivery limit, or "" (always on the SQL transport).
+	DeliveryLimitWarning() string
 }
 
 // sqlErrorQueue is the error topic of the SQL transport: watermill-sql's
@@ -118,6 +121,9 @@ func (q *sqlErrorQueue) Browse(ctx context.Context, limit int, visit func(*messa
 
 // Replay stores msg in the delayed table, due now, for its handler's
 // group alone; it runs within Browse.
+// DeliveryLimitWarning is "": a table has no delivery limit.
+func (q *sqlErrorQueue) DeliveryLimitWarning() string { return "" }
+
 func (q *sqlErrorQueue) Replay(ctx context.Context, msg *message.Message) (string, error) {
 	if q.tx == nil {
 		return "", fmt.Errorf("console: replay %s outside a browse", msg.UUID)

@@ -54,7 +54,15 @@ func (o *errorOptions) open(cmd *cobra.Command) (*amqpqueue.Queue, error) {
 			"on the SQL transport the error topic is a table: use `postroom console --dsn …`)")
 	}
 	*o.secrets = append(*o.secrets, url)
-	return amqpqueue.Open(url, o.topic, bus.ErrorQueueGroup)
+	q, err := amqpqueue.Open(url, o.topic, bus.ErrorQueueGroup)
+	if err != nil {
+		return nil, err
+	}
+	if w := q.DeliveryLimitWarning(); w != "" {
+		// On stderr: list --json stays JSON.
+		fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+w)
+	}
+	return q, nil
 }
 
 // failedMessage is one message of the error topic, as printed.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/postroom/postroom/bus"
@@ -188,4 +190,37 @@ func billingOnRabbitMQ(t *testing.T) (url string, tr *amqp.Transport, errorTopic
 		Retry: bus.RetryPolicy{NoRetries: true}, Logger: testenv.Logger(t)})
 	require.NoError(t, err)
 	return url, tr, errorTopic, b
+}
+
+// TestErrorsWarnOfAnErrorQueueWithoutDeliveryLimit: on a quorum error
+// queue declared by an earlier postroom without x-delivery-limit, the
+// errors commands print the bus's warning on stderr (RabbitMQ 4.0 to 4.2
+// drop its messages after 20 looks) and still list it; --json stays JSON
+// on stdout (found by a review: only the bus warned, at start).
+func TestErrorsWarnOfAnErrorQueueWithoutDeliveryLimit(t *testing.T) {
+	url := testenv.RequireAMQP(t)
+	errorTopic := testenv.Name("error_")
+	queue := amqp.QueueName(errorTopic, bus.ErrorQueueGroup)
+	conn, err := amqp091.Dial(url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	_, err = ch.QueueDeclare(queue, true, false, false, false, amqp091.Table{amqp091.QueueTypeArg: amqp091.QueueTypeQuorum})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ch, err := conn.Channel()
+		require.NoError(t, err)
+		_, err = ch.QueueDelete(queue, false, false, false)
+		require.NoError(t, err)
+		require.NoError(t, ch.Close())
+	})
+	require.NoError(t, ch.Close())
+
+	var stdout, stderr bytes.Buffer
+	require.NoError(t, execute(context.Background(), []string{"errors", "list", "--json", "--amqp", url, "--error-topic", errorTopic}, &stdout, &stderr))
+	require.JSONEq(t, "[]", stdout.String())
+	require.Equal(t, "warning: queue "+queue+": the error queue has no x-delivery-limit (declared by an earlier postroom); "+
+		"on RabbitMQ 4.0 to 4.2 a quorum queue without one drops a failed message after 20 looks at the error queue: "+
+		"add a policy with delivery-limit 2147483647 for it, or drain and delete it so that it is declared again\n", stderr.String())
 }

@@ -12,18 +12,23 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/postroom/postroom/internal/deliverylimit"
 	"github.com/postroom/postroom/metadata"
+	"github.com/postroom/postroom/transport"
 	postroomamqp "github.com/postroom/postroom/transport/amqp"
 )
 
 // Queue reads and moves the messages of one queue (an error queue) for an
 // operator, without a subscriber: messages it lists stay where they are.
 type Queue struct {
-	conn  *amqp091.Connection
-	queue string
+	conn    *amqp091.Connection
+	queue   string
+	warning string
 }
 
-// Open connects to the queue of topic for group.
+// Open connects to the queue of topic for group. For the error queue
+// (group transport.ErrorQueueGroup) it runs the bus's check of its
+// delivery limit (see DeliveryLimitWarning).
 func Open(url, topic, group string) (*Queue, error) {
 	conn, err := amqp091.Dial(url)
 	if err != nil {
@@ -34,7 +39,41 @@ func Open(url, topic, group string) (*Queue, error) {
 		conn.Close()
 		return nil, err
 	}
+	if group == transport.ErrorQueueGroup {
+		if err := q.checkDeliveryLimit(); err != nil {
+			conn.Close()
+			return nil, err
+		}
+	}
 	return q, nil
+}
+
+// DeliveryLimitWarning is deliverylimit.Warning, naming the queue, when
+// Open found a quorum error queue without x-delivery-limit (declared by
+// an earlier postroom), and "" otherwise: each look at the queue counts
+// against RabbitMQ 4.0 to 4.2's default limit of 20, and an operator who
+// keeps looking drops its messages (found by a review: the bus warned at
+// start, postroom errors and the console did not).
+func (q *Queue) DeliveryLimitWarning() string { return q.warning }
+
+// checkDeliveryLimit runs deliverylimit.Check on a channel of its own
+// (the check's declare closes the channel it is refused on). A check that
+// fails otherwise (a user without the configure permission the declare
+// needs) leaves the queue usable and says it could not check.
+func (q *Queue) checkDeliveryLimit() error {
+	ch, err := q.conn.Channel()
+	if err != nil {
+		return fmt.Errorf("amqpqueue: channel: %w", err)
+	}
+	defer ch.Close() //nolint:errcheck // a refused declare closed it already
+	switch missing, err := deliverylimit.Check(ch, q.queue); {
+	case err != nil:
+		q.warning = fmt.Sprintf("queue %s: its x-delivery-limit could not be checked (%v): on RabbitMQ 4.0 to 4.2 a quorum error queue "+
+			"declared by an earlier postroom without one drops a failed message after 20 looks", q.queue, err)
+	case missing:
+		q.warning = "queue " + q.queue + ": " + deliverylimit.Warning
+	}
+	return nil
 }
 
 // Close closes the connection.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net/url"
 	"strings"
 
@@ -14,6 +13,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/postroom/postroom/internal/closers"
+	"github.com/postroom/postroom/internal/deliverylimit"
 	"github.com/postroom/postroom/internal/logsink"
 	"github.com/postroom/postroom/transport"
 )
@@ -132,14 +132,6 @@ func New(cfg Config) (*Transport, error) {
 		publisher: &confirmPublisher{url: cfg.URL, log: log, record: declared}}, nil
 }
 
-// deliveryLimitArg is the quorum queue argument of Config.DeliveryLimit.
-const deliveryLimitArg = "x-delivery-limit"
-
-// errorQueueDeliveryLimit is the x-delivery-limit of a quorum error queue:
-// the largest RabbitMQ takes, never reached (-1, "no limit" on RabbitMQ
-// 4.x, is a limit of 0 on 3.x).
-const errorQueueDeliveryLimit = math.MaxInt32
-
 // Reach names the broker and vhost of the URL ("amqp://host:5672/%2F",
 // without credentials), for delayed deliveries (transport.Reach): two
 // services sharing a database relay each other's only when their URLs
@@ -161,13 +153,13 @@ func (t *Transport) config(group string) wamqp.Config {
 	c.Consume.Qos.PrefetchCount = t.cfg.Prefetch
 	if t.cfg.QueueType == QueueQuorum {
 		c.Queue.Arguments = amqp091.Table{amqp091.QueueTypeArg: amqp091.QueueTypeQuorum,
-			deliveryLimitArg: int64(t.cfg.DeliveryLimit)}
+			deliverylimit.Arg: int64(t.cfg.DeliveryLimit)}
 		if group == transport.ErrorQueueGroup {
 			// Browsing the error queue (postroom errors, the console)
 			// returns its messages, which a limit counts. No argument is
 			// not enough: RabbitMQ 4.0 to 4.2 give a quorum queue without
 			// one a limit of 20, and count each return.
-			c.Queue.Arguments[deliveryLimitArg] = int64(errorQueueDeliveryLimit)
+			c.Queue.Arguments[deliverylimit.Arg] = int64(deliverylimit.ErrorQueue)
 		}
 	}
 	return c

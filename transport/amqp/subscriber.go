@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/postroom/postroom/internal/deliverylimit"
 	"github.com/postroom/postroom/internal/logsink"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/transport"
@@ -98,32 +98,22 @@ func (s *subscriber) SubscribeInitialize(topic string) error {
 
 // declare declares topic's exchange, the group's queue and its binding.
 // A quorum error queue declared before it had its delivery limit
-// (errorQueueDeliveryLimit) is used as it is, with a warning: RabbitMQ
-// does not change an existing queue's arguments.
+// (deliverylimit.ErrorQueue) is used as it is, with a warning: RabbitMQ
+// does not change an existing queue's arguments. The operator's tools run
+// the same check (deliverylimit.Check) when they open the error queue.
 func (s *subscriber) declare(topic string) error {
 	err := s.declareWith(topic, s.wcfg)
-	if err == nil || s.group != transport.ErrorQueueGroup || !withoutDeliveryLimit(err) {
+	if err == nil || s.group != transport.ErrorQueueGroup || !deliverylimit.Missing(err) {
 		return err
 	}
 	older := s.wcfg
 	older.Queue.Arguments = maps.Clone(s.wcfg.Queue.Arguments)
-	delete(older.Queue.Arguments, deliveryLimitArg)
+	delete(older.Queue.Arguments, deliverylimit.Arg)
 	if err := s.declareWith(topic, older); err != nil {
 		return err
 	}
-	s.log.Logger().Warn("amqp: the error queue has no x-delivery-limit (declared by an earlier postroom); "+
-		"on RabbitMQ 4.0 to 4.2 a quorum queue without one drops a failed message after 20 looks at the error queue: "+
-		"add a policy with delivery-limit 2147483647 for it, or drain and delete it so that it is declared again",
-		"queue", QueueName(topic, s.group))
+	s.log.Logger().Warn("amqp: "+deliverylimit.Warning, "queue", QueueName(topic, s.group))
 	return nil
-}
-
-// withoutDeliveryLimit reports whether a declare failed because the queue
-// exists without an x-delivery-limit.
-func withoutDeliveryLimit(err error) bool {
-	var amqpErr *amqp091.Error
-	return errors.As(err, &amqpErr) && amqpErr.Code == amqp091.PreconditionFailed &&
-		strings.Contains(amqpErr.Reason, "'"+deliveryLimitArg+"'") && strings.Contains(amqpErr.Reason, "current is none")
 }
 
 // declareWith declares with wcfg's topology, on a channel of its own.
