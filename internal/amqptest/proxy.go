@@ -4,7 +4,9 @@ import (
 	"net"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -12,12 +14,16 @@ import (
 )
 
 // Proxy forwards TCP connections to the test broker, so that a test can
-// drop a client's connection at a chosen moment (an operator command cut
-// off mid-way) without touching the broker. (transport/amqp's reconnect
-// tests have their own, with more ways to fail.)
+// fail a client's connection at a chosen moment without touching the
+// broker: Drop closes them (an operator command cut off mid-way, a broker
+// restart as the client sees it), Blackhole takes new connections and
+// never answers, Freeze holds every byte in flight, closing nothing.
 type Proxy struct {
-	ln     net.Listener
-	target string
+	ln        net.Listener
+	target    string
+	blackhole atomic.Bool
+	frozen    atomic.Bool
+	stopped   atomic.Bool
 
 	mu    sync.Mutex
 	conns []net.Conn
@@ -40,6 +46,7 @@ func NewProxy(t testing.TB) (*Proxy, string) {
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(func() {
+		p.stopped.Store(true)
 		_ = ln.Close()
 		p.Drop()
 		p.wg.Wait()
@@ -48,7 +55,8 @@ func NewProxy(t testing.TB) (*Proxy, string) {
 	return p, u.String()
 }
 
-// Drop closes every connection the proxy holds; new ones are forwarded.
+// Drop closes every connection the proxy holds; new ones are forwarded
+// (unless Blackhole).
 func (p *Proxy) Drop() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -58,6 +66,12 @@ func (p *Proxy) Drop() {
 	p.conns = nil
 }
 
+// Blackhole makes new connections hang (taken, never answered) while on.
+func (p *Proxy) Blackhole(on bool) { p.blackhole.Store(on) }
+
+// Freeze holds every byte the proxy reads while on, closing nothing.
+func (p *Proxy) Freeze(on bool) { p.frozen.Store(on) }
+
 func (p *Proxy) accept() {
 	defer p.wg.Done()
 	for {
@@ -65,26 +79,32 @@ func (p *Proxy) accept() {
 		if err != nil {
 			return
 		}
+		p.keep(c)
+		if p.blackhole.Load() {
+			continue
+		}
 		b, err := net.Dial("tcp", p.target)
 		if err != nil {
 			_ = c.Close()
 			continue
 		}
-		p.mu.Lock()
-		p.conns = append(p.conns, c, b)
-		p.mu.Unlock()
+		p.keep(b)
 		p.wg.Add(2)
 		go p.pipe(b, c)
 		go p.pipe(c, b)
 	}
 }
 
+// pipe copies src to dst, holding what it read while frozen.
 func (p *Proxy) pipe(dst, src net.Conn) {
 	defer p.wg.Done()
 	defer dst.Close()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
+		for p.frozen.Load() && !p.stopped.Load() {
+			time.Sleep(10 * time.Millisecond)
+		}
 		if n > 0 {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
@@ -94,4 +114,10 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 			return
 		}
 	}
+}
+
+func (p *Proxy) keep(c net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.conns = append(p.conns, c)
 }

@@ -2,8 +2,6 @@ package amqp_test
 
 import (
 	"context"
-	"net"
-	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -53,7 +51,7 @@ func TestReconnectAfterTheConnectionDrops(t *testing.T) {
 		}()
 	}
 	<-held
-	p.drop()
+	p.Drop()
 	time.Sleep(300 * time.Millisecond)
 	close(release) // acked on the dead channel
 	require.Eventually(t, func() bool { return distinct.Load() == 50 }, 20*time.Second, 20*time.Millisecond,
@@ -74,8 +72,8 @@ func TestCloseInterruptsARedial(t *testing.T) {
 			m.Ack()
 		}
 	}()
-	p.blackhole.Store(true)
-	p.drop()
+	p.Blackhole(true)
+	p.Drop()
 	time.Sleep(time.Second) // the redial is waiting for the handshake now
 	start := time.Now()
 	require.NoError(t, sub.Close())
@@ -100,19 +98,19 @@ func TestCloseBoundedOnASilentBroker(t *testing.T) {
 		}
 	}()
 	<-got
-	p.frozen.Store(true)
+	p.Freeze(true)
 	start := time.Now()
 	require.NoError(t, sub.Close())
 	t.Logf("Close took %v", time.Since(start))
 	require.Less(t, time.Since(start), 10*time.Second, "Close waited for the silent broker")
-	p.drop() // the broker's side of the connection goes now, so the cleanup finds the queue unused
+	p.Drop() // the broker's side of the connection goes now, so the cleanup finds the queue unused
 }
 
 // proxiedSubscriber returns a subscriber of group g connected through a
 // proxy, and a topic with n messages in the group's queue.
-func proxiedSubscriber(t *testing.T, n int) (*proxy, message.Subscriber, string) {
+func proxiedSubscriber(t *testing.T, n int) (*amqptest.Proxy, message.Subscriber, string) {
 	t.Helper()
-	p, proxied := newProxy(t)
+	p, proxied := amqptest.NewProxy(t)
 	topic := testenv.Name("reconnect_")
 	a := newAdmin(t)
 	a.cleanup(topic, "g")
@@ -129,101 +127,4 @@ func proxiedSubscriber(t *testing.T, n int) (*proxy, message.Subscriber, string)
 	}
 	require.NoError(t, direct.Publisher().Publish(topic, msgs...))
 	return p, sub, topic
-}
-
-// proxy forwards TCP connections to the test broker; drop closes them all.
-// With blackhole set, it takes new connections and never answers; with
-// frozen set, it holds every byte it reads, closing nothing.
-type proxy struct {
-	ln        net.Listener
-	target    string
-	blackhole atomic.Bool
-	frozen    atomic.Bool
-	stopped   atomic.Bool
-
-	mu    sync.Mutex
-	conns []net.Conn
-	wg    sync.WaitGroup
-}
-
-func newProxy(t *testing.T) (*proxy, string) {
-	t.Helper()
-	u, err := url.Parse(testenv.RequireAMQP(t))
-	require.NoError(t, err)
-	target := u.Host
-	if u.Port() == "" {
-		target = net.JoinHostPort(u.Hostname(), "5672")
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &proxy{ln: ln, target: target}
-	p.wg.Add(1)
-	go p.accept()
-	t.Cleanup(func() {
-		p.stopped.Store(true)
-		_ = ln.Close()
-		p.drop()
-		p.wg.Wait()
-	})
-	u.Host = ln.Addr().String()
-	return p, u.String()
-}
-
-func (p *proxy) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.keep(c)
-		if p.blackhole.Load() {
-			continue
-		}
-		b, err := net.Dial("tcp", p.target)
-		if err != nil {
-			_ = c.Close()
-			continue
-		}
-		p.keep(b)
-		p.wg.Add(2)
-		go p.pipe(b, c)
-		go p.pipe(c, b)
-	}
-}
-
-// pipe copies src to dst, holding what it read while frozen.
-func (p *proxy) pipe(dst, src net.Conn) {
-	defer p.wg.Done()
-	defer dst.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		for p.frozen.Load() && !p.stopped.Load() {
-			time.Sleep(10 * time.Millisecond)
-		}
-		if n > 0 {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func (p *proxy) keep(c net.Conn) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.conns = append(p.conns, c)
-}
-
-func (p *proxy) drop() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		_ = c.Close()
-	}
-	p.conns = nil
 }
