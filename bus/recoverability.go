@@ -195,6 +195,7 @@ func checkReceived(msg *message.Message) error {
 // it keeps trying until the bus closes; only the outbox closes that window.
 // A command no queue takes goes to the error topic, with the reason.
 func (b *Bus) publishCommitted(ctx context.Context, out outgoing) error {
+	out.msg.SetContext(ctx) // a broker that never answers holds it only as long as the message's context
 	for n := 1; ; n++ {
 		err := b.publish(out)
 		if err == nil {

@@ -55,7 +55,11 @@ const destinationKey = "postroom-destination"
 
 // Send sends a command to the one endpoint that owns it: this endpoint, or
 // the one named with To. Inside a handler it is dispatched after the
-// handler's transaction commits, and not at all if it rolls back.
+// handler's transaction commits, and not at all if it rolls back. Outside
+// a handler it returns once the broker has the message, or with an error
+// when ctx ends first (then the broker may have taken it or not: send it
+// again with the same WithMessageID, and a handler with the inbox skips a
+// copy).
 func Send[T any](ctx context.Context, b *Bus, cmd *T, opts ...SendOption) error {
 	if cmd == nil {
 		return fmt.Errorf("bus: send %s: the command is a nil pointer", MessageName[T]())
@@ -179,6 +183,10 @@ func (b *Bus) dispatch(ctx context.Context, out outgoing) error {
 		in.outgoing = append(in.outgoing, out)
 		return nil
 	}
+	// The publish waits for the broker as long as the caller's context
+	// lasts (before, a Send with a 10 s deadline waited up to 120 s during
+	// an outage: found by a cold trial).
+	out.msg.SetContext(ctx)
 	return b.publish(out)
 }
 

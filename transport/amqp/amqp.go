@@ -129,7 +129,7 @@ func New(cfg Config) (*Transport, error) {
 	log := logsink.New(cfg.Logger)
 	declared := &declaredNames{}
 	return &Transport{cfg: cfg, log: log, declared: declared,
-		publisher: &confirmPublisher{url: cfg.URL, log: log, record: declared}}, nil
+		publisher: newConfirmPublisher(cfg.URL, log, declared)}, nil
 }
 
 // Reach names the broker and vhost of the URL ("amqp://host:5672/%2F",

@@ -3,6 +3,7 @@ package amqp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -84,12 +85,24 @@ func (c *connection) dialOnce() (*amqp091.Connection, error) {
 		case <-ctx.Done():
 		}
 	}()
+	conn, err := dialContext(ctx, c.url)
+	if err != nil && ctx.Err() != nil {
+		return nil, errors.New("amqp: the subscriber closed while connecting")
+	}
+	return conn, err
+}
+
+// dialContext dials the broker at url; the end of ctx interrupts the TCP
+// connect and the AMQP handshake, each bounded by dialTimeout (or the
+// URL's connection_timeout). A connection whose handshake ended just as
+// ctx did is closed.
+func dialContext(ctx context.Context, url string) (*amqp091.Connection, error) {
 	timeout := dialTimeout
-	if uri, err := amqp091.ParseURI(c.url); err == nil && uri.ConnectionTimeout > 0 {
+	if uri, err := amqp091.ParseURI(url); err == nil && uri.ConnectionTimeout > 0 {
 		timeout = time.Duration(uri.ConnectionTimeout) * time.Millisecond
 	}
 	var stopInterrupt func() bool
-	conn, err := amqp091.DialConfig(c.url, amqp091.Config{Locale: "en_US",
+	conn, err := amqp091.DialConfig(url, amqp091.Config{Locale: "en_US",
 		Dial: func(network, addr string) (net.Conn, error) {
 			nc, err := (&net.Dialer{Timeout: timeout}).DialContext(ctx, network, addr)
 			if err != nil {
@@ -102,9 +115,12 @@ func (c *connection) dialOnce() (*amqp091.Connection, error) {
 			stopInterrupt = context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
 			return nc, nil
 		}})
-	if stopInterrupt != nil && !stopInterrupt() && err == nil { // closing came just after the handshake
+	if stopInterrupt != nil && !stopInterrupt() && err == nil { // ctx ended just after the handshake
 		_ = conn.Close()
-		return nil, errors.New("amqp: the subscriber closed while connecting")
+		return nil, fmt.Errorf("amqp: connect: %w", context.Cause(ctx))
+	}
+	if err != nil && ctx.Err() != nil {
+		return nil, fmt.Errorf("amqp: connect: %w (%w)", context.Cause(ctx), err)
 	}
 	return conn, err
 }

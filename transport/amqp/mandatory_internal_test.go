@@ -1,6 +1,7 @@
 package amqp
 
 import (
+	"context"
 	"log/slog"
 	"strings"
 	"sync"
@@ -47,7 +48,7 @@ func deleteExchange(t *testing.T, topic string) {
 	tr, err := New(Config{URL: testenv.RequireAMQP(t)})
 	require.NoError(t, err)
 	defer tr.Close()
-	require.NoError(t, tr.publisher.open())
+	require.NoError(t, tr.publisher.open(context.Background()))
 	_ = tr.publisher.ch.ExchangeDelete(ExchangeName(topic), false, false)
 }
 

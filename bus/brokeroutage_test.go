@@ -1,0 +1,94 @@
+package bus_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/amqptest"
+	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/transport/amqp"
+)
+
+// outageBus runs a bus on RabbitMQ through a proxy and returns them once
+// a command went through; the test then cuts the broker off.
+func outageBus(t *testing.T, mod func(*bus.Config)) (*bus.Bus, *amqptest.Proxy, func() error) {
+	t.Helper()
+	proxy, url := amqptest.NewProxy(t)
+	tr, err := amqp.New(amqp.Config{URL: url})
+	require.NoError(t, err)
+	amqptest.Cleanup(t, tr)
+	cfg := bus.Config{Endpoint: testenv.Name("outage"), ErrorTopic: testenv.Name("error_"), Transport: tr,
+		DB: testenv.Postgres(t), Logger: testenv.Logger(t), Cleanup: bus.CleanupSchedule{Disabled: true}}
+	if mod != nil {
+		mod(&cfg)
+	}
+	b, err := bus.New(cfg)
+	require.NoError(t, err)
+	handled := make(chan struct{}, 100)
+	require.NoError(t, bus.Handle(b, func(context.Context, *ConfCmd) error { handled <- struct{}{}; return nil }))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	<-b.Running()
+	require.NoError(t, bus.Send(context.Background(), b, &ConfCmd{N: 1}))
+	<-handled
+	stop := sync.OnceValue(func() error {
+		cancel()
+		return <-done
+	})
+	t.Cleanup(func() { _ = stop() })
+	return b, proxy, stop
+}
+
+// TestSendDuringABrokerOutageEndsWithItsContext: the broker takes
+// connections and never answers (a blackhole); Sends with a 1 s deadline,
+// five at once, each return an error by their deadline. Before, the dial
+// ignored the context and one publish at a time dialled for up to 30 s, so
+// the callers queued behind each other (a Send with a 10 s deadline
+// returned after 120 s in a cold trial).
+func TestSendDuringABrokerOutageEndsWithItsContext(t *testing.T) {
+	b, proxy, _ := outageBus(t, nil)
+	proxy.Blackhole(true)
+	proxy.Drop()
+	var wg sync.WaitGroup
+	took := make([]time.Duration, 5)
+	errs := make([]error, 5)
+	for i := range took {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			start := time.Now()
+			errs[i] = bus.Send(ctx, b, &ConfCmd{N: 2})
+			took[i] = time.Since(start)
+		})
+	}
+	wg.Wait()
+	for i := range took {
+		require.Error(t, errs[i], "a Send the broker never answered")
+		require.Less(t, took[i], 10*time.Second, "Send %d took %s with a 1 s deadline (all: %v)", i, took[i], took)
+	}
+}
+
+// TestAStopDuringABrokerBlackholeEndsInTime: a delayed message falls due
+// while the broker takes connections and never answers; the bus's stop
+// does not wait for the delayed relay's publish, which held it 45 s (a dial
+// of up to 30 s that ignored the stop, inside the transaction that locks
+// the due rows; found by a cold trial).
+func TestAStopDuringABrokerBlackholeEndsInTime(t *testing.T) {
+	b, proxy, stop := outageBus(t, func(cfg *bus.Config) {
+		cfg.StopTimeout = time.Second
+		cfg.DelayedPollInterval = 100 * time.Millisecond
+	})
+	require.NoError(t, bus.Send(context.Background(), b, &ConfCmd{N: 3}, bus.DeliverAfter(time.Second)))
+	proxy.Blackhole(true)
+	proxy.Drop()
+	time.Sleep(2 * time.Second) // due, and the relay dialling
+	start := time.Now()
+	require.NoError(t, stop())
+	require.Less(t, time.Since(start), 12*time.Second, "the stop waited for a publish to a broker that never answers")
+}
