@@ -57,13 +57,22 @@ type Config struct {
 	// OnMovedAside is called for each message moved to ErrorTopic (for a
 	// metric). Defaults to nil.
 	OnMovedAside func(topic string, msg *message.Message, reason error)
-	// Logger is Watermill's logger. Defaults to watermill.NopLogger.
+	// Logger is Watermill's logger. The relay logs a transport that refuses
+	// its messages (a broker outage) once when it starts failing, then at
+	// most every 30 s, and once at info when a publish succeeds again; the
+	// warnings come at warn through a logger with a
+	// Log(slog.Level, string, error, watermill.LogFields) method (the bus's)
+	// and at error through one without (Watermill's adapters have no warn
+	// level). Defaults to watermill.NopLogger.
 	Logger watermill.LoggerAdapter
 
 	// ackDeadline is how long the relay waits for one message to be
 	// published before it reads its batch again: watermill-sql's 30 s
 	// default unless a test shortens it.
 	ackDeadline time.Duration
+	// outageReminder is how often the relay reminds that it keeps
+	// failing: outageReminderDefault unless a test shortens it.
+	outageReminder time.Duration
 }
 
 // Outbox writes messages through transactions and relays them.
@@ -123,8 +132,9 @@ func New(cfg Config) (*Outbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outbox: relay subscriber: %w", err)
 	}
+	cfg.outageReminder = cmp.Or(cfg.outageReminder, outageReminderDefault)
 	dest := &relayPublisher{cfg: cfg, attempts: map[string]int{}}
-	o.forwarder, err = forwarder.NewForwarder(o.sub, dest, cfg.Logger, forwarder.Config{ForwarderTopic: cfg.Topic})
+	o.forwarder, err = forwarder.NewForwarder(o.sub, dest, relayLogger{cfg.Logger}, forwarder.Config{ForwarderTopic: cfg.Topic})
 	if err != nil {
 		return nil, fmt.Errorf("outbox: relay: %w", err)
 	}

@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync/atomic"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -54,6 +56,16 @@ func (s *Sink) Logger() *slog.Logger { return s.target.Load().slog }
 // Watermill returns an adapter for Watermill that forwards to the current
 // target.
 func (s *Sink) Watermill() watermill.LoggerAdapter { return forwardingLogger{sink: s} }
+
+// LevelLogger is a Watermill adapter that also logs at any slog level:
+// Watermill's levels have no warning, and the sink's Info is Watermill's
+// chatter at debug. A component of ours handed a Watermill adapter (the
+// outbox relay) logs its own lines through it.
+type LevelLogger interface {
+	watermill.LoggerAdapter
+	// Log logs msg at level, with err (nil: none) and fields.
+	Log(level slog.Level, msg string, err error, fields watermill.LogFields)
+}
 
 // forwardingLogger is a watermill.LoggerAdapter that forwards to the
 // Sink's current target (watermill's slog adapter, whose Trace is
@@ -104,6 +116,28 @@ func (f forwardingLogger) Trace(msg string, fields watermill.LogFields) {
 	if t := f.sink.target.Load(); f.enabled(t, watermill.LevelTrace) {
 		t.wm.Trace(msg, f.fields.Add(fields))
 	}
+}
+
+// Log logs at level; a line at warn or above comes at info with
+// stopping=true when Error's would.
+func (f forwardingLogger) Log(level slog.Level, msg string, err error, fields watermill.LogFields) {
+	t := f.sink.target.Load()
+	all := f.fields.Add(fields)
+	if level >= slog.LevelWarn && (f.sink.stopping.Load() || stopping(err, fields)) {
+		level, all["stopping"] = slog.LevelInfo, true
+	}
+	if !f.enabled(t, level) {
+		return
+	}
+	keys := slices.Sorted(maps.Keys(all))
+	args := make([]any, 0, len(keys)+1)
+	for _, k := range keys {
+		args = append(args, slog.Any(k, all[k]))
+	}
+	if err != nil {
+		args = append(args, slog.Any("error", err))
+	}
+	t.slog.Log(context.Background(), level, msg, args...)
 }
 
 func (f forwardingLogger) With(fields watermill.LogFields) watermill.LoggerAdapter {
