@@ -37,6 +37,13 @@ type Config struct {
 	Destination message.Publisher
 	// Topic is the outbox's watermill-sql topic. Defaults to "postroom_outbox".
 	Topic string
+	// Reach names the subscribers Destination reaches (the bus: its
+	// transport's, see transport.Reach). Messages are written with it, and
+	// a relay that publishes one of another reach says so at error: the
+	// services sharing this outbox may be on transports that do not reach
+	// each other, and then messages go where nobody reads them. Defaults
+	// to "".
+	Reach string
 	// PollInterval is how often the relay looks for new messages when idle. Defaults to 100ms.
 	PollInterval time.Duration
 	// ErrorTopic receives a message the destination refused MaxRelayAttempts
@@ -154,6 +161,9 @@ func (o *Outbox) Publish(ctx context.Context, tx *gorm.DB, topic string, msgs ..
 	}
 	for _, m := range msgs {
 		m.SetContext(ctx)
+		if o.cfg.Reach != "" {
+			m.Metadata.Set(ReachKey, o.cfg.Reach)
+		}
 	}
 	if err := forwarder.NewPublisher(pub, forwarder.PublisherConfig{ForwarderTopic: o.cfg.Topic}).Publish(topic, msgs...); err != nil {
 		return fmt.Errorf("outbox: write to %s: %w", topic, err)

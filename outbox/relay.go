@@ -29,7 +29,19 @@ type relayPublisher struct {
 	failures     int
 	failingSince time.Time
 	remindedAt   time.Time
+
+	elsewhereAt time.Time // when a message of another reach was last logged
+	elsewhereN  int       // messages of another reach published
 }
+
+// ReachKey is the metadata an outbox message carries with the reach of
+// the transport it is for (Config.Reach): a relay of another reach does
+// says so when it publishes it. Taken off before the message is
+// published.
+const ReachKey = "postroom-outbox-reach"
+
+// errElsewhere is the error logged for a message of another reach.
+var errElsewhere = errors.New("outbox: the message was written for another transport's subscribers")
 
 // errRefused marks the error the relay gives Watermill's forwarder for a
 // message it will try again. The relay has logged the failure itself (at
@@ -52,6 +64,10 @@ func (p *relayPublisher) Publish(topic string, msgs ...*message.Message) error {
 }
 
 func (p *relayPublisher) publish(topic string, msg *message.Message) error {
+	if reach := msg.Metadata.Get(ReachKey); reach != "" && reach != p.cfg.Reach {
+		p.elsewhere(topic, msg, reach)
+	}
+	delete(msg.Metadata, ReachKey)
 	var err error
 	if p.cfg.PublishCommand != nil && msg.Metadata.Get(metadata.CommandTo) != "" {
 		err = p.cfg.PublishCommand(topic, msg)
@@ -95,6 +111,33 @@ func (p *relayPublisher) publish(topic string, msg *message.Message) error {
 }
 
 func (p *relayPublisher) Close() error { return nil }
+
+// elsewhere says, at error and at most every outageReminder, that the
+// relay publishes a message written by a service whose transport has
+// another reach: two services share this database's outbox and their
+// transports may not reach each other (two brokers or vhosts, RabbitMQ and
+// the SQL transport), and then the message goes where its subscribers
+// never read it (an event dropped as unrouted, a command to the wrong
+// error topic, or handled by the wrong service). Holding it back for the
+// relay of its reach was tried and dropped: the relays then held each
+// other back (3 of 20 messages in 20 s), and a reach that changed between
+// deploys (a URL naming the broker another way) would have held a
+// relay's messages back for good. So it is published, as before, and the
+// misconfiguration is said (found by a review: 13 of 20 events on the
+// wrong transport, silently; docs/guarantees.md).
+func (p *relayPublisher) elsewhere(topic string, msg *message.Message, reach string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.elsewhereN++
+	if now := time.Now(); p.elsewhereAt.IsZero() || now.Sub(p.elsewhereAt) >= p.cfg.outageReminder {
+		p.elsewhereAt = now
+		p.cfg.Logger.Error("outbox: this relay published messages written by a service whose transport may not reach the same "+
+			"subscribers: if that service's broker, vhost or transport differs, they went where nobody reads them; give services "+
+			"on different brokers, vhosts or transports a database (or schema) each", errElsewhere,
+			watermill.LogFields{"topic": topic, "message_uuid": msg.UUID, "message_reach": reach, "relay_reach": p.cfg.Reach,
+				"published_since_start": p.elsewhereN})
+	}
+}
 
 // failed logs a refused publish the relay will try again: at warn when
 // the relay starts failing, then at most every outageReminder with how
