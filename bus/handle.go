@@ -215,29 +215,42 @@ func (b *Bus) register(name string, byRun bool, opts []HandlerOption, build func
 		return fmt.Errorf("bus: handler %s: %w", hc.name, err)
 	}
 	sub := b.draining(plain)
+	var traced message.HandlerMiddleware
+	if b.cfg.TracerProvider != nil {
+		if traced, err = tracing.New(tracing.Config{TracerProvider: b.cfg.TracerProvider, Propagator: b.cfg.Propagator, Handler: hc.name}); err != nil {
+			return fmt.Errorf("bus: handler %s: %w", hc.name, err)
+		}
+	}
+	// chain is the handler's delivery of a message of topic, in its span
+	// and Config.Middleware: for the router, and for a delayed retry run
+	// from the database (which went round both before: its trace ended, the
+	// retry's sends started new ones, and a Middleware never saw it; found
+	// by a review).
+	chain := func(topic string) message.HandlerFunc {
+		var delivery message.HandlerFunc = func(msg *message.Message) ([]*message.Message, error) {
+			return nil, b.deliver(hc.name, topic, msg, h, lim)
+		}
+		if traced != nil {
+			delivery = traced(delivery)
+		}
+		for i := len(b.cfg.Middleware) - 1; i >= 0; i-- {
+			delivery = b.cfg.Middleware[i](delivery)
+		}
+		return delivery
+	}
+	b.mu.Lock()
+	b.retryTargets[group] = func(topic string, msg *message.Message) error {
+		_, err := chain(topic)(msg)
+		return err
+	}
+	b.mu.Unlock()
 	for _, topic := range []string{commandTopic(b.cfg.Endpoint, name), eventTopic(name)} {
 		// The handler's queue exists from now on: a message sent before
 		// Run waits in it instead of being dropped.
 		if err := declare(plain, topic, topic == eventTopic(name)); err != nil {
 			return fmt.Errorf("bus: handler %s: declare its queue for %s: %w", hc.name, topic, err)
 		}
-		var delivery message.HandlerFunc = func(msg *message.Message) ([]*message.Message, error) {
-			return nil, b.deliver(hc.name, topic, msg, h, lim)
-		}
-		b.mu.Lock()
-		b.retryTargets[group] = func(topic string, msg *message.Message) error { return b.deliver(hc.name, topic, msg, h, lim) }
-		b.mu.Unlock()
-		if b.cfg.TracerProvider != nil {
-			traced, err := tracing.New(tracing.Config{TracerProvider: b.cfg.TracerProvider, Propagator: b.cfg.Propagator, Handler: hc.name})
-			if err != nil {
-				return fmt.Errorf("bus: handler %s: %w", hc.name, err)
-			}
-			delivery = traced(delivery)
-		}
-		for i := len(b.cfg.Middleware) - 1; i >= 0; i-- {
-			delivery = b.cfg.Middleware[i](delivery)
-		}
-		guarded := b.guarded(hc.name, topic, delivery)
+		guarded := b.guarded(hc.name, topic, chain(topic))
 		for i := range subscriptions {
 			routerName := fmt.Sprintf("%s@%s#%d", hc.name, topic, i)
 			b.router.AddConsumerHandler(routerName, topic, sub, func(msg *message.Message) error {
