@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/store"
 )
@@ -72,11 +73,43 @@ func (b *Bus) reportTables(ctx context.Context, gauges metrics.GaugeSetter) {
 				age = now.Sub(s.Oldest).Seconds()
 			}
 			gauges.SetGauge(metrics.TableOldestSeconds(s.Table), age)
-			if s.Table == store.TablesDefault().Inbox {
-				gauges.SetGauge(metrics.CleanupLagSeconds, max(0, age-b.cfg.InboxRetention.Seconds()))
-			}
 		}
+		oldest, err := b.oldestOwnKey(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				b.cfg.Logger.Warn("bus: cleanup lag gauge", "error", err)
+			}
+			return
+		}
+		lag := 0.0
+		if !oldest.IsZero() {
+			lag = max(0, now.Sub(oldest).Seconds()-b.cfg.InboxRetention.Seconds())
+		}
+		gauges.SetGauge(metrics.CleanupLagSeconds, lag)
 	})
+}
+
+// oldestOwnKey returns when the oldest inbox key of this endpoint's
+// consumers was received (zero: none). The cleanup lag is counted from it,
+// not from the table's oldest key: this endpoint's cleanup purges only its
+// own keys, and another endpoint on the database may keep its keys
+// longer, which made the lag grow for ever and its alert fire on the
+// wrong service (found by a review). The consumers "<endpoint>/…" are the
+// range from "<endpoint>/" to "<endpoint>0" ('0' follows '/'), which the
+// primary key serves.
+func (b *Bus) oldestOwnKey(ctx context.Context) (time.Time, error) {
+	d, err := dialect.Of(b.cfg.DB)
+	if err != nil {
+		return time.Time{}, err
+	}
+	prefix := b.consumer("")
+	var v any
+	err = b.cfg.DB.WithContext(ctx).Raw("SELECT MIN(received_at) FROM "+store.TablesDefault().Inbox+" WHERE consumer >= ? AND consumer < ?",
+		prefix, prefix[:len(prefix)-1]+"0").Row().Scan(&v)
+	if err != nil || v == nil {
+		return time.Time{}, err
+	}
+	return d.ParseTime(v)
 }
 
 // add adds to a running total when the Recorder keeps them.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/transport/gochannel"
 )
 
@@ -115,4 +116,34 @@ func TestMetricsEndpointShowsTablesCleanupSchedulesAndRouter(t *testing.T) {
 	})
 	require.Equal(t, 11.0*24-1, scrape(t, b, `postroom_schedule_missed_slots_total\{schedule="postroom.cleanup.billing"\}`))
 	waitFor(t, "the table to empty", func() bool { return scrape(t, b, `postroom_table_rows\{table="postroom_inbox"\}`) == 0 })
+}
+
+// TestCleanupLagCountsOnlyTheEndpointsOwnKeys: the database holds a key of
+// another endpoint 8 days old and one of this endpoint 3 days old; with a
+// retention of 2 days the lag is that of its own key, one day, not the
+// other's six: this endpoint's cleanup purges only its own keys, and the
+// other endpoint may keep its keys longer. Before, the lag counted the
+// table's oldest key and its alert fired for ever on the wrong service
+// (found by a review).
+func TestCleanupLagCountsOnlyTheEndpointsOwnKeys(t *testing.T) {
+	db := testenv.SQLite(t)
+	endpoint := testenv.Name("ep")
+	now := time.Now().UTC()
+	for consumer, age := range map[string]time.Duration{"other/billing.CreateInvoice": 8 * 24 * time.Hour, endpoint + "/billing.CreateInvoice": 3 * 24 * time.Hour} {
+		require.NoError(t, db.Exec("INSERT INTO postroom_inbox (consumer, source, message_id, message_type, received_at) VALUES (?, '', 'k-1', 'x', ?)",
+			consumer, now.Add(-age)).Error)
+	}
+	b, err := bus.New(bus.Config{Endpoint: endpoint, Transport: gochannel.New(gochannel.Config{}), DB: db,
+		InboxRetention: 2 * 24 * time.Hour, TableGaugeInterval: 50 * time.Millisecond, Logger: testenv.Logger(t),
+		Cleanup: bus.CleanupSchedule{Disabled: true}})
+	require.NoError(t, err)
+	require.NoError(t, bus.Handle(b, func(context.Context, *CreateInvoice) error { return nil }, bus.WithInbox()))
+	start(t, b, "error")
+	var lag float64
+	waitFor(t, "the cleanup lag gauge", func() bool {
+		var ok bool
+		lag, ok = b.Counters().GetGauge(metrics.CleanupLagSeconds)
+		return ok
+	})
+	require.InDelta(t, (24 * time.Hour).Seconds(), lag, 60, "the lag of this endpoint's own oldest key")
 }
