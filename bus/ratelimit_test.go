@@ -3,6 +3,8 @@ package bus_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"net"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/transport/gochannel"
 )
 
 // TestRateLimitingWaitsOutTransientFailures: a handler whose database is out
@@ -125,4 +128,36 @@ func TestAStopDoesNotWaitForRateLimitedMessages(t *testing.T) {
 	require.NoError(t, <-done)
 	require.NoError(t, b.Close())
 	require.Less(t, time.Since(began), 5*time.Second, "the stop gave the waiting messages back")
+}
+
+// TestARateLimitedOutageIsQuiet: while the handler waits out an outage of
+// the database under rate limiting (2 s at a Wait of 20 ms, a hundred
+// attempts), it logs a few lines, not one warning per attempt, and counts
+// no retries: none is spent (docs/recoverability.md). Before, every
+// attempt logged "attempt failed" at warn and counted as retried (99 of
+// each; found by a review).
+func TestARateLimitedOutageIsQuiet(t *testing.T) {
+	logs := newRecordedLogs()
+	b, err := bus.New(bus.Config{Endpoint: testenv.Name("ep"), Transport: gochannel.New(gochannel.Config{}),
+		RateLimit: bus.RateLimit{Threshold: 2, Wait: 20 * time.Millisecond, MaxWait: time.Minute},
+		Retry:     bus.RetryPolicy{MaxRetries: 1, InitialBackoff: time.Millisecond}, Logger: slog.New(logs)})
+	require.NoError(t, err)
+	var down atomic.Bool
+	down.Store(true)
+	ok := make(chan struct{}, 1)
+	require.NoError(t, bus.Handle(b, func(context.Context, *CreateInvoice) error {
+		if down.Load() {
+			return &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+		}
+		ok <- struct{}{}
+		return nil
+	}))
+	start(t, b, "error")
+	require.NoError(t, bus.Send(context.Background(), b, &CreateInvoice{OrderID: "o"}, bus.To(b.Endpoint())))
+	time.Sleep(2 * time.Second)
+	down.Store(false)
+	<-ok
+	_, warns := logs.find(slog.LevelWarn, "bus: attempt failed")
+	require.LessOrEqual(t, warns, 5, "warnings of failed attempts during a rate-limited outage")
+	require.LessOrEqual(t, b.Counters().Get(bus.MessageName[CreateInvoice](), metrics.Retried), uint64(1), "retries counted while waiting out the outage")
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -87,7 +88,14 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 				"message_id", msg.UUID, "attempt", attempts, "error", err)
 			return fmt.Errorf("bus: %s: %w: %w", handler, errStopping, err)
 		}
-		b.cfg.Logger.Warn("bus: attempt failed", "handler", handler, "message_id", msg.UUID, "attempt", attempts,
+		level := slog.LevelWarn
+		if limited && transient {
+			// Waiting out an outage under rate limiting: the limiter says
+			// when it starts and ends; a line per attempt (one a Wait, per
+			// handler and instance) buried them (found by a review).
+			level = slog.LevelDebug
+		}
+		b.cfg.Logger.Log(context.Background(), level, "bus: attempt failed", "handler", handler, "message_id", msg.UUID, "attempt", attempts,
 			"transient", transient, "rate_limited", limited, "error", err)
 		if IsUnrecoverable(err) {
 			break
@@ -98,9 +106,9 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 		outage := transient && lim.succeeded() == successesAtOutage && b.cfg.Now().Sub(outageSince) < b.cfg.RateLimit.MaxWait
 		if outage && !b.cfg.RateLimit.Disabled && (limited || retries >= policy.MaxRetries) {
 			// The database is out of reach: wait it out in turn with the
-			// handler's other messages, without spending retries.
+			// handler's other messages, without spending retries (nor
+			// counting them as retried).
 			lim.start()
-			b.cfg.Recorder.Record(handler, metrics.Retried)
 			continue
 		}
 		if retries >= policy.MaxRetries {
