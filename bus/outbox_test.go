@@ -279,10 +279,11 @@ func (refusingSubscriber) Subscribe(context.Context, string) (<-chan *message.Me
 // cold trial).
 func TestARoutineStopWithTheOutboxLogsNothingAtError(t *testing.T) {
 	db := testenv.Postgres(t)
+	endpoint := testenv.Name("warehouse") // one service, stopped and started again
 	for round := range 5 {
 		logs := newRecordedLogs()
 		var b *bus.Bus
-		b, err := bus.New(bus.Config{Endpoint: testenv.Name("warehouse"), Transport: gochannel.New(gochannel.Config{}), DB: db,
+		b, err := bus.New(bus.Config{Endpoint: endpoint, Transport: gochannel.New(gochannel.Config{}), DB: db,
 			Outbox: true, Logger: slog.New(logs), Cleanup: bus.CleanupSchedule{Disabled: true}})
 		require.NoError(t, err)
 		var shipped atomic.Int32
