@@ -3,14 +3,19 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/transport"
 )
 
 // checkStopDrains: a stop lets the message being handled finish within
@@ -119,4 +124,90 @@ func checkStopDrains(t *testing.T, c *confCase) {
 	require.EqualValues(t, 1, third.Counters().Get("conf.Cmd", metrics.Handled), "the drained messages were not delivered again")
 	require.Empty(t, started)
 	require.Equal(t, want, effects(t, c))
+}
+
+// checkHandleBatchSendsOnStop: a HandleBatch handler without the inbox or
+// the outbox publishes one event per message; the broker refuses every
+// publish until the stop. What a call sent is dispatched after its commit,
+// so no message of the call may be acked before that dispatch succeeds:
+// each goes back to the broker, is named at error, and the next instance
+// runs fn again for every one. Before, only a call's first message went
+// back (2 of 5 events sent again; found by a review). On a sequential
+// transport (SQL) a call holds one message, and the first is retried
+// until the stop while the others wait behind it.
+func checkHandleBatchSendsOnStop(t *testing.T, c *confCase) {
+	endpoint := testenv.Name("batchsends")
+	var mu sync.Mutex
+	seen := map[int]int{} // message N: calls of fn whose sends returned
+	newBus := func(tr transport.Transport, logger *slog.Logger) *bus.Bus {
+		b := newConfBus(t, c, func(cfg *bus.Config) {
+			cfg.Endpoint, cfg.Transport, cfg.StopTimeout = endpoint, tr, 2*time.Second
+			if logger != nil {
+				cfg.Logger = logger
+			}
+		})
+		require.NoError(t, bus.HandleBatch(b, func(ctx context.Context, ms []*ConfCmd) error {
+			for _, m := range ms {
+				if err := bus.Publish(ctx, b, &ConfRelayed{From: fmt.Sprint(m.N)}); err != nil {
+					return err
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, m := range ms {
+				seen[m.N]++
+			}
+			return nil
+		}, bus.WithBatch(10, 300*time.Millisecond)))
+		return b
+	}
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(seen) }
+
+	logs := newRecordedLogs()
+	first := newBus(refusingTransport{c.tr.(*sharedTransport)}, slog.New(logs))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- first.Run(ctx) }()
+	<-first.Running()
+	sender := newConfBus(t, c, nil)
+	var ids []string
+	for n := 1; n <= 5; n++ {
+		id := testenv.Name("cut-")
+		ids = append(ids, id)
+		require.NoError(t, bus.Send(context.Background(), sender, &ConfCmd{N: n}, bus.To(endpoint), bus.WithMessageID(id)))
+	}
+	// A sequential transport (SQL) hands out a group's next message only
+	// once this one is settled: the first is retried, the rest wait.
+	reached := 5
+	if c.tr.(*sharedTransport).Sequential() {
+		reached = 1
+	}
+	waitFor(t, fmt.Sprintf("fn to see %d commands", reached), func() bool { return count() == reached })
+	cancel()
+	require.NoError(t, <-done)
+	require.NoError(t, first.Close())
+	lost := logs.joined(slog.LevelError, "messages it sent were not dispatched")
+	for _, id := range ids[:reached] {
+		require.Contains(t, lost, id, "each message whose call's events were not dispatched is named at error")
+	}
+	mu.Lock()
+	seen = map[int]int{}
+	mu.Unlock()
+
+	next := newBus(c.tr, nil)
+	run(t, next)
+	waitFor(t, "the next instance to run fn again for the five commands", func() bool { return count() == 5 })
+}
+
+// refusingTransport is a check's transport whose broker refuses every
+// publish, mandatory ones included; it keeps what else the transport says
+// of itself (Sequential, Reach).
+type refusingTransport struct{ *sharedTransport }
+
+func (t refusingTransport) Publisher() message.Publisher {
+	return brokenPublisher{t.sharedTransport.Publisher()}
+}
+
+func (refusingTransport) PublishMandatory(string, ...*message.Message) error {
+	return errors.New("failpoint: broker unreachable")
 }
