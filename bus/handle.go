@@ -130,8 +130,12 @@ func WithDelayedRetries(delays ...time.Duration) HandlerOption {
 // while the others commit; the inbox, the stale check, DeliverAt and the
 // outbox work per message as they do without a batch. The handler then
 // takes size messages at once per Config.Concurrency (or WithConcurrency),
-// which becomes the number of batches in flight. Implies WithTransaction;
-// not with WithExternalEffects, whose claim commits before its handler runs.
+// which becomes the number of batches in flight. Batches of competing
+// processes that hold copies of the same messages can deadlock (each
+// claims its members' keys as they arrive); the database ends one, and its
+// members are retried without spending retries (docs/recoverability.md).
+// Implies WithTransaction; not with WithExternalEffects, whose claim
+// commits before its handler runs.
 func WithBatch(size int, maxWait time.Duration) HandlerOption {
 	return func(c *handlerConfig) { c.transaction, c.batchSize, c.batchWait = true, size, maxWait }
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -47,7 +48,7 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 	}
 	policy := b.cfg.Retry
 	var err error
-	attempts, retries := 0, 0
+	attempts, retries, contentions := 0, 0, 0
 	// successesAtOutage is the handler's success count at this message's
 	// first transient failure: while no attempt of the handler has
 	// succeeded since, the database is out of reach for everyone, not just
@@ -88,7 +89,17 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 				"message_id", msg.UUID, "attempt", attempts, "error", err)
 			return fmt.Errorf("bus: %s: %w: %w", handler, errStopping, err)
 		}
+		// A deadlock or lock wait lost to another transaction (WithBatch
+		// batches of competing processes claim keys in arrival order) is
+		// not the message's fault: retried after a pause, up to
+		// maxContentionRetries times, without spending its retries.
+		// Before, each spent one, and a message could reach the error
+		// topic for having lost to others (found by a review).
+		contended := !transient && !IsUnrecoverable(err) && dialect.Contention(err) && contentions < maxContentionRetries
 		level := slog.LevelWarn
+		if contended {
+			level = slog.LevelInfo
+		}
 		if limited && transient {
 			// Waiting out an outage under rate limiting: the limiter says
 			// when it starts and ends; a line per attempt (one a Wait, per
@@ -96,9 +107,17 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 			level = slog.LevelDebug
 		}
 		b.cfg.Logger.Log(context.Background(), level, "bus: attempt failed", "handler", handler, "message_id", msg.UUID, "attempt", attempts,
-			"transient", transient, "rate_limited", limited, "error", err)
+			"transient", transient, "contended", contended, "rate_limited", limited, "error", err)
 		if IsUnrecoverable(err) {
 			break
+		}
+		if contended {
+			contentions++
+			b.cfg.Recorder.Record(handler, metrics.Retried)
+			if err := b.pauseRetry(handler, msg, contentionPause(contentions), err); err != nil {
+				return err
+			}
+			continue
 		}
 		if transient && !sawTransient {
 			sawTransient, successesAtOutage, outageSince = true, lim.succeeded(), b.cfg.Now()
@@ -116,15 +135,8 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 		}
 		retries++
 		b.cfg.Recorder.Record(handler, metrics.Retried)
-		select {
-		case <-time.After(policy.backoff(retries)):
-		case <-b.stopping: // waiting, not running: given back at once
-			return fmt.Errorf("bus: %s: %w during retries: %w", handler, errStopping, err)
-		case <-msg.Context().Done():
-			if b.isStopping() {
-				return fmt.Errorf("bus: %s: %w during retries: %w", handler, errStopping, err)
-			}
-			return fmt.Errorf("bus: %s: the message's context ended during retries (a deadline of the transport or a Middleware): %w", handler, err)
+		if err := b.pauseRetry(handler, msg, policy.backoff(retries), err); err != nil {
+			return err
 		}
 	}
 	if later, laterErr := b.retryLater(handler, topic, msg, err); later {
@@ -133,6 +145,34 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 		b.cfg.Logger.Error("bus: could not schedule a delayed retry; the message goes to the error topic", "handler", handler, "message_id", msg.UUID, "error", laterErr)
 	}
 	return b.moveToErrorTopic(handler, topic, msg, attempts, err)
+}
+
+// maxContentionRetries bounds the attempts of one delivery that a deadlock
+// or lock wait ends without spending a retry; past it, they spend retries.
+const maxContentionRetries = 10
+
+// contentionPause is the wait before the nth retry of an attempt lost to
+// another transaction: random, so that the two do not meet again, and
+// longer each time (up to about half a second).
+func contentionPause(n int) time.Duration {
+	return time.Duration(n) * (10*time.Millisecond + rand.N(40*time.Millisecond))
+}
+
+// pauseRetry waits d before the next attempt of msg. A stop during the
+// wait gives the message back at once (it is not running); so does the end
+// of its context. The error says which, around the attempt's err.
+func (b *Bus) pauseRetry(handler string, msg *message.Message, d time.Duration, err error) error {
+	select {
+	case <-time.After(d):
+		return nil
+	case <-b.stopping: // waiting, not running: given back at once
+		return fmt.Errorf("bus: %s: %w during retries: %w", handler, errStopping, err)
+	case <-msg.Context().Done():
+		if b.isStopping() {
+			return fmt.Errorf("bus: %s: %w during retries: %w", handler, errStopping, err)
+		}
+		return fmt.Errorf("bus: %s: the message's context ended during retries (a deadline of the transport or a Middleware): %w", handler, err)
+	}
 }
 
 // attempt runs the handler chain once, turning a panic into an error, and

@@ -26,7 +26,7 @@ func TestTransientIsOnlyTheDatabaseOutOfReach(t *testing.T) {
 		&pgconn.PgError{Code: "57P01"}:                                  true,
 		&pgconn.PgError{Code: "08006"}:                                  true,
 		&pgconn.PgError{Code: "23505"}:                                  false, // unique violation
-		&pgconn.PgError{Code: "40P01"}:                                  false, // a deadlock is the message's, retried as such
+		&pgconn.PgError{Code: "40P01"}:                                  false, // a deadlock: contention (Contention), not an outage
 		&mysql.MySQLError{Number: 1053}:                                 true,
 		&mysql.MySQLError{Number: 1927}:                                 true,  // connection killed
 		&mysql.MySQLError{Number: 1040}:                                 true,  // too many connections
@@ -133,5 +133,28 @@ func TestTransientMySQLDriverErrors(t *testing.T) {
 				t.Errorf("Transient(%v) = false", err)
 			}
 		})
+	}
+}
+
+func TestContentionIsDeadlocksAndLockWaits(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{&pgconn.PgError{Code: "40P01", Message: "deadlock detected"}, true},
+		{fmt.Errorf("inbox: claim key: %w", &pgconn.PgError{Code: "40P01"}), true},
+		{&pgconn.PgError{Code: "40001", Message: "could not serialize access"}, true},
+		{&pgconn.PgError{Code: "23505", Message: "duplicate key"}, false},
+		{&pgconn.PgError{Code: "57P01"}, false}, // an outage: Transient
+		{&mysql.MySQLError{Number: 1213, Message: "Deadlock found when trying to get lock; try restarting transaction"}, true},
+		{&mysql.MySQLError{Number: 1205, Message: "Lock wait timeout exceeded; try restarting transaction"}, true},
+		{&mysql.MySQLError{Number: 1062}, false},
+		{errors.New("database is locked"), false},
+		{errors.New("deadlock detected"), false}, // words, not the server's code
+		{nil, false},
+	} {
+		if got := Contention(c.err); got != c.want {
+			t.Errorf("Contention(%v) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }
