@@ -19,6 +19,7 @@ import (
 	"github.com/postroom/postroom/store"
 	"github.com/postroom/postroom/transport"
 	"github.com/postroom/postroom/transport/amqp"
+	wsql "github.com/postroom/postroom/transport/sql"
 )
 
 // The consumer process of the process tests: this test binary, re-run with
@@ -33,22 +34,23 @@ func workOptions() []bus.HandlerOption {
 }
 
 const (
-	childEnv     = "POSTROOM_TEST_CHILD"
-	childDSN     = "POSTROOM_TEST_CHILD_DSN"
-	childAMQP    = "POSTROOM_TEST_CHILD_AMQP"
-	childEP      = "POSTROOM_TEST_CHILD_ENDPOINT"
-	childCrashAt = "POSTROOM_TEST_CHILD_CRASH_AT" // SIGKILL self after the Nth handled message commits, before its ack
-	childOutbox  = "POSTROOM_TEST_CHILD_OUTBOX"   // "1": each Work also publishes WorkDone through the outbox
-	childPoison  = "POSTROOM_TEST_CHILD_POISON"   // N: SIGKILL self when handling Work N, before its write; one subscription
-	childMaxDel  = "POSTROOM_TEST_CHILD_MAX_DELIVERIES"
-	childQuorum  = "POSTROOM_TEST_CHILD_QUORUM" // "1": quorum queues
-	childErrors  = "POSTROOM_TEST_CHILD_ERROR_TOPIC"
-	childDefault = "POSTROOM_TEST_CHILD_DEFAULT_RETRY" // "1": the default retry policy, not one that outlasts a restart
-	childDelayed = "POSTROOM_TEST_CHILD_DELAYED"       // "1": delayed retries after 2 s, due messages looked for every 100 ms
-	childFailTil = "POSTROOM_TEST_CHILD_FAIL_UNTIL"    // Unix ms: every Work fails before then
-	childBatch   = "POSTROOM_TEST_CHILD_BATCH"         // N: Work's handler commits in batches of up to N (WithBatch)
-	childBatchFn = "POSTROOM_TEST_CHILD_BATCH_HANDLER" // "1": Work's handler is a batch handler (HandleBatch), batches per childBatch
-	childSleep   = "POSTROOM_TEST_CHILD_SQL_SLEEP"     // seconds: Work's handler first runs DO SLEEP(s) in its transaction (MySQL/MariaDB), so a server stopping finds statements running
+	childEnv       = "POSTROOM_TEST_CHILD"
+	childDSN       = "POSTROOM_TEST_CHILD_DSN"
+	childAMQP      = "POSTROOM_TEST_CHILD_AMQP"
+	childEP        = "POSTROOM_TEST_CHILD_ENDPOINT"
+	childCrashAt   = "POSTROOM_TEST_CHILD_CRASH_AT" // SIGKILL self after the Nth handled message commits, before its ack
+	childOutbox    = "POSTROOM_TEST_CHILD_OUTBOX"   // "1": each Work also publishes WorkDone through the outbox
+	childPoison    = "POSTROOM_TEST_CHILD_POISON"   // N: SIGKILL self when handling Work N, before its write; one subscription
+	childMaxDel    = "POSTROOM_TEST_CHILD_MAX_DELIVERIES"
+	childQuorum    = "POSTROOM_TEST_CHILD_QUORUM"    // "1": quorum queues
+	childTransport = "POSTROOM_TEST_CHILD_TRANSPORT" // "sql": the SQL transport on the child's database; otherwise RabbitMQ
+	childErrors    = "POSTROOM_TEST_CHILD_ERROR_TOPIC"
+	childDefault   = "POSTROOM_TEST_CHILD_DEFAULT_RETRY" // "1": the default retry policy, not one that outlasts a restart
+	childDelayed   = "POSTROOM_TEST_CHILD_DELAYED"       // "1": delayed retries after 2 s, due messages looked for every 100 ms
+	childFailTil   = "POSTROOM_TEST_CHILD_FAIL_UNTIL"    // Unix ms: every Work fails before then
+	childBatch     = "POSTROOM_TEST_CHILD_BATCH"         // N: Work's handler commits in batches of up to N (WithBatch)
+	childBatchFn   = "POSTROOM_TEST_CHILD_BATCH_HANDLER" // "1": Work's handler is a batch handler (HandleBatch), batches per childBatch
+	childSleep     = "POSTROOM_TEST_CHILD_SQL_SLEEP"     // seconds: Work's handler first runs DO SLEEP(s) in its transaction (MySQL/MariaDB), so a server stopping finds statements running
 )
 
 // WorkDone is published by a consumer process for each Work it handles,
@@ -262,16 +264,21 @@ func runSender() int {
 
 // childDeps opens a child process's database and broker from its
 // environment.
-func childDeps() (*gorm.DB, *amqp.Transport, error) {
+func childDeps() (*gorm.DB, transport.Transport, error) {
 	db, err := store.Open(os.Getenv(childDSN))
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg := amqp.Config{URL: os.Getenv(childAMQP)}
-	if os.Getenv(childQuorum) == "1" {
-		cfg.QueueType = amqp.QueueQuorum
+	var tr transport.Transport
+	if os.Getenv(childTransport) == "sql" {
+		tr, err = wsql.New(wsql.Config{DB: db, PollInterval: 20 * time.Millisecond})
+	} else {
+		cfg := amqp.Config{URL: os.Getenv(childAMQP)}
+		if os.Getenv(childQuorum) == "1" {
+			cfg.QueueType = amqp.QueueQuorum
+		}
+		tr, err = amqp.New(cfg)
 	}
-	tr, err := amqp.New(cfg)
 	if err != nil {
 		store.Close(db)
 		return nil, nil, err

@@ -20,7 +20,9 @@ import (
 	"github.com/postroom/postroom/internal/amqptest"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metadata"
+	"github.com/postroom/postroom/transport"
 	"github.com/postroom/postroom/transport/amqp"
+	wsql "github.com/postroom/postroom/transport/sql"
 )
 
 // consumer is one consumer process.
@@ -79,18 +81,54 @@ func (c *consumer) stop(t *testing.T) (handled, duplicates int) {
 
 type processSetup struct {
 	dsn, url, endpoint string
+	transport          string // "amqp" or "sql" (childTransport)
 	db                 *gorm.DB
 	sender             *bus.Bus // nil until newSender
 }
 
+// processCombo is a store and a transport that consumer processes share.
+type processCombo struct{ store, transport string }
+
+func (c processCombo) String() string { return c.store + "+" + c.transport }
+
+// processCombos are the store × transport pairs that reach across
+// processes: the in-memory transport does not, and the SQL transport has
+// no SQLite adapter.
+var processCombos = []processCombo{
+	{"postgres", "amqp"}, {"postgres", "sql"}, {"mariadb", "amqp"}, {"mariadb", "sql"}, {"sqlite", "amqp"},
+}
+
+// newProcessSetup is PostgreSQL and RabbitMQ.
 func newProcessSetup(t *testing.T) processSetup {
-	dsn := testenv.PostgresSchemaDSN(t)
-	url := testenv.RequireAMQP(t)
-	db := testenv.Migrated(t, dsn, "PostgreSQL")
-	require.NoError(t, db.Exec("CREATE TABLE effects (message_id VARCHAR(100) NOT NULL, n INTEGER NOT NULL)").Error)
-	p := processSetup{dsn: dsn, url: url, endpoint: testenv.Name("proc"), db: db}
-	deleteChildQueues(t, p.endpoint)
+	return newProcessSetupOn(t, processCombo{"postgres", "amqp"})
+}
+
+func newProcessSetupOn(t *testing.T, c processCombo) processSetup {
+	var dsn, what string
+	switch c.store {
+	case "postgres":
+		dsn, what = testenv.PostgresSchemaDSN(t), "PostgreSQL"
+	case "mariadb":
+		dsn, what = testenv.MySQLDatabaseDSN(t), "MariaDB"
+	case "sqlite":
+		dsn, what = testenv.SQLiteDSN(t), "SQLite"
+	default:
+		t.Fatalf("no store %q", c.store)
+	}
+	p := processSetup{dsn: dsn, endpoint: testenv.Name("proc"), transport: c.transport}
+	p.db = testenv.Migrated(t, dsn, what)
+	require.NoError(t, p.db.Exec("CREATE TABLE effects (message_id VARCHAR(100) NOT NULL, n INTEGER NOT NULL)").Error)
+	if c.transport == "amqp" {
+		p.url = testenv.RequireAMQP(t)
+		deleteChildQueues(t, p.endpoint)
+	}
 	return p
+}
+
+// start starts a child process of mode on the setup's store and transport.
+func (p processSetup) start(t *testing.T, mode string, crashAt int, env ...string) *consumer {
+	t.Helper()
+	return startChild(t, mode, p.dsn, p.url, p.endpoint, crashAt, append(env, childTransport+"="+p.transport)...)
 }
 
 // deleteChildQueues deletes, when the test ends, what the child processes
@@ -112,11 +150,21 @@ func deleteErrorQueue(t *testing.T, errorTopic string) {
 	amqptest.DeleteTopic(t, errorTopic, bus.ErrorQueueGroup)
 }
 
-// withSender adds an in-process sender bus on RabbitMQ.
+// withSender adds an in-process sender bus on the setup's transport.
 func (p processSetup) withSender(t *testing.T) processSetup {
-	tr, err := amqp.New(amqp.Config{URL: p.url})
-	require.NoError(t, err)
-	amqptest.Cleanup(t, tr)
+	var tr transport.Transport
+	var err error
+	if p.transport == "sql" {
+		tr, err = wsql.New(wsql.Config{DB: p.db, PollInterval: 20 * time.Millisecond})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = tr.Close() })
+	} else {
+		var broker *amqp.Transport
+		broker, err = amqp.New(amqp.Config{URL: p.url})
+		require.NoError(t, err)
+		amqptest.Cleanup(t, broker)
+		tr = broker
+	}
 	p.sender, err = bus.New(bus.Config{Endpoint: "sender", Transport: tr, Logger: testenv.Logger(t)})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.sender.Close() })
@@ -140,68 +188,79 @@ func (p processSetup) waitForEffects(t *testing.T, want int64) {
 }
 
 // TestCrashAfterCommitBeforeAck: a consumer process is killed with SIGKILL
-// after its transaction commits and before the broker gets the ack. RabbitMQ
-// delivers the message again to the restarted process, whose inbox skips
-// it: every message has exactly one effect.
+// after its transaction commits and before the broker gets the ack. The
+// broker delivers the message again to the restarted process, whose inbox
+// skips it: every message has exactly one effect. On every store ×
+// transport that reaches across processes.
 func TestCrashAfterCommitBeforeAck(t *testing.T) {
-	p := newProcessSetup(t).withSender(t)
-	first := startConsumer(t, p.dsn, p.url, p.endpoint, 5)
-	const messages = 20
-	for n := range messages {
-		p.send(t, n)
-	}
-	err := first.cmd.Wait()
-	require.Error(t, err)
-	status, ok := first.cmd.ProcessState.Sys().(syscall.WaitStatus)
-	require.True(t, ok && status.Signaled() && status.Signal() == syscall.SIGKILL, "the failpoint killed the process: %v", err)
-
-	second := startConsumer(t, p.dsn, p.url, p.endpoint, 0)
-	p.waitForEffects(t, messages)
-	_, duplicates := second.stop(t)
-	rows, distinct := p.effects(t)
-	require.EqualValues(t, messages, distinct, "no message lost")
-	require.EqualValues(t, messages, rows, "no message applied twice")
-	require.GreaterOrEqual(t, duplicates, 1, "the message in flight at the kill was redelivered and skipped")
-}
-
-// TestCompetingConsumerProcesses: three processes compete on one RabbitMQ
-// queue, two subscriptions each; 30% of the messages are sent twice. Each
-// message has exactly one effect, and the work was shared.
-func TestCompetingConsumerProcesses(t *testing.T) {
-	p := newProcessSetup(t).withSender(t)
-	var consumers []*consumer
-	for range 3 {
-		consumers = append(consumers, startConsumer(t, p.dsn, p.url, p.endpoint, 0))
-	}
-	const messages = 200
-	var wg sync.WaitGroup
-	for part := range 4 { // four senders at once
-		wg.Go(func() {
-			for n := part; n < messages; n += 4 {
+	for _, combo := range processCombos {
+		t.Run(combo.String(), func(t *testing.T) {
+			p := newProcessSetupOn(t, combo).withSender(t)
+			first := p.start(t, "consumer", 5)
+			const messages = 20
+			for n := range messages {
 				p.send(t, n)
-				if n%10 < 3 {
-					p.send(t, n) // a re-published duplicate
-				}
 			}
+			err := first.cmd.Wait()
+			require.Error(t, err)
+			status, ok := first.cmd.ProcessState.Sys().(syscall.WaitStatus)
+			require.True(t, ok && status.Signaled() && status.Signal() == syscall.SIGKILL, "the failpoint killed the process: %v", err)
+
+			second := p.start(t, "consumer", 0)
+			p.waitForEffects(t, messages)
+			_, duplicates := second.stop(t)
+			rows, distinct := p.effects(t)
+			require.EqualValues(t, messages, distinct, "no message lost")
+			require.EqualValues(t, messages, rows, "no message applied twice")
+			require.GreaterOrEqual(t, duplicates, 1, "the message in flight at the kill was redelivered and skipped")
 		})
 	}
-	wg.Wait()
-	p.waitForEffects(t, messages)
-	totalHandled, totalDuplicates, busy := 0, 0, 0
-	for _, c := range consumers {
-		handled, duplicates := c.stop(t)
-		totalHandled += handled
-		totalDuplicates += duplicates
-		if handled > 0 {
-			busy++
-		}
+}
+
+// TestCompetingConsumerProcesses: three processes compete on one queue
+// (RabbitMQ) or consumer group (the SQL transport), two subscriptions
+// each; 30% of the messages are sent twice. Each message has exactly one
+// effect, and the work was shared. On every store × transport that
+// reaches across processes.
+func TestCompetingConsumerProcesses(t *testing.T) {
+	for _, combo := range processCombos {
+		t.Run(combo.String(), func(t *testing.T) {
+			p := newProcessSetupOn(t, combo).withSender(t)
+			var consumers []*consumer
+			for range 3 {
+				consumers = append(consumers, p.start(t, "consumer", 0))
+			}
+			const messages = 200
+			var wg sync.WaitGroup
+			for part := range 4 { // four senders at once
+				wg.Go(func() {
+					for n := part; n < messages; n += 4 {
+						p.send(t, n)
+						if n%10 < 3 {
+							p.send(t, n) // a re-published duplicate
+						}
+					}
+				})
+			}
+			wg.Wait()
+			p.waitForEffects(t, messages)
+			totalHandled, totalDuplicates, busy := 0, 0, 0
+			for _, c := range consumers {
+				handled, duplicates := c.stop(t)
+				totalHandled += handled
+				totalDuplicates += duplicates
+				if handled > 0 {
+					busy++
+				}
+			}
+			rows, distinct := p.effects(t)
+			require.EqualValues(t, messages, distinct)
+			require.EqualValues(t, messages, rows, "no message applied twice")
+			require.Equal(t, messages, totalHandled)
+			require.Equal(t, 60, totalDuplicates)
+			require.GreaterOrEqual(t, busy, 2, "the processes shared the queue")
+		})
 	}
-	rows, distinct := p.effects(t)
-	require.EqualValues(t, messages, distinct)
-	require.EqualValues(t, messages, rows, "no message applied twice")
-	require.Equal(t, messages, totalHandled)
-	require.Equal(t, 60, totalDuplicates)
-	require.GreaterOrEqual(t, busy, 2, "the processes shared the queue")
 }
 
 // TestOutboxSurvivesAKillBetweenCommitAndRelay: a handler sends two events
