@@ -455,6 +455,8 @@ func (b *Bus) reportOutbox(ctx context.Context, gauges metrics.GaugeSetter) {
 			gauges.SetGauge(metrics.OutboxLagSeconds, backlog.Lag.Seconds())
 		} else if ctx.Err() == nil {
 			b.cfg.Logger.Warn("bus: outbox backlog", "error", err)
+			gauges.SetGauge(metrics.OutboxBacklog, metrics.Unknown)
+			gauges.SetGauge(metrics.OutboxLagSeconds, metrics.Unknown)
 		}
 	})
 }

@@ -150,7 +150,13 @@ func (b *Bus) reportDelayed(ctx context.Context) {
 	}
 	n, next, err := store.DelayedSummary(ctx, b.cfg.DB, store.Tables{})
 	if err != nil {
-		return // the next tick tries again; deliverDue logs the database's failures
+		if ctx.Err() != nil {
+			return // stopping
+		}
+		// The next tick tries again; deliverDue logs the database's failures.
+		gauges.SetGauge(metrics.DelayedMessages, metrics.Unknown)
+		gauges.SetGauge(metrics.DelayedOverdueSeconds, metrics.Unknown)
+		return
 	}
 	overdue := 0.0
 	if n > 0 && !next.IsZero() {

@@ -57,16 +57,27 @@ func (b *Bus) needsTables() bool {
 // reportTables sets the tables' row count and oldest-row age, and the
 // cleanup lag, until ctx is done.
 func (b *Bus) reportTables(ctx context.Context, gauges metrics.GaugeSetter) {
+	var tables []string // those set: unknown when a read fails
+	unknown := func() {
+		for _, table := range tables {
+			gauges.SetGauge(metrics.TableRows(table), metrics.Unknown)
+			gauges.SetGauge(metrics.TableOldestSeconds(table), metrics.Unknown)
+		}
+		gauges.SetGauge(metrics.CleanupLagSeconds, metrics.Unknown)
+	}
 	every(ctx, b.cfg.TableGaugeInterval, func() {
 		stats, err := store.Stats(ctx, b.cfg.DB, store.Tables{})
 		if err != nil {
 			if ctx.Err() == nil {
 				b.cfg.Logger.Warn("bus: table gauges", "error", err)
+				unknown()
 			}
 			return
 		}
 		now := b.cfg.Now()
+		tables = tables[:0]
 		for _, s := range stats {
+			tables = append(tables, s.Table)
 			gauges.SetGauge(metrics.TableRows(s.Table), float64(s.Rows))
 			age := 0.0
 			if !s.Oldest.IsZero() {
@@ -78,6 +89,7 @@ func (b *Bus) reportTables(ctx context.Context, gauges metrics.GaugeSetter) {
 		if err != nil {
 			if ctx.Err() == nil {
 				b.cfg.Logger.Warn("bus: cleanup lag gauge", "error", err)
+				gauges.SetGauge(metrics.CleanupLagSeconds, metrics.Unknown)
 			}
 			return
 		}

@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -146,4 +147,43 @@ func TestCleanupLagCountsOnlyTheEndpointsOwnKeys(t *testing.T) {
 		return ok
 	})
 	require.InDelta(t, (24 * time.Hour).Seconds(), lag, 60, "the lag of this endpoint's own oldest key")
+}
+
+// TestAGaugeWhoseReadFailsIsLeftOut: the gauges read from the database
+// (table rows and ages, cleanup lag, outbox backlog and lag, delayed
+// messages) are left out of a scrape while their read fails, and come back
+// with it. Before, each kept the last value read: through an outage the
+// outbox backlog stayed at what it was, 0 on a quiet service, and no alert
+// on it could fire (found by a review). The tables are renamed away to
+// make the reads fail, the database staying up.
+func TestAGaugeWhoseReadFailsIsLeftOut(t *testing.T) {
+	db := testenv.Postgres(t)
+	b, err := bus.New(bus.Config{Endpoint: testenv.Name("ep"), Transport: gochannel.New(gochannel.Config{}), DB: db, Outbox: true,
+		GaugeInterval: 50 * time.Millisecond, TableGaugeInterval: 50 * time.Millisecond, DelayedPollInterval: 50 * time.Millisecond,
+		Logger: slog.New(newRecordedLogs()), Cleanup: bus.CleanupSchedule{Disabled: true}})
+	require.NoError(t, err)
+	require.NoError(t, bus.Handle(b, func(context.Context, *CreateInvoice) error { return nil }, bus.WithInbox()))
+	start(t, b, "error")
+	gauges := []metrics.Gauge{metrics.TableRows("postroom_inbox"), metrics.TableOldestSeconds("postroom_inbox"),
+		metrics.CleanupLagSeconds, metrics.OutboxBacklog, metrics.OutboxLagSeconds, metrics.DelayedMessages, metrics.DelayedOverdueSeconds}
+	served := func(want bool) func() bool {
+		return func() bool {
+			for _, g := range gauges {
+				if _, ok := b.Counters().GetGauge(g); ok != want {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	waitFor(t, "every gauge read", served(true))
+	renamed := []string{"postroom_inbox", "watermill_postroom_outbox", "postroom_delayed"}
+	for _, table := range renamed {
+		require.NoError(t, db.Exec("ALTER TABLE "+table+" RENAME TO away_"+table).Error)
+	}
+	waitFor(t, "every gauge whose read fails left out", served(false))
+	for _, table := range renamed {
+		require.NoError(t, db.Exec("ALTER TABLE away_"+table+" RENAME TO "+table).Error)
+	}
+	waitFor(t, "every gauge back once its read succeeds", served(true))
 }

@@ -1,6 +1,10 @@
 package metrics
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"math"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // family is one of postroom's metrics other than postroom_messages_total:
 // its name, its one label's name (or none) and its Prometheus description.
@@ -128,10 +132,19 @@ func ScheduleFires(schedule string) Count { return Count{series{scheduleFires, s
 func ScheduleMissed(schedule string) Count { return Count{series{scheduleMissed, schedule}} }
 
 // GaugeSetter is implemented by a Recorder that also keeps levels; the bus
-// sets its gauges on a Recorder that implements it.
+// sets its gauges on a Recorder that implements it. A value of NaN
+// (Unknown) says the level is not known: the read that sets it failed (the
+// database out of reach). Counters then leaves the series out of a scrape
+// until it is set again, so that a dashboard shows a gap and an alert on
+// its absence fires, instead of the last value read (an outbox backlog
+// frozen at 0 through an outage).
 type GaugeSetter interface {
 	SetGauge(g Gauge, value float64)
 }
+
+// Unknown is the value of a gauge whose level is not known (see
+// GaugeSetter): NaN.
+var Unknown = math.NaN()
 
 // Adder is implemented by a Recorder that also keeps running totals.
 type Adder interface {
@@ -148,10 +161,14 @@ func (c *Counters) Add(name Count, delta float64) {
 	c.counts[name] += delta
 }
 
-// SetGauge sets g to value.
+// SetGauge sets g to value; Unknown (NaN) unsets it.
 func (c *Counters) SetGauge(g Gauge, value float64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if math.IsNaN(value) {
+		delete(c.gauges, g)
+		return
+	}
 	if c.gauges == nil {
 		c.gauges = map[Gauge]float64{}
 	}
