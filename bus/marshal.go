@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"unicode/utf8"
 )
 
 // Marshaler turns payloads into bytes and back.
@@ -35,10 +37,16 @@ func (JSON) Marshal(v any) ([]byte, error) { return json.Marshal(v) }
 
 // Unmarshal decodes JSON into v. A payload that is JSON null is an error:
 // a message has a value (encoding/json would leave v as it was, and the
-// handler would get a zero message).
+// handler would get a zero message). So is one that is not valid UTF-8,
+// which JSON must be (RFC 8259): encoding/json would put U+FFFD in place
+// of each bad byte, and a producer writing Latin-1 would have its text
+// changed without a word (found by a cold trial).
 func (j JSON) Unmarshal(data []byte, v any) error {
 	if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
 		return errNullPayload
+	}
+	if !utf8.Valid(data) {
+		return fmt.Errorf("the payload is not valid UTF-8 (byte %d), which JSON must be: encoding it in another character set changes its text", invalidUTF8At(data))
 	}
 	if !j.DisallowUnknownFields {
 		return json.Unmarshal(data, v)
@@ -52,6 +60,19 @@ func (j JSON) Unmarshal(data []byte, v any) error {
 		return errors.New("invalid character after the top-level value")
 	}
 	return nil
+}
+
+// invalidUTF8At returns the offset of the first byte of data that is not
+// valid UTF-8.
+func invalidUTF8At(data []byte) int {
+	for i := 0; i < len(data); {
+		r, size := utf8.DecodeRune(data[i:])
+		if r == utf8.RuneError && size == 1 {
+			return i
+		}
+		i += size
+	}
+	return len(data)
 }
 
 var errNullPayload = errors.New("the payload is JSON null, not a value of the message's type")

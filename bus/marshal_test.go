@@ -10,7 +10,8 @@ import (
 
 // TestJSONDecoding: lenient by default (unknown fields ignored, missing
 // ones zero); with DisallowUnknownFields a payload of another shape is
-// refused. Both refuse null, trailing data and two values.
+// refused. Both refuse null, trailing data, two values and bytes that are
+// not UTF-8.
 func TestJSONDecoding(t *testing.T) {
 	type order struct {
 		OrderID string
@@ -28,5 +29,10 @@ func TestJSONDecoding(t *testing.T) {
 		require.Error(t, m.Unmarshal([]byte(`null`), &order{}))
 		require.Error(t, m.Unmarshal([]byte(`{"OrderID":"a"} junk`), &order{}))
 		require.Error(t, m.Unmarshal([]byte(`{"OrderID":"a"}{"OrderID":"b"}`), &order{}))
+		// Not UTF-8 (Latin-1 'é'): refused, not handled with U+FFFD in its place.
+		require.ErrorContains(t, m.Unmarshal([]byte("{\"OrderID\":\"caf\xe9\"}"), &order{}), "not valid UTF-8 (byte 15)")
+		var utf order
+		require.NoError(t, m.Unmarshal([]byte(`{"OrderID":"café ☕ 🧾"}`), &utf))
+		require.Equal(t, "café ☕ 🧾", utf.OrderID)
 	}
 }

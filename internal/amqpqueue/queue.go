@@ -256,6 +256,12 @@ func (q *Queue) Replay(ctx context.Context, msg *message.Message) (string, error
 // metadata and the delayed retries count (a new failure records its
 // own), marked as replayed.
 func ReplayCopy(msg *message.Message) (topic, group string, out *message.Message, err error) {
+	if msg.UUID == "" {
+		// The bus refuses it at once, before any handler: a replay would
+		// only bring it back here (before, the command line sent it and
+		// said it had replayed nothing; found by a cold trial).
+		return "", "", nil, fmt.Errorf("%w: amqpqueue: the message has no ID, and no handler takes one without: delete it, and have its producer set one", ErrNotReplayable)
+	}
 	topic, group = msg.Metadata.Get(metadata.ErrorTopic), msg.Metadata.Get(metadata.ErrorGroup)
 	if topic == "" || group == "" {
 		return "", "", nil, fmt.Errorf("%w: amqpqueue: message %s has no %s or %s metadata: it was not moved by a postroom bus that records them", ErrNotReplayable, msg.UUID,

@@ -10,6 +10,7 @@ import (
 	"github.com/postroom/postroom/internal/amqpqueue"
 	"github.com/postroom/postroom/internal/amqptest"
 	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/transport/amqp"
 )
 
@@ -47,4 +48,18 @@ func TestBrowseRemovesWhatItTookWhenStopped(t *testing.T) {
 		return false, nil
 	}))
 	require.Equal(t, []string{"m2", "m3"}, left, "the message taken before the stop is gone")
+}
+
+// TestAMessageWithoutAnIDIsNotReplayable: the bus refuses a message
+// without an ID before any handler, so a replay would only bring it back
+// to the error topic; it is refused as not replayable, on every transport
+// (ReplayCopy is theirs). Before, `postroom errors replay ""` sent it and
+// said it had replayed nothing (found by a cold trial).
+func TestAMessageWithoutAnIDIsNotReplayable(t *testing.T) {
+	msg := message.NewMessage("", []byte(`{}`))
+	msg.Metadata.Set(metadata.ErrorTopic, "billing.cmd.billing.CreateInvoice")
+	msg.Metadata.Set(metadata.ErrorGroup, "billing.billing.CreateInvoice")
+	_, _, _, err := amqpqueue.ReplayCopy(msg)
+	require.ErrorIs(t, err, amqpqueue.ErrNotReplayable)
+	require.ErrorContains(t, err, "has no ID")
 }

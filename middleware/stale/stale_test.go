@@ -253,3 +253,22 @@ func TestBadVersionsAreUnrecoverable(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, called)
 }
+
+// TestLowerCaseTAndZAreRFC3339: RFC 3339 (section 5.6) allows "t" and "z"
+// in lower case; Go's parser does not, and a foreign producer's version
+// written so was refused as "not an RFC 3339 timestamp" (found by a cold
+// trial).
+func TestLowerCaseTAndZAreRFC3339(t *testing.T) {
+	for raw, want := range map[string]time.Time{
+		"2026-01-02t03:04:05z":           time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+		"2026-01-02t03:04:05.5+02:00":    time.Date(2026, 1, 2, 1, 4, 5, 5e8, time.UTC),
+		"2026-01-02T03:04:05.123456789Z": time.Date(2026, 1, 2, 3, 4, 5, 123456789, time.UTC),
+	} {
+		msg := message.NewMessage("m", nil)
+		msg.Metadata.Set(metadata.EntityID, "e")
+		msg.Metadata.Set(metadata.Version, raw)
+		v, err := stale.MetadataVersion(msg)
+		require.NoError(t, err, raw)
+		require.True(t, want.Equal(v.At), "%s: %s", raw, v.At)
+	}
+}

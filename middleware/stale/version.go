@@ -3,6 +3,7 @@ package stale
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -31,7 +32,10 @@ func MetadataVersion(msg *message.Message) (Version, error) {
 	if raw == "" {
 		return Version{EntityID: id}, nil
 	}
-	at, err := time.Parse(time.RFC3339Nano, raw)
+	// RFC 3339 allows "t" and "z" in lower case (section 5.6); Go's
+	// parser takes upper case only, and nothing else in a timestamp has a
+	// case.
+	at, err := time.Parse(time.RFC3339Nano, strings.ToUpper(raw))
 	if err == nil && at.IsZero() { // not missing: set, and out of range
 		return Version{}, &VersionError{Reason: fmt.Sprintf("version %q is out of range: years 1678 to 2261", raw)}
 	}
