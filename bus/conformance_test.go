@@ -138,10 +138,10 @@ var confChecks = []confCheck{
 var noBatches = map[string]string{"sql": "the SQL transport hands out one message of a group at a time (transport.Sequential): a batched handler commits each message alone there, checked by TestBatchOnASequentialTransport"}
 
 func TestConformance(t *testing.T) {
-	var combos []func()
+	var combos []confRun
 	for _, s := range confStores {
 		for _, tr := range confTransports {
-			combos = append(combos, func() {
+			combos = append(combos, confRun{serial: tr.sharedTopics, run: func() {
 				t.Run(s.name+"+"+tr.name, func(t *testing.T) {
 					if why, ok := tr.unsupported[s.name]; ok {
 						t.Logf("unsupported, declared: %s", why)
@@ -151,10 +151,10 @@ func TestConformance(t *testing.T) {
 						t.Run(check.name, func(t *testing.T) { runConfCheck(t, s, tr, check) })
 					}
 				})
-			})
+			}})
 		}
 	}
-	concurrently(combos, func(i int) bool { return confTransports[i%len(confTransports)].sharedTopics })
+	concurrently(combos)
 }
 
 // runConfCheck runs one check on a new case of store s and transport tr.
@@ -174,19 +174,25 @@ func runConfCheck(t *testing.T, s confStore, tr confTransport, check confCheck) 
 	check.run(t, c)
 }
 
-// concurrently runs the combinations (each calls t.Run) at once, but those
-// for which shared(i) holds one after another: their transport's
-// instances share topics (confTransport.sharedTopics). The checks mostly
-// wait (for deliveries, polls, stops), not compute: run one after another
-// they took 213 s of the package's 482 s, on two cores with -race.
-func concurrently(combos []func(), shared func(i int) bool) {
+// confRun is one combination's run (it calls t.Run); serial: its
+// transport's instances share topics (confTransport.sharedTopics).
+type confRun struct {
+	run    func()
+	serial bool
+}
+
+// concurrently runs the combinations at once, but the serial ones one
+// after another. The checks mostly wait (for deliveries, polls, stops),
+// not compute: run one after another they took 213 s of the package's
+// 482 s, on two cores with -race.
+func concurrently(runs []confRun) {
 	var wg sync.WaitGroup
 	var serial []func()
-	for i, run := range combos {
-		if shared(i) {
-			serial = append(serial, run)
+	for _, r := range runs {
+		if r.serial {
+			serial = append(serial, r.run)
 		} else {
-			wg.Go(run)
+			wg.Go(r.run)
 		}
 	}
 	wg.Go(func() {
@@ -649,11 +655,11 @@ func checkOutboxPoison(t *testing.T, c *confCase) {
 // the SQL transport a new group used to read an event topic's whole
 // history). The store is the first each transport supports.
 func TestConformanceSendRightAfterRun(t *testing.T) {
-	var runs []func()
+	var runs []confRun
 	for _, tr := range confTransports {
-		runs = append(runs, func() { t.Run(tr.name, func(t *testing.T) { sendRightAfterRun(t, tr) }) })
+		runs = append(runs, confRun{serial: tr.sharedTopics, run: func() { t.Run(tr.name, func(t *testing.T) { sendRightAfterRun(t, tr) }) }})
 	}
-	concurrently(runs, func(i int) bool { return confTransports[i].sharedTopics })
+	concurrently(runs)
 }
 
 // sendRightAfterRun is TestConformanceSendRightAfterRun on one transport.

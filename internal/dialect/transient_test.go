@@ -151,6 +151,12 @@ func TestContentionIsDeadlocksAndLockWaits(t *testing.T) {
 		{&mysql.MySQLError{Number: 1062}, false},
 		{errors.New("database is locked"), false},
 		{errors.New("deadlock detected"), false}, // words, not the server's code
+		// A MariaDB batch: the deadlock ended the transaction, and the
+		// rollback to the member's savepoint failed after it.
+		{fmt.Errorf("unitofwork: batch broke: %w", fmt.Errorf("%w (after: %w)", &mysql.MySQLError{Number: 1305, Message: "SAVEPOINT postroom_1 does not exist"},
+			&mysql.MySQLError{Number: 1213})), true},
+		{errors.Join(errors.New("first"), &pgconn.PgError{Code: "40001"}), true},
+		{fmt.Errorf("x: %w", &mysql.MySQLError{Number: 1305}), false},
 		{nil, false},
 	} {
 		if got := Contention(c.err); got != c.want {

@@ -32,10 +32,14 @@ func MetadataVersion(msg *message.Message) (Version, error) {
 	if raw == "" {
 		return Version{EntityID: id}, nil
 	}
-	// RFC 3339 allows "t" and "z" in lower case (section 5.6); Go's
-	// parser takes upper case only, and nothing else in a timestamp has a
-	// case.
-	at, err := time.Parse(time.RFC3339Nano, strings.ToUpper(raw))
+	at, err := time.Parse(time.RFC3339Nano, raw)
+	if err != nil {
+		// RFC 3339 allows "t" and "z" in lower case (section 5.6); Go's
+		// parser takes upper case only. The error stays the raw value's.
+		if upper, upErr := time.Parse(time.RFC3339Nano, strings.NewReplacer("t", "T", "z", "Z").Replace(raw)); upErr == nil {
+			at, err = upper, nil
+		}
+	}
 	if err == nil && at.IsZero() { // not missing: set, and out of range
 		return Version{}, &VersionError{Reason: fmt.Sprintf("version %q is out of range: years 1678 to 2261", raw)}
 	}

@@ -324,6 +324,15 @@ func (bt *batch) breakWith(err error) {
 	}
 }
 
+// withCause is the error of a rollback that failed after cause (nil after
+// a panic), with both in its chain.
+func withCause(rbErr, cause error) error {
+	if cause == nil {
+		return rbErr
+	}
+	return fmt.Errorf("%w (after: %w)", rbErr, cause)
+}
+
 func (bt *batch) brokenErr() error {
 	bt.mu.Lock()
 	defer bt.mu.Unlock()
@@ -348,7 +357,7 @@ func (bt *batch) member(msg *message.Message, h message.HandlerFunc, m *unit) (o
 		msg.SetContext(parent)
 		if !done { // on error, rollback-only and panic alike
 			if rbErr := m.end(false); rbErr != nil {
-				bt.breakWith(rbErr)
+				bt.breakWith(withCause(rbErr, err)) // the cause kept: a deadlock's is retried as such
 			}
 		}
 	}()

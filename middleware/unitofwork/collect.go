@@ -140,7 +140,7 @@ func Savepoint(ctx context.Context, f func(ctx context.Context) error) (err erro
 	defer func() {
 		if !done {
 			if rbErr := sp.end(false); rbErr != nil {
-				err = fmt.Errorf("%w: %w (after: %v)", ErrBatchBroken, rbErr, err)
+				err = fmt.Errorf("%w: %w", ErrBatchBroken, withCause(rbErr, err))
 			}
 		}
 		if errors.Is(err, ErrBatchBroken) {
