@@ -11,6 +11,7 @@ import (
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/internal/amqptest"
 	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/transport/amqp"
 )
 
@@ -91,4 +92,25 @@ func TestAStopDuringABrokerBlackholeEndsInTime(t *testing.T) {
 	start := time.Now()
 	require.NoError(t, stop())
 	require.Less(t, time.Since(start), 12*time.Second, "the stop waited for a publish to a broker that never answers")
+}
+
+// TestTheTransportConnectedGaugeFollowsTheBroker: postroom_transport_connected
+// is 1 while the bus's connections to RabbitMQ are up, 0 while the broker
+// is out of reach (it takes connections and never answers), and 1 again
+// once it is back. Before, nothing told an operator that the broker was
+// out of reach but the logs (found by a cold trial of a long outage).
+func TestTheTransportConnectedGaugeFollowsTheBroker(t *testing.T) {
+	b, proxy, _ := outageBus(t, func(cfg *bus.Config) { cfg.GaugeInterval = 50 * time.Millisecond })
+	gauge := func(want float64) func() bool {
+		return func() bool {
+			v, ok := b.Counters().GetGauge(metrics.TransportConnected)
+			return ok && v == want
+		}
+	}
+	waitFor(t, "the connected gauge at 1", gauge(1))
+	proxy.Blackhole(true)
+	proxy.Drop()
+	waitFor(t, "the connected gauge at 0 while the broker is out of reach", gauge(0))
+	proxy.Blackhole(false)
+	waitFor(t, "the connected gauge back at 1", gauge(1))
 }

@@ -208,6 +208,11 @@ func (b *Bus) Run(ctx context.Context) error {
 	} else if b.wantsDelayedRetries() {
 		return errors.New("bus: delayed retries are configured, but the database has no delayed table: run `postroom migrate` (migration 7)")
 	}
+	if gauges, ok := b.cfg.Recorder.(metrics.GaugeSetter); ok {
+		if c, ok := b.cfg.Transport.(transport.Connectivity); ok {
+			background = append(background, func() error { reportConnected(ctx, b.cfg.GaugeInterval, c, gauges); return nil })
+		}
+	}
 	if gauges, ok := b.cfg.Recorder.(metrics.GaugeSetter); ok && b.needsTables() && b.cfg.TableGaugeInterval > 0 {
 		background = append(background, func() error { b.reportTables(ctx, gauges); return nil })
 	}
@@ -446,6 +451,18 @@ func Metadata(ctx context.Context) map[string]string {
 
 // ErrNoOutbox is returned by OutboxBacklog when Config.Outbox is off.
 var ErrNoOutbox = errors.New("bus: no outbox: set Config.Outbox")
+
+// reportConnected sets the transport's connected gauge every interval
+// until ctx is done.
+func reportConnected(ctx context.Context, interval time.Duration, c transport.Connectivity, gauges metrics.GaugeSetter) {
+	every(ctx, interval, func() {
+		connected := 0.0
+		if c.Connected() {
+			connected = 1
+		}
+		gauges.SetGauge(metrics.TransportConnected, connected)
+	})
+}
 
 // reportOutbox sets the outbox backlog and lag gauges until ctx is done.
 func (b *Bus) reportOutbox(ctx context.Context, gauges metrics.GaugeSetter) {

@@ -10,7 +10,8 @@
 //
 //   - postroom_messages_total{handler, event}: one counter per [Event];
 //   - the levels of [Gauge] (outbox backlog and lag, table rows and ages,
-//     cleanup lag);
+//     cleanup lag, delayed messages, rate limiting, the transport's
+//     connections), a level whose read failed left out ([Unknown]);
 //   - the running totals of [Count] (rows cleanup deleted, schedule slots
 //     fired and missed).
 //

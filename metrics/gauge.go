@@ -46,9 +46,11 @@ var (
 		"How far the earliest waiting delayed message is past its due time (0: none is late).")
 	rateLimited = newFamily(prometheus.GaugeValue, "postroom_rate_limited", "handler",
 		"1 while a handler is rate limited after consecutive failures to reach its database, else 0.")
+	transportConnected = newFamily(prometheus.GaugeValue, "postroom_transport_connected", "",
+		"1 while every connection of the bus's transport to its broker is up (RabbitMQ), else 0.")
 
 	// families are the metrics above, in the order Describe lists them.
-	families = []*family{outboxBacklog, outboxLag, cleanupLag, tableRows, tableOldest, cleanupDeleted, scheduleFires, scheduleMissed, rateLimited, delayedMessages, delayedOverdue}
+	families = []*family{outboxBacklog, outboxLag, cleanupLag, tableRows, tableOldest, cleanupDeleted, scheduleFires, scheduleMissed, rateLimited, delayedMessages, delayedOverdue, transportConnected}
 )
 
 // series is one series of a family: the family and its label's value.
@@ -97,6 +99,9 @@ var (
 	// DelayedOverdueSeconds is how far the earliest of them is past its due
 	// time (0: none is late).
 	DelayedOverdueSeconds = Gauge{series{fam: delayedOverdue}}
+	// TransportConnected is 1 while every connection of the transport to
+	// its broker is up, else 0 (transport.Connectivity; RabbitMQ).
+	TransportConnected = Gauge{series{fam: transportConnected}}
 )
 
 // TableRows is the gauge of a table's row count (an estimate on large

@@ -104,3 +104,12 @@ type SubscriptionLimit interface {
 type DeliveryLimiter interface {
 	DeliveryLimit() int
 }
+
+// Connectivity is implemented by a transport that holds connections to a
+// broker (RabbitMQ). Connected reports whether each is up: a subscriber's
+// connection reconnecting, or a publisher whose last connect failed or
+// whose connection closed, is down. The bus serves it as the gauge
+// postroom_transport_connected.
+type Connectivity interface {
+	Connected() bool
+}

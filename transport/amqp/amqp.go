@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
+	"sync"
 
 	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -109,6 +110,9 @@ type Transport struct {
 	declared  *declaredNames
 
 	opened closers.Closers
+
+	mu          sync.Mutex
+	subscribers []*subscriber // for Connected
 }
 
 var (
@@ -116,6 +120,7 @@ var (
 	_ transport.Mandatory       = (*Transport)(nil)
 	_ transport.LoggerSetter    = (*Transport)(nil)
 	_ transport.DeliveryLimiter = (*Transport)(nil)
+	_ transport.Connectivity    = (*Transport)(nil)
 )
 
 // New returns a transport for cfg; it connects nothing. The publisher
@@ -204,7 +209,28 @@ func (t *Transport) Subscriber(group string) (message.Subscriber, error) {
 		return nil, fmt.Errorf("amqp: connect subscriber: %w", err)
 	}
 	t.opened.Add(s)
+	t.mu.Lock()
+	t.subscribers = append(t.subscribers, s)
+	t.mu.Unlock()
 	return s, nil
+}
+
+// Connected reports whether every connection to the broker is up: each
+// open subscriber's (false while one reconnects) and the publisher's
+// (false after its last connect failed) (transport.Connectivity).
+func (t *Transport) Connected() bool {
+	if !t.publisher.connected() {
+		return false
+	}
+	t.mu.Lock()
+	subs := t.subscribers
+	t.mu.Unlock()
+	for _, s := range subs {
+		if !s.connected() {
+			return false
+		}
+	}
+	return true
 }
 
 // Competing is true: subscriptions of one group share the queue.

@@ -58,6 +58,14 @@ type connection struct {
 	done    chan struct{} // closed when watch ends
 }
 
+// up reports whether the connection is open (not reconnecting, not
+// closed).
+func (c *connection) up() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.closed && c.conn != nil && !c.conn.IsClosed()
+}
+
 // dial connects; the connection then reconnects by itself until Close.
 func dial(url string, log *logsink.Sink, what string) (*connection, error) {
 	c := &connection{url: url, log: log, what: what,

@@ -64,6 +64,15 @@ func newSubscriber(wcfg wamqp.Config, group string, cfg Config, log *logsink.Sin
 		consumers: map[*consumer]struct{}{}, closing: make(chan struct{})}, nil
 }
 
+// connected reports whether the subscriber's connection is up; a closed
+// subscriber counts as up (it holds no connection it needs).
+func (s *subscriber) connected() bool {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	return closed || s.conn.up()
+}
+
 // Subscribe consumes topic from the group's queue, declaring and binding
 // it. The channel closes when ctx ends or the subscriber closes; after a
 // lost connection the subscription consumes again once it is back.
