@@ -150,22 +150,25 @@ func deleteErrorQueue(t *testing.T, errorTopic string) {
 	amqptest.DeleteTopic(t, errorTopic, bus.ErrorQueueGroup)
 }
 
-// withSender adds an in-process sender bus on the setup's transport.
-func (p processSetup) withSender(t *testing.T) processSetup {
-	var tr transport.Transport
-	var err error
+// newTransport returns a new transport of the setup's kind, closed (and
+// on RabbitMQ its queues deleted) when the test ends.
+func (p processSetup) newTransport(t *testing.T) transport.Transport {
 	if p.transport == "sql" {
-		tr, err = wsql.New(wsql.Config{DB: p.db, PollInterval: 20 * time.Millisecond})
+		tr, err := wsql.New(wsql.Config{DB: p.db, PollInterval: 20 * time.Millisecond})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = tr.Close() })
-	} else {
-		var broker *amqp.Transport
-		broker, err = amqp.New(amqp.Config{URL: p.url})
-		require.NoError(t, err)
-		amqptest.Cleanup(t, broker)
-		tr = broker
+		return tr
 	}
-	p.sender, err = bus.New(bus.Config{Endpoint: "sender", Transport: tr, Logger: testenv.Logger(t)})
+	tr, err := amqp.New(amqp.Config{URL: p.url})
+	require.NoError(t, err)
+	amqptest.Cleanup(t, tr)
+	return tr
+}
+
+// withSender adds an in-process sender bus on the setup's transport.
+func (p processSetup) withSender(t *testing.T) processSetup {
+	var err error
+	p.sender, err = bus.New(bus.Config{Endpoint: "sender", Transport: p.newTransport(t), Logger: testenv.Logger(t)})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.sender.Close() })
 	return p
