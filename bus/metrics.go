@@ -19,10 +19,13 @@ import (
 )
 
 // addRouterMetrics registers Watermill's router metrics (handler execution
-// time and messages received, per router handler) on the bus's registry.
+// time and messages received, per handler and topic: routerMetrics) on
+// the bus's registry.
 func (b *Bus) addRouterMetrics() {
 	b.registry = prometheus.NewRegistry()
-	wmetrics.NewPrometheusMetricsBuilder(b.registry, "", "").AddPrometheusRouterMetrics(b.router)
+	inner := prometheus.NewRegistry()
+	wmetrics.NewPrometheusMetricsBuilder(inner, "", "").AddPrometheusRouterMetrics(b.router)
+	b.registry.MustRegister(routerMetrics{inner})
 }
 
 // metricsHandler registers postroom's counters and gauges on the bus's

@@ -187,3 +187,35 @@ func TestAGaugeWhoseReadFailsIsLeftOut(t *testing.T) {
 	}
 	waitFor(t, "every gauge back once its read succeeds", served(true))
 }
+
+// TestRouterMetricsHaveOneSeriesPerHandlerAndTopic: Watermill labels its
+// router metrics by router handler, and the bus has one per subscription
+// ("<handler>@<topic>#<i>"): a handler with a concurrency of 4 served four
+// series of each metric, and a HandleBatch handler on RabbitMQ up to
+// 1,600 (found by a review). They are added up per handler and topic.
+func TestRouterMetricsHaveOneSeriesPerHandlerAndTopic(t *testing.T) {
+	b, err := bus.New(bus.Config{Endpoint: "billing", Transport: gochannel.New(gochannel.Config{}), MetricsAddr: "127.0.0.1:0",
+		Logger: testenv.Logger(t), Cleanup: bus.CleanupSchedule{Disabled: true}})
+	require.NoError(t, err)
+	release := make(chan struct{})
+	var running atomic.Int32
+	require.NoError(t, bus.Handle(b, func(context.Context, *CreateInvoice) error {
+		running.Add(1)
+		<-release
+		return nil
+	}, bus.WithConcurrency(4)))
+	start(t, b, "error")
+	for range 8 {
+		require.NoError(t, bus.Send(context.Background(), b, &CreateInvoice{OrderID: "o"}))
+	}
+	waitFor(t, "four at once: each subscription handles one", func() bool { return running.Load() == 4 })
+	close(release)
+	pattern := `handler_execution_time_seconds_count\{handler_name="billing.CreateInvoice@[^"#]+",success="true"\}`
+	waitFor(t, "eight handled, in one series", func() bool { return scrape(t, b, pattern) == 8 })
+	resp, err := http.Get("http://" + b.MetricsAddr() + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.NotRegexp(t, `handler_name="[^"]*#\d+"`, string(body), "a series per subscription")
+}
