@@ -19,13 +19,10 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/bus"
-	"github.com/postroom/postroom/internal/amqptest"
-	"github.com/postroom/postroom/internal/testbus"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/transport"
-	"github.com/postroom/postroom/transport/amqp"
 	"github.com/postroom/postroom/transport/gochannel"
 	wsql "github.com/postroom/postroom/transport/sql"
 )
@@ -217,75 +214,6 @@ func TestADispatchCutShortByTheStopIsLoggedAtError(t *testing.T) {
 	require.NotEmpty(t, lost, "the events lost with the stop were not logged at error")
 	require.Contains(t, lost, order.UUID)
 	require.Equal(t, 2, strings.Count(lost, "test.Shipped/"), "both events named: %s", lost)
-}
-
-// TestAHandleBatchCallCutShortByTheStopGivesBackEveryMessage: HandleBatch
-// without the inbox or the outbox; fn publishes one event per message and
-// the broker refuses them until the stop. What fn sent is dispatched from
-// the call's first message, so every message of the call must go back to
-// the broker with it: the restarted bus runs fn again for each and sends
-// all five events. Before, the others were acked at the commit and only
-// the first came back (2 of 5 events sent again; found by a review).
-func TestAHandleBatchCallCutShortByTheStopGivesBackEveryMessage(t *testing.T) {
-	db := testenv.Postgres(t)
-	endpoint := testenv.Name("batchsends")
-	logs := newRecordedLogs()
-	var mu sync.Mutex
-	sent := map[int]int{} // message N: calls of fn that sent its event
-	newBus := func(tr transport.Transport, log *slog.Logger) *bus.Bus {
-		b, err := bus.New(bus.Config{Endpoint: endpoint, ErrorTopic: testenv.Name("error_"), Transport: tr, DB: db,
-			StopTimeout: 2 * time.Second, Logger: log, Cleanup: bus.CleanupSchedule{Disabled: true}})
-		require.NoError(t, err)
-		require.NoError(t, bus.HandleBatch(b, func(ctx context.Context, ms []*ConfCmd) error {
-			for _, m := range ms {
-				if err := bus.Publish(ctx, b, &ConfRelayed{From: fmt.Sprint(m.N)}); err != nil {
-					return err
-				}
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			for _, m := range ms {
-				sent[m.N]++
-			}
-			return nil
-		}, bus.WithBatch(10, 300*time.Millisecond)))
-		return b
-	}
-	broker := amqptest.New(t, amqp.Config{})
-	a := newBus(failingTransport{broker}, slog.New(logs))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	<-a.Running()
-	var ids []string
-	for n := 1; n <= 5; n++ {
-		cmd := message.NewMessage(uuid.NewString(), []byte(fmt.Sprintf(`{"N":%d}`, n)))
-		cmd.Metadata.Set(metadata.MessageType, bus.MessageName[ConfCmd]())
-		ids = append(ids, cmd.UUID)
-		require.NoError(t, broker.Publisher().Publish(bus.CommandTopic[ConfCmd](endpoint), cmd)) // past the refusing publisher
-	}
-	require.Eventually(t, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(sent) == 5
-	}, 20*time.Second, 10*time.Millisecond, "fn did not see the five commands")
-	cancel()
-	require.NoError(t, <-done)
-	lost := logs.joined(slog.LevelError, "messages it sent were not dispatched")
-	for _, id := range ids {
-		require.Contains(t, lost, id, "each message whose call's events were not dispatched is named at error")
-	}
-	mu.Lock()
-	sent = map[int]int{}
-	mu.Unlock()
-
-	b := newBus(broker, testenv.Logger(t))
-	testbus.Run(t, b)
-	require.Eventually(t, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(sent) == 5
-	}, 20*time.Second, 10*time.Millisecond, "events the restarted bus sent again: %v (of messages 1 to 5); error line: %s", sent, lost)
 }
 
 // recordedLogs keeps every record as one line of text, shared with the
