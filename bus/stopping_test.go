@@ -195,7 +195,8 @@ func TestADispatchCutShortByTheStopIsLoggedAtError(t *testing.T) {
 	tr := gochannel.New(gochannel.Config{})
 	logs := newRecordedLogs()
 	b, err := bus.New(bus.Config{Endpoint: "warehouse", Transport: failingTransport{tr}, DB: testenv.SQLite(t),
-		Logger: slog.New(logs), Cleanup: bus.CleanupSchedule{Disabled: true}})
+		StopTimeout: 2 * time.Second, // the stop cuts the dispatch at its end (the default, 20 s, only made the test slow)
+		Logger:      slog.New(logs), Cleanup: bus.CleanupSchedule{Disabled: true}})
 	require.NoError(t, err)
 	require.NoError(t, bus.Handle(b, shipTwice(&b, false), bus.WithInbox()))
 	ctx, cancel := context.WithCancel(context.Background())
