@@ -55,14 +55,15 @@ type Bus struct {
 	retryTargets map[string]func(topic string, msg *message.Message) error
 	retryDelays  map[string][]time.Duration // per handler, from WithDelayedRetries
 	// delayedAttempts counts the refused publishes of due delayed messages, by row.
-	delayedAttempts map[int64]int
-	delayedReady    bool // the database has the delayed table (checked at Run)
-	closed          bool
-	runCtx          context.Context // the context of the Run that started the router
-	needsCleanup    bool
-	consumers       []consumerKeys
-	cleanup         *scheduler.Scheduler // built by the first Run that needs it
-	metricsAddr     string
+	delayedAttempts    map[int64]int
+	delayedReady       bool // the database has the delayed table (checked at Run)
+	closed             bool
+	runCtx             context.Context // the context of the Run that started the router
+	needsCleanup       bool
+	errorQueueDeclared bool // by a Run: the next one does not open another subscriber
+	consumers          []consumerKeys
+	cleanup            *scheduler.Scheduler // built by the first Run that needs it
+	metricsAddr        string
 }
 
 // New returns a bus; register handlers with Handle, then call Run.
@@ -327,7 +328,16 @@ const ErrorQueueGroup = transport.ErrorQueueGroup
 
 // declareErrorQueue makes the error topic durable before anything fails: on
 // RabbitMQ a message published to an exchange with no queue bound is dropped.
+//
+// Once per bus: a Run that failed and is called again does not open
+// another subscriber (each held a connection until the transport closed).
 func (b *Bus) declareErrorQueue() error {
+	b.mu.Lock()
+	declared := b.errorQueueDeclared
+	b.mu.Unlock()
+	if declared {
+		return nil
+	}
 	sub, err := b.cfg.Transport.Subscriber(ErrorQueueGroup)
 	if err != nil {
 		return fmt.Errorf("bus: error queue: %w", err)
@@ -337,6 +347,9 @@ func (b *Bus) declareErrorQueue() error {
 			return fmt.Errorf("bus: declare the error queue: %w", err)
 		}
 	}
+	b.mu.Lock()
+	b.errorQueueDeclared = true
+	b.mu.Unlock()
 	return nil
 }
 

@@ -30,7 +30,7 @@ var chaosAll = flag.Bool("chaos.all", false, "run the chaos test on every store 
 // and with a batch handler (HandleBatch) taking batches of up to 16.
 // Short by default (about half a minute each); -chaos.long runs the
 // 20,000-message version. It runs on PostgreSQL + RabbitMQ; -chaos.all
-// runs it on MariaDB and on the SQL transport too (about five minutes more,
+// runs it on MariaDB and on the SQL transport too (about 15 minutes more,
 // so not in `make test`; docs/guarantees.md has the last run's figures).
 func TestChaos(t *testing.T) {
 	for _, combo := range processCombos {

@@ -106,9 +106,8 @@ type DeliveryLimiter interface {
 }
 
 // Connectivity is implemented by a transport that holds connections to a
-// broker (RabbitMQ). Connected reports whether each is up: a subscriber's
-// connection reconnecting, or a publisher whose last connect failed or
-// whose connection closed, is down. The bus serves it as the gauge
+// broker (RabbitMQ). Connected reports whether they are up: false while a
+// subscriber's connection reconnects. The bus serves it as the gauge
 // postroom_transport_connected.
 type Connectivity interface {
 	Connected() bool

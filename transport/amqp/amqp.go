@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 
@@ -215,15 +216,16 @@ func (t *Transport) Subscriber(group string) (message.Subscriber, error) {
 	return s, nil
 }
 
-// Connected reports whether every connection to the broker is up: each
-// open subscriber's (false while one reconnects) and the publisher's
-// (false after its last connect failed) (transport.Connectivity).
+// Connected reports whether every open subscriber's connection to the
+// broker is up (false while one reconnects); closed subscribers are
+// dropped from the list (transport.Connectivity). The publisher is not
+// counted: it connects on demand, so after an outage an idle publisher
+// would read as down until its next publish, and a bus always has a
+// subscriber (its error queue's) on the same broker.
 func (t *Transport) Connected() bool {
-	if !t.publisher.connected() {
-		return false
-	}
 	t.mu.Lock()
-	subs := t.subscribers
+	t.subscribers = slices.DeleteFunc(t.subscribers, (*subscriber).isClosed)
+	subs := slices.Clone(t.subscribers)
 	t.mu.Unlock()
 	for _, s := range subs {
 		if !s.connected() {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -48,7 +47,6 @@ type confirmPublisher struct {
 	stop    context.CancelFunc
 
 	conn     *amqp091.Connection
-	failing  atomic.Bool // the last connect failed (read without the turn)
 	ch       *amqp091.Channel
 	returns  chan amqp091.Return
 	declared map[string]bool // exchanges declared on conn
@@ -226,13 +224,9 @@ func (p *confirmPublisher) open(ctx context.Context) error {
 		stop()
 		cancel()
 		if err != nil {
-			if p.closing.Err() == nil && ctx.Err() == nil {
-				p.failing.Store(true)
-			}
 			return nothingSent{fmt.Errorf("amqp: connect the publisher: %w", err)}
 		}
 		p.conn = conn
-		p.failing.Store(false)
 		p.declared = map[string]bool{}
 		p.connects++
 		if p.connects == 1 {
@@ -257,12 +251,6 @@ func (p *confirmPublisher) open(ctx context.Context) error {
 	}
 	return nil
 }
-
-// connected reports whether the publisher's last connect succeeded (or
-// none was needed yet). A connection that closed since counts as up: the
-// publisher connects again on its next publish, and an idle publisher
-// after a broker's restart is not down.
-func (p *confirmPublisher) connected() bool { return !p.failing.Load() }
 
 // reset closes the channel (and the connection if it is closed or broken),
 // so the next publish opens fresh ones.

@@ -66,11 +66,13 @@ func newSubscriber(wcfg wamqp.Config, group string, cfg Config, log *logsink.Sin
 
 // connected reports whether the subscriber's connection is up; a closed
 // subscriber counts as up (it holds no connection it needs).
-func (s *subscriber) connected() bool {
+func (s *subscriber) connected() bool { return s.isClosed() || s.conn.up() }
+
+// isClosed reports whether Close was called.
+func (s *subscriber) isClosed() bool {
 	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	return closed || s.conn.up()
+	defer s.mu.Unlock()
+	return s.closed
 }
 
 // Subscribe consumes topic from the group's queue, declaring and binding
