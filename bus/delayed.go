@@ -267,6 +267,12 @@ const maxDelayedAttempts = 5
 // message of the database and sent the ones before it again at every tick
 // (found by a review).
 func (b *Bus) delayedRefused(r delayedRow, out outgoing, err error) error {
+	if errors.Is(err, transport.ErrUnreachable) {
+		// The broker could not be reached: an outage, not this message's
+		// refusal; not counted, so a heal between its last attempt and the
+		// error topic's copy does not move it aside (as the outbox relay).
+		return fmt.Errorf("bus: publish delayed message %s (the broker is out of reach): %w", r.MessageID, err)
+	}
 	b.mu.Lock()
 	b.delayedAttempts[r.ID]++
 	n := b.delayedAttempts[r.ID]

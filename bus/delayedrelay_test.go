@@ -166,3 +166,55 @@ func TestADelayedRetryThatFailsAgainBecomesTheNext(t *testing.T) {
 	require.Equal(t, first.ID, rows()[0].ID, "the same row, rescheduled in place")
 	require.EqualValues(t, 4, attempts.Load(), "two attempts, then two in the first delayed retry")
 }
+
+// TestADelayedMessageIsNotMovedAsideForAnUnreachableBroker: the broker
+// cannot be reached for more attempts of a due delayed message than the
+// relay allows a refusal (maxDelayedAttempts), yet takes the error topic's
+// copy at once (a heal landing between the two, or a flapping broker). The
+// message is delivered, not moved aside: an attempt that reached no broker
+// says nothing about it.
+func TestADelayedMessageIsNotMovedAsideForAnUnreachableBroker(t *testing.T) {
+	tr := &unreachableFirst{Transport: gochannel.New(gochannel.Config{}), id: "late", times: 8}
+	b, err := bus.New(bus.Config{Endpoint: testenv.Name("ep"), Transport: tr, DB: testenv.SQLite(t),
+		DelayedPollInterval: 20 * time.Millisecond, Logger: testenv.Logger(t)})
+	require.NoError(t, err)
+	var got atomic.Int32
+	require.NoError(t, bus.Handle(b, func(context.Context, *CreateInvoice) error { got.Add(1); return nil }))
+	ep := start(t, b, "error")
+	require.NoError(t, bus.Send(context.Background(), b, &CreateInvoice{OrderID: "late"}, bus.DeliverAt(time.Now().Add(50*time.Millisecond)),
+		bus.WithMessageID("late")))
+	waitFor(t, "the delayed message after the outage", func() bool { return got.Load() == 1 })
+	select {
+	case m := <-ep.errors:
+		t.Fatalf("moved to the error topic for attempts that reached no broker: %v", m.Metadata)
+	case <-time.After(200 * time.Millisecond):
+	}
+	require.GreaterOrEqual(t, tr.tried.Load(), int32(8), "the broker was out of reach for that many attempts")
+}
+
+// unreachableFirst cannot reach the broker for the first publishes of the
+// message id (to any topic but "error").
+type unreachableFirst struct {
+	transport.Transport
+	id    string
+	times int32
+	tried atomic.Int32
+}
+
+func (t *unreachableFirst) Publisher() message.Publisher {
+	return unreachablePublisher{t.Transport.Publisher(), t}
+}
+
+type unreachablePublisher struct {
+	message.Publisher
+	t *unreachableFirst
+}
+
+func (p unreachablePublisher) Publish(topic string, msgs ...*message.Message) error {
+	for _, m := range msgs {
+		if m.UUID == p.t.id && topic != "error" && p.t.tried.Add(1) <= p.t.times {
+			return transport.Unreachable(errors.New("dial tcp 127.0.0.1:5672: connect: connection refused"))
+		}
+	}
+	return p.Publisher.Publish(topic, msgs...)
+}

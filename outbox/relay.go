@@ -11,8 +11,10 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/internal/logsink"
 	"github.com/postroom/postroom/metadata"
+	"github.com/postroom/postroom/transport"
 )
 
 // relayPublisher is the relay's destination: it publishes to the
@@ -81,6 +83,15 @@ func (p *relayPublisher) publish(topic string, msg *message.Message) error {
 		delete(p.attempts, key)
 		p.recovered()
 		return nil
+	}
+	if errors.Is(err, transport.ErrUnreachable) || dialect.Transient(err) {
+		// The broker (or the SQL transport's database) could not be
+		// reached: an outage, not this message's refusal, and not counted
+		// against it. Before, the attempts of an outage counted, and a heal
+		// between the last of them and the error topic's copy (or a
+		// flapping broker) moved the message aside (found by a cold trial).
+		p.failed(err, watermill.LogFields{"topic": topic, "message_uuid": msg.UUID, "attempt": p.attempts[key], "unreachable": true})
+		return fmt.Errorf("%w: %w", errRefused, err)
 	}
 	p.attempts[key]++
 	n := p.attempts[key]

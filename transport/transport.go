@@ -112,3 +112,20 @@ type DeliveryLimiter interface {
 type Connectivity interface {
 	Connected() bool
 }
+
+// ErrUnreachable matches a publish that failed because the broker could
+// not be reached at all (no connection could be made): the failure says
+// nothing about the message. The outbox relay does not count it against
+// the message, so an outage does not bring a message closer to the error
+// topic.
+var ErrUnreachable = errors.New("transport: the broker is out of reach")
+
+// Unreachable wraps err, a failure to reach the broker at all, so that
+// errors.Is(err, ErrUnreachable); its text is err's.
+func Unreachable(err error) error { return unreachableError{err} }
+
+type unreachableError struct{ err error }
+
+func (e unreachableError) Error() string        { return e.err.Error() }
+func (e unreachableError) Unwrap() error        { return e.err }
+func (e unreachableError) Is(target error) bool { return target == ErrUnreachable }

@@ -224,7 +224,7 @@ func (p *confirmPublisher) open(ctx context.Context) error {
 		stop()
 		cancel()
 		if err != nil {
-			return nothingSent{fmt.Errorf("amqp: connect the publisher: %w", err)}
+			return nothingSent{fmt.Errorf("amqp: connect the publisher: %w", transport.Unreachable(err))}
 		}
 		p.conn = conn
 		p.declared = map[string]bool{}
