@@ -34,19 +34,7 @@ func TestAnOutageMidBatchLosesNothing(t *testing.T) {
 			dest := &outageBroker{up: 1, downFor: 1500 * time.Millisecond}
 			o, err := New(Config{DB: db, Destination: dest, PollInterval: 10 * time.Millisecond, ackDeadline: 300 * time.Millisecond})
 			require.NoError(t, err)
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			var want []string
-			require.NoError(t, db.Transaction(func(tx *gorm.DB) error {
-				var msgs []*message.Message
-				for i := range 5 {
-					want = append(want, fmt.Sprintf("m%d", i))
-					msgs = append(msgs, message.NewMessage(want[i], []byte("{}")))
-				}
-				return o.Publish(ctx, tx, "orders", msgs...)
-			}))
-			done := make(chan error, 1)
-			go func() { done <- o.Run(ctx) }()
+			want, stop := relayOrders(t, db, o, 5)
 			deadline := time.Now().Add(15 * time.Second)
 			for !slices.Equal(dest.relayed(), want) {
 				if time.Now().After(deadline) {
@@ -54,10 +42,31 @@ func TestAnOutageMidBatchLosesNothing(t *testing.T) {
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
-			require.NoError(t, o.Close())
-			cancel()
-			<-done
+			stop()
 		})
+	}
+}
+
+// relayOrders commits n messages (m0, m1, …) to topic "orders" in one
+// transaction and runs o's relay; stop closes o and waits for Run.
+func relayOrders(t *testing.T, db *gorm.DB, o *Outbox, n int) (ids []string, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	require.NoError(t, db.Transaction(func(tx *gorm.DB) error {
+		var msgs []*message.Message
+		for i := range n {
+			ids = append(ids, fmt.Sprintf("m%d", i))
+			msgs = append(msgs, message.NewMessage(ids[i], []byte("{}")))
+		}
+		return o.Publish(ctx, tx, "orders", msgs...)
+	}))
+	done := make(chan error, 1)
+	go func() { done <- o.Run(ctx) }()
+	return ids, func() {
+		require.NoError(t, o.Close())
+		cancel()
+		<-done
 	}
 }
 
@@ -115,19 +124,7 @@ func TestAnOutageLogsAFewLines(t *testing.T) {
 			o, err := New(Config{DB: db, Destination: dest, PollInterval: 10 * time.Millisecond, Logger: wm,
 				outageReminder: 700 * time.Millisecond})
 			require.NoError(t, err)
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			var want []string
-			require.NoError(t, db.Transaction(func(tx *gorm.DB) error {
-				var msgs []*message.Message
-				for i := range 5 {
-					want = append(want, fmt.Sprintf("m%d", i))
-					msgs = append(msgs, message.NewMessage(want[i], []byte("{}")))
-				}
-				return o.Publish(ctx, tx, "orders", msgs...)
-			}))
-			done := make(chan error, 1)
-			go func() { done <- o.Run(ctx) }()
+			want, stop := relayOrders(t, db, o, 5)
 			deadline := time.Now().Add(20 * time.Second)
 			for len(dest.relayed()) < len(want) {
 				if time.Now().After(deadline) {
@@ -136,9 +133,7 @@ func TestAnOutageLogsAFewLines(t *testing.T) {
 				time.Sleep(20 * time.Millisecond)
 			}
 			time.Sleep(200 * time.Millisecond) // a message relayed twice would show now
-			require.NoError(t, o.Close())
-			cancel()
-			<-done
+			stop()
 			require.Equal(t, want, dest.relayed(), "every message relayed once, in order")
 
 			warn, errs, info := logs.at("WARN"), logs.at("ERROR"), logs.at("INFO")

@@ -1,7 +1,6 @@
 package outbox
 
 import (
-	"context"
 	"errors"
 	"sync"
 	"testing"
@@ -9,7 +8,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
-	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/transport"
@@ -30,13 +28,7 @@ func TestAnUnreachableBrokerDoesNotCountAgainstTheMessage(t *testing.T) {
 			dest := &flappingBroker{unreachableFor: 8}
 			o, err := New(Config{DB: db, Destination: dest, PollInterval: 10 * time.Millisecond, ErrorTopic: "errors"})
 			require.NoError(t, err)
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			require.NoError(t, db.Transaction(func(tx *gorm.DB) error {
-				return o.Publish(ctx, tx, "orders", message.NewMessage("m0", []byte("{}")))
-			}))
-			done := make(chan error, 1)
-			go func() { done <- o.Run(ctx) }()
+			_, stop := relayOrders(t, db, o, 1)
 			deadline := time.Now().Add(20 * time.Second)
 			for {
 				orders, moved := dest.got()
@@ -47,9 +39,7 @@ func TestAnUnreachableBrokerDoesNotCountAgainstTheMessage(t *testing.T) {
 				require.True(t, time.Now().Before(deadline), "not relayed after the outage")
 				time.Sleep(10 * time.Millisecond)
 			}
-			require.NoError(t, o.Close())
-			cancel()
-			<-done
+			stop()
 			_, moved := dest.got()
 			require.Empty(t, moved)
 		})
