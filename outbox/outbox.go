@@ -153,11 +153,11 @@ func New(cfg Config) (*Outbox, error) {
 // Publish writes msgs for topic into the outbox through tx. They reach the
 // broker after tx commits, and never if it rolls back.
 func (o *Outbox) Publish(ctx context.Context, tx *gorm.DB, topic string, msgs ...*message.Message) error {
-	inTx, ok := txOf(tx.Statement.ConnPool)
+	sqlTx, ok := sqlTxOf(tx.Statement.ConnPool)
 	if !ok {
 		return ErrNoTransaction
 	}
-	pub, err := wsql.NewPublisher(inTx, wsql.PublisherConfig{SchemaAdapter: o.schema}, o.cfg.Logger)
+	pub, err := wsql.NewPublisher(wsql.TxFromStdSQL(sqlTx), wsql.PublisherConfig{SchemaAdapter: o.schema}, o.cfg.Logger)
 	if err != nil {
 		return fmt.Errorf("outbox: %w", err)
 	}
@@ -173,30 +173,18 @@ func (o *Outbox) Publish(ctx context.Context, tx *gorm.DB, topic string, msgs ..
 	return nil
 }
 
-// txOf returns the transaction under a gorm connection pool as
-// watermill-sql's executor, or false when pool is not a transaction: a
-// database/sql transaction, gorm's prepared-statement wrapper of one
-// (Session{PrepareStmt: true}), or the unit of work's own on PostgreSQL
-// (it commits and rolls back, as gorm.TxCommitter says).
-func txOf(pool gorm.ConnPool) (wsql.ContextExecutor, bool) {
+// sqlTxOf finds the database/sql transaction under a gorm connection pool:
+// the transaction itself, or gorm's prepared-statement wrapper of it
+// (Session{PrepareStmt: true}).
+func sqlTxOf(pool gorm.ConnPool) (*sql.Tx, bool) {
 	switch p := pool.(type) {
 	case *sql.Tx:
-		return wsql.TxFromStdSQL(p), true
-	case gorm.TxCommitter:
-		return inTx{pool}, true
+		return p, true
+	case *gorm.PreparedStmtTX:
+		tx, ok := p.Tx.(*sql.Tx)
+		return tx, ok
 	}
 	return nil, false
-}
-
-// inTx is a gorm transaction as watermill-sql's executor.
-type inTx struct{ gorm.ConnPool }
-
-func (t inTx) ExecContext(ctx context.Context, query string, args ...any) (wsql.Result, error) {
-	return t.ConnPool.ExecContext(ctx, query, args...)
-}
-
-func (t inTx) QueryContext(ctx context.Context, query string, args ...any) (wsql.Rows, error) {
-	return t.ConnPool.QueryContext(ctx, query, args...)
 }
 
 // Run relays committed messages until ctx is done or Close is called (at

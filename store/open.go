@@ -12,6 +12,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/pgdriver"
 )
 
 // MaxIdleConnsDefault is how many idle connections a PostgreSQL or MySQL
@@ -34,7 +35,7 @@ func Open(dsn string) (*gorm.DB, error) {
 	var db *gorm.DB
 	switch d {
 	case dialect.Postgres:
-		db, err = gorm.Open(postgres.Open(dsn), cfg)
+		db, err = openPostgres(dsn, cfg)
 	case dialect.MySQL:
 		mdsn := mysqlDSN(strings.TrimPrefix(dsn, "mysql://"))
 		if err := checkMySQLDSN(mdsn); err != nil {
@@ -59,6 +60,21 @@ func Open(dsn string) (*gorm.DB, error) {
 		return nil, fmt.Errorf("store: open %s: %w", Redact(dsn), redactErr(err, dsn))
 	}
 	return db, nil
+}
+
+// openPostgres opens PostgreSQL through pgx's driver whose transactions
+// send BEGIN with their first statement (internal/pgdriver): one round
+// trip less per transaction.
+func openPostgres(dsn string, cfg *gorm.Config) (*gorm.DB, error) {
+	sqlDB, err := pgdriver.Open(dsn)
+	if err != nil {
+		return nil, err
+	}
+	db, err := gorm.Open(postgres.New(postgres.Config{Conn: sqlDB}), cfg)
+	if err != nil && db == nil {
+		_ = sqlDB.Close()
+	}
+	return db, err
 }
 
 // Close closes db's connection pool.

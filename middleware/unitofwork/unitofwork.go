@@ -282,12 +282,6 @@ func Exec(ctx context.Context, query string, args ...any) (int64, error) {
 		return 0, ErrNoUnit
 	}
 	u.mu.Lock()
-	if u.conn == nil && u.err == nil && u.parent == nil {
-		if pool, ok := pipelines(u.db); ok {
-			defer u.mu.Unlock()
-			return u.beginWith(ctx, pool, query, args)
-		}
-	}
 	conn, err := u.begin()
 	u.mu.Unlock()
 	if err != nil {

@@ -1,7 +1,8 @@
-package unitofwork_test
+package pgdriver_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"strings"
 	"sync"
@@ -10,12 +11,12 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/postroom/postroom/internal/pgdriver"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/middleware/unitofwork"
 	"github.com/postroom/postroom/store"
@@ -63,8 +64,8 @@ func (r *roundTrips) take() []string {
 	return sent
 }
 
-// tracedPostgres opens a fresh PostgreSQL schema through pgx's database/sql
-// driver, as store.Open does, with one connection in the pool (a
+// tracedPostgres opens a fresh PostgreSQL schema through the driver, as
+// store.Open does, with one connection in the pool (a
 // connection the unit of work does not give back makes the next unit wait
 // for ever) and a tracer of what goes over the wire.
 func tracedPostgres(t *testing.T) (*gorm.DB, *roundTrips) {
@@ -73,7 +74,7 @@ func tracedPostgres(t *testing.T) (*gorm.DB, *roundTrips) {
 	require.NoError(t, err)
 	trips := &roundTrips{}
 	cfg.Tracer = trips
-	sqlDB := stdlib.OpenDB(*cfg)
+	sqlDB := pgdriver.OpenConfig(*cfg)
 	t.Cleanup(func() { _ = sqlDB.Close() })
 	sqlDB.SetMaxOpenConns(1)
 	db, err := gorm.Open(postgres.New(postgres.Config{Conn: sqlDB}), &gorm.Config{Logger: logger.Discard})
@@ -193,4 +194,110 @@ func TestAPipelinedTransactionEndsCleanly(t *testing.T) {
 		"after-ended-claim", "after-failed-claim", "after-failed-first-claim", "after-killed-claim",
 		"after-panicked-claim", "after-rollback-only-claim", "after-swallowed-claim",
 	}, effects(t, db))
+}
+
+// TestATransactionWhoseBeginWaitsIsStillDatabaseSQLs: the transaction is
+// database/sql's *sql.Tx, whatever its BEGIN waits for: a handler's
+// prepared-statement session writes inside it, its context's end rolls it
+// back at once (the claim's lock is not held while a handler that ignores
+// its context goes on), rows left open do not hold up the commit, and a
+// first statement that does not even parse aborts the transaction, as
+// PostgreSQL would have.
+func TestATransactionWhoseBeginWaitsIsStillDatabaseSQLs(t *testing.T) {
+	db, trips := tracedPostgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	// A prepared-statement session of the handler's transaction, for its
+	// first statement.
+	msg := message.NewMessage("prepared", nil)
+	msg.SetContext(ctx)
+	_, err := unitofwork.Run(db, msg, func(msg *message.Message) ([]*message.Message, error) {
+		if err := unitofwork.Tx(msg.Context()).Session(&gorm.Session{PrepareStmt: true}).Exec("INSERT INTO effects (id) VALUES (?)", "prepared").Error; err != nil {
+			return nil, err
+		}
+		return nil, errors.New("fails after its write")
+	})
+	require.Error(t, err)
+	require.Empty(t, effects(t, db), "a write of the failed message was kept")
+
+	// The message's context ends while its handler goes on.
+	other, err := store.Open(testenv.PostgresDSN())
+	require.NoError(t, err)
+	defer func() { _ = store.Close(other) }()
+	var schema string
+	require.NoError(t, db.Raw("SELECT current_schema()").Scan(&schema).Error)
+	msgCtx, end := context.WithCancel(ctx)
+	require.Error(t, runFirstExec(msgCtx, db, "ended", func(context.Context) error {
+		end()
+		// The claim's key is free at once: the same INSERT from another
+		// connection neither waits nor conflicts.
+		stmtCtx, stop := context.WithTimeout(ctx, 2*time.Second)
+		defer stop()
+		return other.WithContext(stmtCtx).Exec("INSERT INTO "+schema+".effects (id) VALUES (?)", "ended-claim").Error
+	}))
+	require.Equal(t, []string{"ended-claim"}, effects(t, db))
+
+	// Rows left open.
+	require.NoError(t, runFirstExec(ctx, db, "rows", func(ctx context.Context) error {
+		_, err := unitofwork.Tx(ctx).Raw("SELECT id FROM effects").Rows()
+		return err
+	}))
+	require.Equal(t, []string{"ended-claim", "rows-claim"}, effects(t, db))
+
+	// A first statement that does not parse, its error swallowed (pgx
+	// prepares it before the batch: BEGIN never runs).
+	trips.take()
+	msg = message.NewMessage("unparsed", nil)
+	msg.SetContext(ctx)
+	_, err = unitofwork.Run(db, msg, func(msg *message.Message) ([]*message.Message, error) {
+		_, _ = unitofwork.Exec(msg.Context(), "INSERT INTO no_such_table (id) VALUES ($1)", "x")
+		return nil, unitofwork.Tx(msg.Context()).Exec("INSERT INTO effects (id) VALUES (?)", "unparsed").Error
+	})
+	require.ErrorContains(t, err, "transaction is aborted")
+	require.NotContains(t, effects(t, db), "unparsed")
+	require.NotContains(t, trips.take(), "commit", "nothing began, nothing to commit")
+
+	// A first statement that reads: BEGIN goes alone first.
+	msg = message.NewMessage("read", nil)
+	msg.SetContext(ctx)
+	_, err = unitofwork.Run(db, msg, func(msg *message.Message) ([]*message.Message, error) {
+		var n int
+		if err := unitofwork.Tx(msg.Context()).Raw("SELECT COUNT(*) FROM effects").Scan(&n).Error; err != nil {
+			return nil, err
+		}
+		return nil, unitofwork.Tx(msg.Context()).Exec("INSERT INTO effects (id) VALUES (?)", "read").Error
+	})
+	require.NoError(t, err)
+	require.Equal(t, []string{"begin", "select", "insert", "commit"}, trips.take())
+
+	// A transaction with an isolation level begins as pgx's does.
+	require.NoError(t, db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		return tx.Exec("INSERT INTO effects (id) VALUES (?)", "serializable").Error
+	}, &sql.TxOptions{Isolation: sql.LevelSerializable}))
+	require.Equal(t, []string{"begin", "insert", "commit"}, trips.take())
+	require.Equal(t, []string{"ended-claim", "read", "rows-claim", "serializable"}, effects(t, db))
+}
+
+// TestRawGivesPgxsConnection: code that reaches the driver's connection
+// through sql.Conn.Raw (pgx's CopyFrom, listen/notify) gets pgx's
+// connection from its Conn method.
+func TestRawGivesPgxsConnection(t *testing.T) {
+	db, _ := tracedPostgres(t)
+	sqlDB, err := db.DB()
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := sqlDB.Conn(ctx)
+	require.NoError(t, err)
+	defer func() { _ = c.Close() }()
+	require.NoError(t, c.Raw(func(dc any) error {
+		pc, ok := dc.(interface{ Conn() *pgx.Conn })
+		require.True(t, ok, "%T has no Conn() *pgx.Conn", dc)
+		n, err := pc.Conn().CopyFrom(ctx, pgx.Identifier{"effects"}, []string{"id"}, pgx.CopyFromRows([][]any{{"copied"}}))
+		require.EqualValues(t, 1, n)
+		return err
+	}))
+	require.NoError(t, c.Close()) // the pool's one connection
+	require.Equal(t, []string{"copied"}, effects(t, db))
 }

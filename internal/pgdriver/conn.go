@@ -1,0 +1,138 @@
+package pgdriver
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+// conn is pgx's connection whose transactions send BEGIN with their first
+// statement. database/sql calls a connection from one goroutine at a
+// time, so its fields need no lock. pgx's methods are promoted, Conn among
+// them: code that reaches the driver's connection through sql.Conn.Raw
+// gets pgx's from Conn() (a type assertion to *stdlib.Conn fails).
+type conn struct {
+	*stdConn
+	// pending: a transaction began and its BEGIN is not sent yet.
+	pending bool
+	// aborted: the transaction's first statement failed before BEGIN ran
+	// (pgx prepares a new statement before the batch, and a statement that
+	// does not parse fails there). PostgreSQL would have aborted the
+	// transaction; so does conn: what follows fails, and COMMIT rolls back.
+	aborted error
+}
+
+// stdConn is pgx's connection under a name that does not hide its Conn
+// method (an embedded *stdlib.Conn would be a field named Conn).
+type stdConn = stdlib.Conn
+
+// errAborted is what a statement gets in a transaction whose first
+// statement failed, as PostgreSQL answers in an aborted transaction.
+var errAborted = errors.New("pgdriver: current transaction is aborted, commands ignored until end of transaction block")
+
+// BeginTx begins a transaction whose BEGIN goes with its first statement.
+// A transaction with an isolation level or read-only begins as pgx's does.
+func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	if sql.IsolationLevel(opts.Isolation) != sql.LevelDefault || opts.ReadOnly {
+		return c.stdConn.BeginTx(ctx, opts)
+	}
+	if c.stdConn.Conn().IsClosed() {
+		return nil, driver.ErrBadConn
+	}
+	c.pending, c.aborted = true, nil
+	return &tx{c: c, ctx: ctx}, nil
+}
+
+// ExecContext runs query; the first in a transaction goes out with BEGIN.
+func (c *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	if c.aborted != nil {
+		return nil, errAborted
+	}
+	if !c.pending {
+		return c.stdConn.ExecContext(ctx, query, args)
+	}
+	pc := c.stdConn.Conn()
+	b := &pgx.Batch{}
+	b.Queue("begin")
+	b.Queue(query, values(args)...)
+	res := pc.SendBatch(ctx, b)
+	_, err := res.Exec()
+	var tag pgconn.CommandTag
+	if err == nil {
+		tag, err = res.Exec()
+	}
+	if closeErr := res.Close(); err == nil {
+		err = closeErr
+	}
+	c.pending = false
+	if err != nil {
+		if !pc.IsClosed() && pc.PgConn().TxStatus() == 'I' {
+			c.aborted = err // BEGIN did not run
+		}
+		if pgconn.SafeToRetry(err) {
+			return nil, driver.ErrBadConn
+		}
+		return nil, err
+	}
+	return driver.RowsAffected(tag.RowsAffected()), nil
+}
+
+// QueryContext runs query, after the transaction's BEGIN if it is not
+// sent yet.
+func (c *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	if err := c.begin(ctx); err != nil {
+		return nil, err
+	}
+	return c.stdConn.QueryContext(ctx, query, args)
+}
+
+// PrepareContext prepares query, after the transaction's BEGIN if it is
+// not sent yet: a prepared statement runs on pgx's connection directly,
+// past conn.
+func (c *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
+	if err := c.begin(ctx); err != nil {
+		return nil, err
+	}
+	return c.stdConn.PrepareContext(ctx, query)
+}
+
+// ResetSession forgets a transaction's state before the pool hands the
+// connection out again.
+func (c *conn) ResetSession(ctx context.Context) error {
+	c.pending, c.aborted = false, nil
+	return c.stdConn.ResetSession(ctx)
+}
+
+// begin sends the transaction's BEGIN on its own if it is not sent yet.
+func (c *conn) begin(ctx context.Context) error {
+	if c.aborted != nil {
+		return errAborted
+	}
+	if !c.pending {
+		return nil
+	}
+	if _, err := c.stdConn.Conn().Exec(ctx, "begin"); err != nil {
+		if pgconn.SafeToRetry(err) {
+			return driver.ErrBadConn
+		}
+		return fmt.Errorf("pgdriver: begin: %w", err)
+	}
+	c.pending = false
+	return nil
+}
+
+// values are database/sql's arguments as pgx takes them (stdlib passes
+// them through unchanged: its CheckNamedValue accepts every value).
+func values(args []driver.NamedValue) []any {
+	vs := make([]any, len(args))
+	for i, a := range args {
+		vs[i] = a.Value
+	}
+	return vs
+}
