@@ -21,6 +21,9 @@ type conn struct {
 	*stdConn
 	// pending: a transaction began and its BEGIN is not sent yet.
 	pending bool
+	// pipelines: the connection's statement mode can send BEGIN in a batch
+	// (pgx's cache_statement mode refuses batches without a cache).
+	pipelines bool
 	// aborted: the transaction's first statement failed before BEGIN ran
 	// (pgx prepares a new statement before the batch, and a statement that
 	// does not parse fails there). PostgreSQL would have aborted the
@@ -55,6 +58,12 @@ func (c *conn) ExecContext(ctx context.Context, query string, args []driver.Name
 		return nil, errAborted
 	}
 	if !c.pending {
+		return c.stdConn.ExecContext(ctx, query, args)
+	}
+	if !c.pipelines || !batchable(args) {
+		if err := c.begin(ctx); err != nil {
+			return nil, err
+		}
 		return c.stdConn.ExecContext(ctx, query, args)
 	}
 	pc := c.stdConn.Conn()
@@ -92,14 +101,36 @@ func (c *conn) QueryContext(ctx context.Context, query string, args []driver.Nam
 	return c.stdConn.QueryContext(ctx, query, args)
 }
 
-// PrepareContext prepares query, after the transaction's BEGIN if it is
-// not sent yet: a prepared statement runs on pgx's connection directly,
-// past conn.
+// PrepareContext prepares query. Its statement runs through conn, so that
+// it begins a pending transaction as any statement does (pgx's own
+// statement runs on pgx's connection directly: a statement prepared on
+// the pool and reused in a transaction, as database/sql's Tx.StmtContext
+// and gorm's PrepareStmt sessions do, ran outside it; found by a review).
 func (c *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
-	if err := c.begin(ctx); err != nil {
+	if c.aborted != nil {
+		return nil, errAborted
+	}
+	st, err := c.stdConn.PrepareContext(ctx, query)
+	if err != nil {
 		return nil, err
 	}
-	return c.stdConn.PrepareContext(ctx, query)
+	return &stmt{Stmt: st.(*stdlib.Stmt), c: c, query: query}, nil
+}
+
+// stmt is a prepared statement of conn. pgx names a prepared statement
+// by its query, so conn's statements by query find and use it.
+type stmt struct {
+	*stdlib.Stmt
+	c     *conn
+	query string
+}
+
+func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	return s.c.ExecContext(ctx, s.query, args)
+}
+
+func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	return s.c.QueryContext(ctx, s.query, args)
 }
 
 // ResetSession forgets a transaction's state before the pool hands the
@@ -117,7 +148,9 @@ func (c *conn) begin(ctx context.Context) error {
 	if !c.pending {
 		return nil
 	}
-	if _, err := c.stdConn.Conn().Exec(ctx, "begin"); err != nil {
+	pc := c.stdConn.Conn()
+	if _, err := pc.Exec(ctx, "begin"); err != nil {
+		c.pending = !pc.IsClosed() && pc.PgConn().TxStatus() == 'I'
 		if pgconn.SafeToRetry(err) {
 			return driver.ErrBadConn
 		}
@@ -125,6 +158,22 @@ func (c *conn) begin(ctx context.Context) error {
 	}
 	c.pending = false
 	return nil
+}
+
+// batchable reports whether a statement with args can go out in pgx's
+// batch as pgx's Exec would send it: with arguments (pgx sends a statement
+// without any in the simple protocol, where several statements in one
+// string are allowed) and without pgx's options before them (a
+// QueryExecMode or QueryRewriter, which a batch takes as arguments).
+func batchable(args []driver.NamedValue) bool {
+	if len(args) == 0 {
+		return false
+	}
+	switch args[0].Value.(type) {
+	case pgx.QueryExecMode, pgx.QueryRewriter:
+		return false
+	}
+	return true
 }
 
 // values are database/sql's arguments as pgx takes them (stdlib passes

@@ -13,8 +13,8 @@ import (
 )
 
 // timeZone finds the time zone a DSN names, as gorm's PostgreSQL driver
-// does (gorm.io/driver/postgres: timeZoneMatcher).
-var timeZone = regexp.MustCompile("(time_zone|TimeZone)=(.*?)($|&| )")
+// does (gorm.io/driver/postgres v1.6.3: timeZoneMatcher).
+var timeZone = regexp.MustCompile("(time_zone|TimeZone|timezone)=(.*?)($|&| )")
 
 // Open opens a connection pool on the PostgreSQL database dsn names, with
 // what gorm's PostgreSQL driver does to a DSN (a TimeZone sets the
@@ -53,5 +53,9 @@ func (c connector) Connect(ctx context.Context) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &conn{stdConn: dc.(*stdlib.Conn)}, nil
+	sc := dc.(*stdlib.Conn)
+	cfg := sc.Conn().Config()
+	noCache := (cfg.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement && cfg.StatementCacheCapacity == 0) ||
+		(cfg.DefaultQueryExecMode == pgx.QueryExecModeCacheDescribe && cfg.DescriptionCacheCapacity == 0)
+	return &conn{stdConn: sc, pipelines: !noCache}, nil
 }

@@ -68,10 +68,13 @@ func (r *roundTrips) take() []string {
 // store.Open does, with one connection in the pool (a
 // connection the unit of work does not give back makes the next unit wait
 // for ever) and a tracer of what goes over the wire.
-func tracedPostgres(t *testing.T) (*gorm.DB, *roundTrips) {
+func tracedPostgres(t *testing.T, configure ...func(*pgx.ConnConfig)) (*gorm.DB, *roundTrips) {
 	t.Helper()
 	cfg, err := pgx.ParseConfig(testenv.PostgresSchemaDSN(t))
 	require.NoError(t, err)
+	for _, f := range configure {
+		f(cfg)
+	}
 	trips := &roundTrips{}
 	cfg.Tracer = trips
 	sqlDB := pgdriver.OpenConfig(*cfg)
@@ -300,4 +303,76 @@ func TestRawGivesPgxsConnection(t *testing.T) {
 	}))
 	require.NoError(t, c.Close()) // the pool's one connection
 	require.Equal(t, []string{"copied"}, effects(t, db))
+}
+
+// TestEveryFirstStatementRunsInsideItsTransaction: the first statements a
+// batch cannot carry as pgx's Exec would send them begin the transaction
+// on their own, and a statement prepared on the pool and reused in a
+// transaction runs through the driver too. Each case writes as its
+// transaction's first statement, and its handler then fails: nothing it
+// wrote may be kept (before the review's fix, the prepared statement's
+// write was, having run outside the transaction).
+func TestEveryFirstStatementRunsInsideItsTransaction(t *testing.T) {
+	firstThenFail := func(t *testing.T, db *gorm.DB, first func(ctx context.Context) error) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		msg := message.NewMessage("m", nil)
+		msg.SetContext(ctx)
+		_, err := unitofwork.Run(db, msg, func(msg *message.Message) ([]*message.Message, error) {
+			if err := first(msg.Context()); err != nil {
+				return nil, err
+			}
+			return nil, errors.New("fails after its write")
+		})
+		require.EqualError(t, err, "fails after its write")
+	}
+	insert := "INSERT INTO effects (id) VALUES ($1)"
+
+	t.Run("prepared on the pool first", func(t *testing.T) {
+		db, trips := tracedPostgres(t)
+		prepared := db.Session(&gorm.Session{PrepareStmt: true})
+		require.NoError(t, prepared.Exec("INSERT INTO effects (id) VALUES (?)", "warm").Error)
+		firstThenFail(t, db, func(ctx context.Context) error {
+			return unitofwork.Tx(ctx).Session(&gorm.Session{PrepareStmt: true}).Exec("INSERT INTO effects (id) VALUES (?)", "kept").Error
+		})
+		require.Equal(t, []string{"warm"}, effects(t, db))
+		require.Contains(t, trips.take(), "begin + insert", "the prepared statement still goes with BEGIN")
+	})
+	t.Run("several statements without arguments", func(t *testing.T) {
+		db, _ := tracedPostgres(t)
+		firstThenFail(t, db, func(ctx context.Context) error {
+			_, err := unitofwork.Exec(ctx, "INSERT INTO effects (id) VALUES ('one'); INSERT INTO effects (id) VALUES ('two')")
+			return err
+		})
+		require.Empty(t, effects(t, db))
+	})
+	t.Run("pgx's query mode before the arguments", func(t *testing.T) {
+		db, _ := tracedPostgres(t)
+		firstThenFail(t, db, func(ctx context.Context) error {
+			_, err := unitofwork.Exec(ctx, insert, pgx.QueryExecModeSimpleProtocol, "kept")
+			return err
+		})
+		require.Empty(t, effects(t, db))
+	})
+	t.Run("no statement cache", func(t *testing.T) {
+		db, _ := tracedPostgres(t, func(cfg *pgx.ConnConfig) {
+			cfg.StatementCacheCapacity, cfg.DescriptionCacheCapacity = 0, 0
+			cfg.DefaultQueryExecMode = pgx.QueryExecModeDescribeExec
+		})
+		firstThenFail(t, db, func(ctx context.Context) error {
+			_, err := unitofwork.Exec(ctx, insert, "kept")
+			return err
+		})
+		require.Empty(t, effects(t, db))
+	})
+	t.Run("simple protocol", func(t *testing.T) {
+		db, trips := tracedPostgres(t, func(cfg *pgx.ConnConfig) { cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol })
+		firstThenFail(t, db, func(ctx context.Context) error {
+			_, err := unitofwork.Exec(ctx, insert, "kept")
+			return err
+		})
+		require.Empty(t, effects(t, db))
+		require.Contains(t, trips.take(), "begin + insert")
+	})
 }
