@@ -21,7 +21,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/bus"
@@ -35,7 +34,7 @@ import (
 	wsql "github.com/postroom/postroom/transport/sql"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testenv.VerifyTestMain(m) }
 
 // CreateInvoice is the command the script and the statements send.
 type CreateInvoice struct {
