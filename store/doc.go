@@ -6,7 +6,10 @@
 //
 //   - "postgres://…" or "postgresql://…", or PostgreSQL's keyword form
 //     ("host=db dbname=app user=app"): PostgreSQL through pgx (the primary
-//     target);
+//     target), whose transactions send BEGIN with their first statement in
+//     one round trip; code that reaches pgx's connection through
+//     sql.Conn.Raw gets it from the driver connection's Conn method (it is
+//     not a *stdlib.Conn);
 //   - "mysql://user:pass@tcp(host:3306)/db", or the same without the scheme
 //     (go-sql-driver's form): MySQL or MariaDB (parseTime is forced on;
 //     clientFoundRows=true is refused, ErrFoundRows);
