@@ -185,9 +185,58 @@ func (p processSetup) effects(t *testing.T) (rows, distinct int64) {
 	return rows, distinct
 }
 
+// waitForEffects waits until messages 0 to want-1 each have an effect. It
+// waits as long as effects keep coming and fails when none came for 20 s
+// (or after 5 minutes in all): a lost message stops the count, a loaded
+// machine only slows it (the SQL transport hands a consumer group one
+// message at a time, across every process). The failure names the
+// messages without an effect, then watches them a minute longer, so that
+// it says whether they were slow or lost.
 func (p processSetup) waitForEffects(t *testing.T, want int64) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("%d effects", want), func() bool { _, d := p.effects(t); return d >= want })
+	const stall = 20 * time.Second
+	start := time.Now()
+	last, progressed := int64(-1), start
+	for time.Since(progressed) < stall && time.Since(start) < 5*time.Minute {
+		_, d := p.effects(t)
+		if d >= want {
+			return
+		}
+		if d > last {
+			last, progressed = d, time.Now()
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	missing := p.missingEffects(t, want)
+	waited := time.Since(start).Round(time.Second)
+	later := time.Now().Add(time.Minute)
+	for time.Now().Before(later) {
+		if _, d := p.effects(t); d >= want {
+			t.Fatalf("timed out waiting for %d effects: after %s, %d had none (%v); all came in a minute later: slow, not lost",
+				want, waited, len(missing), missing)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	still := p.missingEffects(t, want)
+	t.Fatalf("timed out waiting for %d effects: after %s, %d had none (%v); a minute later %d still had none (%v)",
+		want, waited, len(missing), missing, len(still), still)
+}
+
+// missingEffects returns the message numbers below want without an effect.
+func (p processSetup) missingEffects(t *testing.T, want int64) []int64 {
+	var have []int64
+	require.NoError(t, p.db.Raw("SELECT DISTINCT n FROM effects").Scan(&have).Error)
+	seen := map[int64]bool{}
+	for _, n := range have {
+		seen[n] = true
+	}
+	var missing []int64
+	for n := range want {
+		if !seen[n] {
+			missing = append(missing, n)
+		}
+	}
+	return missing
 }
 
 // TestCrashAfterCommitBeforeAck: a consumer process is killed with SIGKILL
