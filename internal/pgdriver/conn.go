@@ -27,7 +27,8 @@ type conn struct {
 	// aborted: the transaction's first statement failed before BEGIN ran
 	// (pgx prepares a new statement before the batch, and a statement that
 	// does not parse fails there). PostgreSQL would have aborted the
-	// transaction; so does conn: what follows fails, and COMMIT rolls back.
+	// transaction; so does conn: what follows fails, naming this error,
+	// and COMMIT rolls back.
 	aborted error
 }
 
@@ -38,6 +39,12 @@ type stdConn = stdlib.Conn
 // errAborted is what a statement gets in a transaction whose first
 // statement failed, as PostgreSQL answers in an aborted transaction.
 var errAborted = errors.New("pgdriver: current transaction is aborted, commands ignored until end of transaction block")
+
+// abortedErr is errAborted with the first statement's error, which a
+// handler that went on after it may not have logged.
+func (c *conn) abortedErr() error {
+	return fmt.Errorf("%w (its first statement failed: %v)", errAborted, c.aborted)
+}
 
 // BeginTx begins a transaction whose BEGIN goes with its first statement.
 // A transaction with an isolation level or read-only begins as pgx's does.
@@ -55,7 +62,7 @@ func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, e
 // ExecContext runs query; the first in a transaction goes out with BEGIN.
 func (c *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
 	if c.aborted != nil {
-		return nil, errAborted
+		return nil, c.abortedErr()
 	}
 	if !c.pending {
 		return c.stdConn.ExecContext(ctx, query, args)
@@ -108,7 +115,7 @@ func (c *conn) QueryContext(ctx context.Context, query string, args []driver.Nam
 // and gorm's PrepareStmt sessions do, ran outside it; found by a review).
 func (c *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
 	if c.aborted != nil {
-		return nil, errAborted
+		return nil, c.abortedErr()
 	}
 	st, err := c.stdConn.PrepareContext(ctx, query)
 	if err != nil {
@@ -143,7 +150,7 @@ func (c *conn) ResetSession(ctx context.Context) error {
 // begin sends the transaction's BEGIN on its own if it is not sent yet.
 func (c *conn) begin(ctx context.Context) error {
 	if c.aborted != nil {
-		return errAborted
+		return c.abortedErr()
 	}
 	if !c.pending {
 		return nil

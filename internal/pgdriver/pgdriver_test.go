@@ -258,6 +258,7 @@ func TestATransactionWhoseBeginWaitsIsStillDatabaseSQLs(t *testing.T) {
 		return nil, unitofwork.Tx(msg.Context()).Exec("INSERT INTO effects (id) VALUES (?)", "unparsed").Error
 	})
 	require.ErrorContains(t, err, "transaction is aborted")
+	require.ErrorContains(t, err, "no_such_table", "the error names the first statement's")
 	require.NotContains(t, effects(t, db), "unparsed")
 	require.NotContains(t, trips.take(), "commit", "nothing began, nothing to commit")
 
