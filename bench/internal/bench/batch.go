@@ -60,11 +60,10 @@ func runBatch(ctx context.Context, db *gorm.DB, pool *pgxpool.Pool, n int64, rou
 	for range max(rounds, 1) {
 		for _, kind := range []Kind{InboxBatch, BatchHandler} {
 			for _, size := range batchSizes {
-				if err := db.Exec(truncateAll).Error; err != nil {
-					return r, err
-				}
-				d, err := runE2EWith(ctx, gochannel.New(gochannel.Config{}), db, kind, 8, n,
-					e2eOptions{batch: batchSpec{size: size, maxWait: batchDefault.maxWait}})
+				d, err := warmedUp(db, n, func(n int64, _ bool) (time.Duration, error) {
+					return runE2EWith(ctx, gochannel.New(gochannel.Config{}), db, kind, 8, n,
+						e2eOptions{batch: batchSpec{size: size, maxWait: batchDefault.maxWait}})
+				})
 				if err != nil {
 					return r, fmt.Errorf("%s size %d: %w", kind, size, err)
 				}

@@ -144,15 +144,12 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			if k.conc == 1 {
 				n = max(cfg.Messages/4, 1)
 			}
-			if err := db.Exec(truncateAll).Error; err != nil {
-				return nil, err
-			}
-			var d time.Duration
-			if k.path == "raw" {
-				d, err = runRaw(ctx, pool, rawOps[k.kind], k.conc, n)
-			} else {
-				d, err = runE2E(ctx, db, k.kind, k.conc, n)
-			}
+			d, err := warmedUp(db, n, func(n int64, _ bool) (time.Duration, error) {
+				if k.path == "raw" {
+					return runRaw(ctx, pool, rawOps[k.kind], k.conc, n)
+				}
+				return runE2E(ctx, db, k.kind, k.conc, n)
+			})
 			if err != nil {
 				return nil, fmt.Errorf("%s %s: %w", k.path, k.kind, err)
 			}

@@ -54,20 +54,20 @@ func runRabbitMQ(ctx context.Context, db *gorm.DB, pool *pgxpool.Pool, meter cpu
 	}
 	for range max(rounds, 1) {
 		for _, kind := range cases {
-			if err := db.Exec(truncateAll).Error; err != nil {
-				return RabbitResult{}, err
-			}
-			var d time.Duration
-			var err error
-			if kind == rawCase {
-				d, err = runRawAMQP(ctx, pool, url, 8, rawAMQPPrefetch, n, meters[kind])
-			} else {
-				var tr *amqp.Transport
-				if tr, err = amqp.New(amqp.Config{URL: url}); err != nil {
-					return RabbitResult{}, err
+			d, err := warmedUp(db, n, func(n int64, timed bool) (time.Duration, error) {
+				var meter *cpuMeter
+				if timed {
+					meter = meters[kind]
 				}
-				d, err = runE2EWith(ctx, tr, db, kind, 8, n, e2eOptions{meter: meters[kind]})
-			}
+				if kind == rawCase {
+					return runRawAMQP(ctx, pool, url, 8, rawAMQPPrefetch, n, meter)
+				}
+				tr, err := amqp.New(amqp.Config{URL: url})
+				if err != nil {
+					return 0, err
+				}
+				return runE2EWith(ctx, tr, db, kind, 8, n, e2eOptions{meter: meter})
+			})
 			if err != nil {
 				return RabbitResult{}, fmt.Errorf("rabbitmq %s: %w", kind, err)
 			}
