@@ -99,7 +99,10 @@ type Config struct {
 	// the messages it sends. Required: letters, digits, '-', '_' and '.'.
 	Endpoint string
 	// Transport carries the messages. Defaults to an in-memory gochannel
-	// transport.
+	// transport. New hands a transport that logs its Logger
+	// (transport.LoggerSetter): a transport shared by several buses logs
+	// through the last one's, so its lines name that bus (found by a cold
+	// trial); give each bus a transport of its own to tell them apart.
 	Transport transport.Transport
 	// DB is the database of handlers' transactions, the inbox and the
 	// watermarks. Required when a handler uses WithTransaction, WithInbox (or

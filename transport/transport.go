@@ -42,7 +42,8 @@ type Mandatory interface {
 
 // LoggerSetter is implemented by a transport that logs; the bus hands it
 // its Config.Logger in New, so connects, reconnects, nacks and moved
-// messages show in the application's log.
+// messages show in the application's log. A transport has one logger: of
+// several buses sharing it, the last one created sets it.
 type LoggerSetter interface {
 	SetLogger(*slog.Logger)
 }
