@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -84,12 +85,14 @@ func (p *relayPublisher) publish(topic string, msg *message.Message) error {
 		p.recovered()
 		return nil
 	}
-	if errors.Is(err, transport.ErrUnreachable) || dialect.Transient(err) {
+	if errors.Is(err, transport.ErrUnreachable) || dialect.Transient(err) || errors.Is(err, context.Canceled) {
 		// The broker (or the SQL transport's database) could not be
 		// reached: an outage, not this message's refusal, and not counted
 		// against it. Before, the attempts of an outage counted, and a heal
 		// between the last of them and the error topic's copy (or a
 		// flapping broker) moved the message aside (found by a cold trial).
+		// Nor a publish the relay's stop cut short (its context
+		// cancelled): the message stays in the outbox for the next start.
 		p.failed(err, watermill.LogFields{"topic": topic, "message_uuid": msg.UUID, "attempt": p.attempts[key], "unreachable": true})
 		return fmt.Errorf("%w: %w", errRefused, err)
 	}
@@ -159,8 +162,13 @@ func (p *relayPublisher) failed(err error, fields watermill.LogFields) {
 	switch {
 	case p.failures == 1:
 		p.failingSince, p.remindedAt = now, now
-		logAt(p.cfg.Logger, slog.LevelWarn, "outbox: relay failing: the transport refused a message; "+
-			"the relay will keep retrying it every poll and nothing is lost (it stays in the outbox)", err, fields)
+		msg := "outbox: relay failing: the transport refused a message; " +
+			"the relay will keep retrying it every poll and nothing is lost (it stays in the outbox)"
+		if errors.Is(err, context.Canceled) { // a stop (said at info by the logger, stopping=true)
+			msg = "outbox: a publish was cut short by the relay's context (a stop); " +
+				"the message stays in the outbox and is relayed again"
+		}
+		logAt(p.cfg.Logger, slog.LevelWarn, msg, err, fields)
 	case now.Sub(p.remindedAt) >= p.cfg.outageReminder:
 		p.remindedAt = now
 		logAt(p.cfg.Logger, slog.LevelWarn, "outbox: relay still failing, will keep retrying; nothing is lost", err,
