@@ -85,14 +85,19 @@ func (p *relayPublisher) publish(topic string, msg *message.Message) error {
 		p.recovered()
 		return nil
 	}
-	if errors.Is(err, transport.ErrUnreachable) || dialect.Transient(err) || errors.Is(err, context.Canceled) {
+	if errors.Is(err, context.Canceled) {
+		// The relay's stop cut the publish short: not the message's
+		// refusal, and not counted against it; it stays in the outbox for
+		// the next start.
+		p.failed(err, watermill.LogFields{"topic": topic, "message_uuid": msg.UUID, "attempt": p.attempts[key]})
+		return fmt.Errorf("%w: %w", errRefused, err)
+	}
+	if errors.Is(err, transport.ErrUnreachable) || dialect.Transient(err) {
 		// The broker (or the SQL transport's database) could not be
 		// reached: an outage, not this message's refusal, and not counted
 		// against it. Before, the attempts of an outage counted, and a heal
 		// between the last of them and the error topic's copy (or a
 		// flapping broker) moved the message aside (found by a cold trial).
-		// Nor a publish the relay's stop cut short (its context
-		// cancelled): the message stays in the outbox for the next start.
 		p.failed(err, watermill.LogFields{"topic": topic, "message_uuid": msg.UUID, "attempt": p.attempts[key], "unreachable": true})
 		return fmt.Errorf("%w: %w", errRefused, err)
 	}
