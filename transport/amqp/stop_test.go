@@ -25,13 +25,29 @@ import (
 // head of the queue (a review measured delivery counts of 5 to 24 after
 // one stop with 32 subscriptions), and past the queue's delivery limit
 // RabbitMQ drops a message without a trace.
+//
+// Whether a stop returns anything at all is a race (a subscription returns
+// the delivery the broker sent after its last ack, if it came before the
+// stop), so each way of stopping is tried until a stop returned messages,
+// five times at most, every try checked (one try returned nothing in a
+// clean-clone CI run).
 func TestStopReturnsEachMessageOnce(t *testing.T) {
 	for _, stop := range []string{"router closed", "context ended"} {
-		t.Run(stop, func(t *testing.T) { testStopReturnsEachMessageOnce(t, stop == "context ended") })
+		t.Run(stop, func(t *testing.T) {
+			for range 5 {
+				if stopReturnsEachMessageOnce(t, stop == "context ended") > 0 {
+					return
+				}
+			}
+			t.Fatal("in five stops under load, none returned a message: the check could not look")
+		})
 	}
 }
 
-func testStopReturnsEachMessageOnce(t *testing.T, byContext bool) {
+// stopReturnsEachMessageOnce stops a router under a backlog, checks that
+// no message was returned more than once, and returns how many were
+// returned once.
+func stopReturnsEachMessageOnce(t *testing.T, byContext bool) int {
 	const (
 		subscriptions = 32
 		backlog       = 2000
@@ -80,7 +96,7 @@ func testStopReturnsEachMessageOnce(t *testing.T, byContext bool) {
 	delete(counts, 0)
 	delete(counts, 1)
 	require.Empty(t, counts, "messages by how often they had been returned (%d once): one stop returned some more than once", returned)
-	require.NotZero(t, returned, "the stop returned nothing: the test did not stop under load")
+	return returned
 }
 
 // deliveryCounts reads every message of the quorum queue and counts
