@@ -67,6 +67,9 @@ func TestPubSub(t *testing.T) {
 		open func(testing.TB) *gorm.DB
 	}{{"postgres", testenv.Postgres}, {"mariadb", testenv.MySQL}} {
 		t.Run(store.name, func(t *testing.T) {
+			if store.name == "postgres" {
+				watchLongTransactions(t, testenv.Postgres(t))
+			}
 			group := pubSubOn(store.open)
 			tests.TestPubSub(t, features, func(t *testing.T) (message.Publisher, message.Subscriber) { return group(t, "default") }, group)
 		})
