@@ -319,44 +319,50 @@ func TestCompetingConsumerProcesses(t *testing.T) {
 // through the outbox, and its process is killed with SIGKILL after COMMIT
 // and before the relay (the broker refuses the relay until then). After a
 // restart both events reach the downstream endpoint exactly once, counted
-// behind its inbox, and the redelivered order is skipped, not re-sent.
+// behind its inbox, and the redelivered order is skipped, not re-sent. On
+// every store × transport that reaches across processes and has an outbox
+// (SQLite has none).
 func TestOutboxSurvivesAKillBetweenCommitAndRelay(t *testing.T) {
-	p := newProcessSetup(t).withSender(t)
-	require.NoError(t, p.db.Exec("CREATE TABLE shipped (order_id VARCHAR(50) NOT NULL, parcel INTEGER NOT NULL)").Error)
-	tr, err := amqp.New(amqp.Config{URL: p.url})
-	require.NoError(t, err)
-	amqptest.Cleanup(t, tr)
-	downstream, err := bus.New(bus.Config{Endpoint: testenv.Name("shipping"), Transport: tr, DB: p.db, Logger: testenv.Logger(t),
-		Cleanup: bus.CleanupSchedule{Disabled: true}})
-	require.NoError(t, err)
-	require.NoError(t, bus.Handle(downstream, func(ctx context.Context, s *Shipped) error {
-		return bus.Tx(ctx).Exec("INSERT INTO shipped (order_id, parcel) VALUES (?, ?)", s.OrderID, s.Parcel).Error
-	}, bus.WithInbox()))
-	start(t, downstream, "error")
+	for _, combo := range processCombos {
+		if combo.store == "sqlite" {
+			continue
+		}
+		t.Run(combo.String(), func(t *testing.T) {
+			p := newProcessSetupOn(t, combo).withSender(t)
+			require.NoError(t, p.db.Exec("CREATE TABLE shipped (order_id VARCHAR(50) NOT NULL, parcel INTEGER NOT NULL)").Error)
+			downstream, err := bus.New(bus.Config{Endpoint: testenv.Name("shipping"), Transport: p.newTransport(t), DB: p.db, Logger: testenv.Logger(t),
+				Cleanup: bus.CleanupSchedule{Disabled: true}})
+			require.NoError(t, err)
+			require.NoError(t, bus.Handle(downstream, func(ctx context.Context, s *Shipped) error {
+				return bus.Tx(ctx).Exec("INSERT INTO shipped (order_id, parcel) VALUES (?, ?)", s.OrderID, s.Parcel).Error
+			}, bus.WithInbox()))
+			start(t, downstream, "error")
 
-	first := startChild(t, "outbox", p.dsn, p.url, p.endpoint, 1)
-	require.NoError(t, bus.Send(context.Background(), p.sender, &Order{ID: "o-1"}, bus.To(p.endpoint)))
-	err = first.cmd.Wait()
-	status, ok := first.cmd.ProcessState.Sys().(syscall.WaitStatus)
-	require.True(t, ok && status.Signaled() && status.Signal() == syscall.SIGKILL, "killed after commit: %v", err)
-	var queued int64
-	require.NoError(t, p.db.Raw("SELECT COUNT(*) FROM watermill_postroom_outbox").Scan(&queued).Error)
-	require.EqualValues(t, 2, queued, "both events committed to the outbox with the handler")
-	shipped := func() (n int64) {
-		require.NoError(t, p.db.Raw("SELECT COUNT(*) FROM shipped").Scan(&n).Error)
-		return n
+			first := p.start(t, "outbox", 1)
+			require.NoError(t, bus.Send(context.Background(), p.sender, &Order{ID: "o-1"}, bus.To(p.endpoint)))
+			err = first.cmd.Wait()
+			status, ok := first.cmd.ProcessState.Sys().(syscall.WaitStatus)
+			require.True(t, ok && status.Signaled() && status.Signal() == syscall.SIGKILL, "killed after commit: %v", err)
+			var queued int64
+			require.NoError(t, p.db.Raw("SELECT COUNT(*) FROM watermill_postroom_outbox").Scan(&queued).Error)
+			require.EqualValues(t, 2, queued, "both events committed to the outbox with the handler")
+			shipped := func() (n int64) {
+				require.NoError(t, p.db.Raw("SELECT COUNT(*) FROM shipped").Scan(&n).Error)
+				return n
+			}
+			require.Zero(t, shipped(), "nothing relayed before the kill")
+
+			second := p.start(t, "outbox", 0)
+			waitFor(t, "both events downstream", func() bool { return shipped() >= 2 })
+			time.Sleep(time.Second) // room for a wrong third
+			_, duplicates := second.stop(t)
+			require.EqualValues(t, 2, shipped(), "each event exactly once")
+			var distinct int64
+			require.NoError(t, p.db.Raw("SELECT COUNT(DISTINCT parcel) FROM shipped").Scan(&distinct).Error)
+			require.EqualValues(t, 2, distinct)
+			require.Equal(t, 1, duplicates, "the redelivered order was skipped by the inbox")
+		})
 	}
-	require.Zero(t, shipped(), "nothing relayed before the kill")
-
-	second := startChild(t, "outbox", p.dsn, p.url, p.endpoint, 0)
-	waitFor(t, "both events downstream", func() bool { return shipped() >= 2 })
-	time.Sleep(time.Second) // room for a wrong third
-	_, duplicates := second.stop(t)
-	require.EqualValues(t, 2, shipped(), "each event exactly once")
-	var distinct int64
-	require.NoError(t, p.db.Raw("SELECT COUNT(DISTINCT parcel) FROM shipped").Scan(&distinct).Error)
-	require.EqualValues(t, 2, distinct)
-	require.Equal(t, 1, duplicates, "the redelivered order was skipped by the inbox")
 }
 
 // runUntilKilled runs a consumer process that is expected to kill itself
