@@ -54,9 +54,10 @@ type Config struct {
 	// MaxRelayAttempts is how often the relay tries one message before it
 	// moves it to ErrorTopic. A message is moved only when ErrorTopic takes
 	// it: while the broker refuses everything (an outage), the relay keeps
-	// trying. An attempt that could not reach the broker at all
-	// (transport.ErrUnreachable, or the database of the SQL transport out
-	// of reach) is not counted. Defaults to 5.
+	// trying. An attempt that could not reach the broker at all, or lost
+	// its connection mid-publish (transport.ErrUnreachable), or found the
+	// database of the SQL transport out of reach, is not counted. Defaults
+	// to 5.
 	MaxRelayAttempts int
 	// PublishCommand publishes a message that carries metadata.CommandTo
 	// (a command), failing when no queue takes it; such a message is then

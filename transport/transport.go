@@ -115,10 +115,12 @@ type Connectivity interface {
 }
 
 // ErrUnreachable matches a publish that failed because the broker could
-// not be reached at all (no connection could be made): the failure says
-// nothing about the message. The outbox relay does not count it against
-// the message, so an outage does not bring a message closer to the error
-// topic.
+// not be reached at all (no connection could be made), or because the
+// connection was lost while the message was in flight (the network, or
+// the broker shutting down: it may have taken the message, and a retry
+// may publish it twice): the failure says nothing about the message. The
+// outbox relay does not count it against the message, so an outage does
+// not bring a message closer to the error topic.
 var ErrUnreachable = errors.New("transport: the broker is out of reach")
 
 // Unreachable wraps err, a failure to reach the broker at all, so that

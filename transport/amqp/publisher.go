@@ -47,6 +47,8 @@ type confirmPublisher struct {
 	stop    context.CancelFunc
 
 	conn     *amqp091.Connection
+	connEnd  chan *amqp091.Error // conn's close reason (NotifyClose)
+	closedBy *amqp091.Error      // read from connEnd once conn closed
 	ch       *amqp091.Channel
 	returns  chan amqp091.Return
 	declared map[string]bool // exchanges declared on conn
@@ -158,9 +160,9 @@ func (p *confirmPublisher) publishBatch(ctx context.Context, topic string, msgs 
 		c, err := p.ch.PublishWithDeferredConfirmWithContext(msg.Context(), exchange, "", mandatory, false, pubs[i])
 		if err != nil {
 			if i == 0 && p.ch.IsClosed() {
-				return nothingSent{fmt.Errorf("amqp: publish message %s to topic %s: %w", msg.UUID, topic, err)}
+				return nothingSent{fmt.Errorf("amqp: publish message %s to topic %s: %w", msg.UUID, topic, p.lost(err))}
 			}
-			return fmt.Errorf("amqp: publish message %s to topic %s: %w", msg.UUID, topic, err)
+			return fmt.Errorf("amqp: publish message %s to topic %s: %w", msg.UUID, topic, p.lost(err))
 		}
 		confirms[i] = c
 	}
@@ -173,7 +175,8 @@ func (p *confirmPublisher) publishBatch(ctx context.Context, topic string, msgs 
 		}
 		if !ok {
 			if p.ch.IsClosed() {
-				return fmt.Errorf("amqp: the channel closed before the broker confirmed message %s to topic %s: publish it again", msg.UUID, topic)
+				return fmt.Errorf("amqp: the channel closed before the broker confirmed message %s to topic %s: publish it again: %w",
+					msg.UUID, topic, p.lost(errChannelClosed))
 			}
 			return fmt.Errorf("amqp: the broker refused message %s to topic %s (basic.nack): publish it again", msg.UUID, topic)
 		}
@@ -213,6 +216,39 @@ func returnedID(r amqp091.Return) string {
 	return r.MessageId
 }
 
+// errChannelClosed is the cause of a confirm the channel's close ended.
+var errChannelClosed = errors.New("the channel closed")
+
+// lost returns err marked transport.Unreachable when the publisher's
+// connection has closed for a reason that says nothing about the messages
+// in flight: the network (amqp091 reports a read or write failure, a missed
+// heartbeat included, as its own error, not the server's) or the broker
+// shutting down or an operator closing the connection (320
+// CONNECTION_FORCED). The outbox's relay then does not count the attempt
+// against the message: before, each cut of a flapping broker mid-publish
+// counted as the broker's refusal, and five moved a sound message to the
+// error topic. A channel the broker closed (a message too large, an
+// exchange deleted meanwhile) or a connection it closed on another error
+// may be the message's doing, and err stays as it is.
+func (p *confirmPublisher) lost(err error) error {
+	if p.conn == nil || !p.conn.IsClosed() {
+		return err
+	}
+	if p.closedBy == nil {
+		// amqp091 hands the reason to connEnd before it shuts the
+		// connection's channels, whose end brought us here.
+		select {
+		case e := <-p.connEnd:
+			p.closedBy = e
+		default:
+		}
+	}
+	if e := p.closedBy; e != nil && (!e.Server || e.Code == amqp091.ConnectionForced) {
+		return transport.Unreachable(fmt.Errorf("%w (the connection was lost: %v)", err, e))
+	}
+	return err
+}
+
 // open connects and opens the confirm channel if they are not open; the
 // end of ctx or close interrupts the connect.
 func (p *confirmPublisher) open(ctx context.Context) error {
@@ -227,6 +263,7 @@ func (p *confirmPublisher) open(ctx context.Context) error {
 			return nothingSent{fmt.Errorf("amqp: connect the publisher: %w", transport.Unreachable(err))}
 		}
 		p.conn = conn
+		p.connEnd, p.closedBy = conn.NotifyClose(make(chan *amqp091.Error, 1)), nil
 		p.declared = map[string]bool{}
 		p.connects++
 		if p.connects == 1 {
