@@ -123,8 +123,9 @@ type Connectivity interface {
 // not bring a message closer to the error topic.
 var ErrUnreachable = errors.New("transport: the broker is out of reach")
 
-// Unreachable wraps err, a failure to reach the broker at all, so that
-// errors.Is(err, ErrUnreachable); its text is err's.
+// Unreachable wraps err, a failure to reach the broker at all or a
+// connection lost mid-publish (ErrUnreachable), so that errors.Is(err,
+// ErrUnreachable); its text is err's.
 func Unreachable(err error) error { return unreachableError{err} }
 
 type unreachableError struct{ err error }

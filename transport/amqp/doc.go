@@ -38,6 +38,13 @@
 // in confirm mode and fails with an error wrapping [transport.ErrNoRoute]
 // when no queue is bound to the topic's exchange.
 //
+// A publish fails with an error wrapping [transport.ErrUnreachable] when
+// no connection could be made, or when its connection was lost before the
+// broker confirmed (the network, a missed heartbeat, the broker shutting
+// down: 320 CONNECTION_FORCED); the broker may have taken the message. The
+// outbox's relay does not count such an attempt against the message. A
+// channel or connection the broker closed on another error is a refusal.
+//
 // # Queues
 //
 // [Config.QueueType] chooses classic (the default) or quorum queues;

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -144,7 +146,7 @@ func (p *confirmPublisher) publishBatch(ctx context.Context, topic string, msgs 
 		// As watermill-amqp's durable pub/sub config declares it.
 		p.record.exchange(exchange)
 		if err := p.ch.ExchangeDeclare(exchange, "fanout", true, false, false, false, nil); err != nil {
-			return fmt.Errorf("amqp: declare exchange %s (fanout, durable) for topic %s: %w", exchange, topic, err)
+			return nothingSent{fmt.Errorf("amqp: declare exchange %s (fanout, durable) for topic %s: %w", exchange, topic, p.lost(err))}
 		}
 		p.declared[exchange] = true
 	}
@@ -175,8 +177,7 @@ func (p *confirmPublisher) publishBatch(ctx context.Context, topic string, msgs 
 		}
 		if !ok {
 			if p.ch.IsClosed() {
-				return fmt.Errorf("amqp: the channel closed before the broker confirmed message %s to topic %s: publish it again: %w",
-					msg.UUID, topic, p.lost(errChannelClosed))
+				return p.lost(fmt.Errorf("amqp: the channel closed before the broker confirmed message %s to topic %s: publish it again", msg.UUID, topic))
 			}
 			return fmt.Errorf("amqp: the broker refused message %s to topic %s (basic.nack): publish it again", msg.UUID, topic)
 		}
@@ -216,37 +217,50 @@ func returnedID(r amqp091.Return) string {
 	return r.MessageId
 }
 
-// errChannelClosed is the cause of a confirm the channel's close ended.
-var errChannelClosed = errors.New("the channel closed")
-
-// lost returns err marked transport.Unreachable when the publisher's
-// connection has closed for a reason that says nothing about the messages
-// in flight: the network (amqp091 reports a read or write failure, a missed
-// heartbeat included, as its own error, not the server's) or the broker
-// shutting down or an operator closing the connection (320
-// CONNECTION_FORCED). The outbox's relay then does not count the attempt
+// lost returns err marked transport.Unreachable when the publish failed
+// because its connection was lost to something that says nothing about
+// the messages in flight (connectionLost), or a write to it failed. The
+// outbox's relay and the delayed relay then do not count the attempt
 // against the message: before, each cut of a flapping broker mid-publish
 // counted as the broker's refusal, and five moved a sound message to the
 // error topic. A channel the broker closed (a message too large, an
 // exchange deleted meanwhile) or a connection it closed on another error
 // may be the message's doing, and err stays as it is.
 func (p *confirmPublisher) lost(err error) error {
+	var netErr net.Error
+	if errors.As(err, &netErr) {
+		return transport.Unreachable(fmt.Errorf("%w (the connection failed)", err))
+	}
 	if p.conn == nil || !p.conn.IsClosed() {
 		return err
 	}
 	if p.closedBy == nil {
-		// amqp091 hands the reason to connEnd before it shuts the
-		// connection's channels, whose end brought us here.
+		// amqp091 marks the connection closed a moment before it hands
+		// connEnd the reason (or closes it: a close of ours), and only
+		// then shuts its channels, which ends a wait for a confirm.
 		select {
 		case e := <-p.connEnd:
 			p.closedBy = e
-		default:
+		case <-time.After(time.Second):
 		}
 	}
-	if e := p.closedBy; e != nil && (!e.Server || e.Code == amqp091.ConnectionForced) {
+	if e := p.closedBy; e != nil && connectionLost(e) {
 		return transport.Unreachable(fmt.Errorf("%w (the connection was lost: %v)", err, e))
 	}
 	return err
+}
+
+// connectionLost reports whether a connection that closed with e was lost
+// to the network (amqp091's own frame error: a read or write failure, a
+// missed heartbeat) or to the broker shutting down or an operator closing
+// it (320 CONNECTION_FORCED, from the broker). A close the broker made on
+// another error (a frame it refused) or amqp091 made on a protocol error
+// may be a message's doing.
+func connectionLost(e *amqp091.Error) bool {
+	if e.Server {
+		return e.Code == amqp091.ConnectionForced
+	}
+	return e.Code == amqp091.FrameError
 }
 
 // open connects and opens the confirm channel if they are not open; the

@@ -68,7 +68,7 @@ func TestPubSub(t *testing.T) {
 	}{{"postgres", testenv.Postgres}, {"mariadb", testenv.MySQL}} {
 		t.Run(store.name, func(t *testing.T) {
 			if store.name == "postgres" {
-				watchLongTransactions(t, testenv.Postgres(t))
+				watchLongTransactions(t)
 			}
 			group := pubSubOn(store.open)
 			tests.TestPubSub(t, features, func(t *testing.T) (message.Publisher, message.Subscriber) { return group(t, "default") }, group)
