@@ -439,37 +439,38 @@ func TestPoisonMessageThatKillsItsConsumer(t *testing.T) {
 // delayed delivery wait in the database while every consumer process is
 // SIGKILLed; the restarted process delivers each once, not before its time.
 func TestDelayedMessagesSurviveKillingEveryProcess(t *testing.T) {
-	p := newProcessSetup(t)
-	tr, err := amqp.New(amqp.Config{URL: p.url})
-	require.NoError(t, err)
-	amqptest.Cleanup(t, tr)
-	sender, err := bus.New(bus.Config{Endpoint: "sender", Transport: tr, DB: p.db, Logger: testenv.Logger(t)})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sender.Close() })
-	failing := fmt.Sprintf("%s=%d", childFailTil, time.Now().Add(time.Hour).UnixMilli())
-	first := startChild(t, "consumer", p.dsn, p.url, p.endpoint, 0, childDelayed+"=1", failing)
-	sent := time.Now()
-	ctx := context.Background()
-	require.NoError(t, bus.Send(ctx, sender, &Work{N: 1}, bus.To(p.endpoint), bus.WithMessageID(workID(1))))
-	require.NoError(t, bus.Send(ctx, sender, &Work{N: 2}, bus.To(p.endpoint), bus.WithMessageID(workID(2)), bus.DeliverAfter(3*time.Second)))
-	waitFor(t, "a delayed retry and a delayed delivery waiting", func() bool {
-		var n int64
-		return p.db.Raw("SELECT COUNT(*) FROM postroom_delayed").Scan(&n).Error == nil && n == 2
-	})
-	require.NoError(t, first.cmd.Process.Kill())
-	_ = first.cmd.Wait()
-	rows, _ := p.effects(t)
-	require.Zero(t, rows, "nothing handled before the kill")
+	for _, combo := range processCombos {
+		t.Run(combo.String(), func(t *testing.T) {
+			p := newProcessSetupOn(t, combo)
+			sender, err := bus.New(bus.Config{Endpoint: "sender", Transport: p.newTransport(t), DB: p.db, Logger: testenv.Logger(t)})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = sender.Close() })
+			failing := fmt.Sprintf("%s=%d", childFailTil, time.Now().Add(time.Hour).UnixMilli())
+			first := p.start(t, "consumer", 0, childDelayed+"=1", failing)
+			sent := time.Now()
+			ctx := context.Background()
+			require.NoError(t, bus.Send(ctx, sender, &Work{N: 1}, bus.To(p.endpoint), bus.WithMessageID(workID(1))))
+			require.NoError(t, bus.Send(ctx, sender, &Work{N: 2}, bus.To(p.endpoint), bus.WithMessageID(workID(2)), bus.DeliverAfter(3*time.Second)))
+			waitFor(t, "a delayed retry and a delayed delivery waiting", func() bool {
+				var n int64
+				return p.db.Raw("SELECT COUNT(*) FROM postroom_delayed").Scan(&n).Error == nil && n == 2
+			})
+			require.NoError(t, first.cmd.Process.Kill())
+			_ = first.cmd.Wait()
+			rows, _ := p.effects(t)
+			require.Zero(t, rows, "nothing handled before the kill")
 
-	second := startChild(t, "consumer", p.dsn, p.url, p.endpoint, 0, childDelayed+"=1")
-	p.waitForEffects(t, 2)
-	require.GreaterOrEqual(t, time.Since(sent), 2*time.Second, "not before their time")
-	time.Sleep(500 * time.Millisecond) // room for a wrong second delivery
-	second.stop(t)
-	rows, distinct := p.effects(t)
-	require.EqualValues(t, 2, rows, "each once")
-	require.EqualValues(t, 2, distinct)
-	var left int64
-	require.NoError(t, p.db.Raw("SELECT COUNT(*) FROM postroom_delayed").Scan(&left).Error)
-	require.Zero(t, left)
+			second := p.start(t, "consumer", 0, childDelayed+"=1")
+			p.waitForEffects(t, 2)
+			require.GreaterOrEqual(t, time.Since(sent), 2*time.Second, "not before their time")
+			time.Sleep(500 * time.Millisecond) // room for a wrong second delivery
+			second.stop(t)
+			rows, distinct := p.effects(t)
+			require.EqualValues(t, 2, rows, "each once")
+			require.EqualValues(t, 2, distinct)
+			var left int64
+			require.NoError(t, p.db.Raw("SELECT COUNT(*) FROM postroom_delayed").Scan(&left).Error)
+			require.Zero(t, left)
+		})
+	}
 }
