@@ -61,68 +61,79 @@ func externalChildEnv(api, policy, errorTopic string) []string {
 }
 
 // TestExternalEffectsWhenTheProcessDiesMidCall: the handler calls a payment
-// API, and its process is SIGKILLed during the call. After a restart,
-// RabbitMQ redelivers the message. With Park it lands in the error topic as
-// "outcome unknown" and the API saw one call; with Retry the API sees the
-// same idempotency key on every call and applies it once.
+// API, and its process is SIGKILLed during the call. After a restart, the
+// transport redelivers the message. With Park it lands in the error topic
+// as "outcome unknown" and the API saw one call; with Retry the API sees
+// the same idempotency key on every call and applies it once. On every
+// store × transport that reaches across processes.
 func TestExternalEffectsWhenTheProcessDiesMidCall(t *testing.T) {
-	for _, policy := range []string{"park", "retry"} {
-		t.Run(policy, func(t *testing.T) {
-			p := newProcessSetup(t).withSender(t)
-			errorTopic := testenv.Name("error_")
-			deleteErrorQueue(t, errorTopic)
-			var victim atomic.Pointer[consumer]
-			api := &paymentAPI{applied: map[string]int{}, during: func(n int, r *http.Request) bool {
-				if n > 1 {
-					return true
-				}
-				_ = victim.Load().cmd.Process.Signal(syscall.SIGKILL) // mid-call
-				select {
-				case <-r.Context().Done():
-				case <-time.After(30 * time.Second):
-				}
-				return false
-			}}
-			srv := httptest.NewServer(api)
-			defer srv.Close()
-			env := externalChildEnv(srv.URL, policy, errorTopic)
-
-			first := startChild(t, "external", p.dsn, p.url, p.endpoint, 0, env...)
-			victim.Store(first)
-			require.NoError(t, bus.Send(context.Background(), p.sender, &Charge{N: 1}, bus.To(p.endpoint), bus.WithMessageID("charge-1")))
-			err := first.cmd.Wait()
-			status, ok := first.cmd.ProcessState.Sys().(syscall.WaitStatus)
-			require.True(t, ok && status.Signaled() && status.Signal() == syscall.SIGKILL, "killed mid-call: %v", err)
-
-			second := startChild(t, "external", p.dsn, p.url, p.endpoint, 0, env...)
-			var row struct {
-				Status   string
-				Attempts int
-			}
-			readRow := func() {
-				require.NoError(t, p.db.Raw("SELECT status, attempts FROM postroom_inbox WHERE message_id = 'charge-1'").Scan(&row).Error)
-			}
-			if policy == "park" {
-				failed := readErrorQueue(t, p.url, errorTopic)
-				require.Equal(t, "charge-1", failed.UUID)
-				require.Contains(t, failed.Metadata.Get(metadata.ErrorReason), "outcome unknown")
-				keys, applied := api.calls()
-				require.Len(t, keys, 1, "nobody called again")
-				require.Empty(t, applied)
-				readRow()
-				require.Equal(t, "parked", row.Status)
-			} else {
-				waitFor(t, "the retried call", func() bool { _, applied := api.calls(); return len(applied) == 1 })
-				waitFor(t, "the done mark", func() bool { readRow(); return row.Status == "done" })
-				keys, applied := api.calls()
-				require.Len(t, keys, 2)
-				require.Equal(t, keys[0], keys[1], "one idempotency key on every call")
-				require.Equal(t, map[string]int{keys[0]: 1}, applied)
-				require.Equal(t, 2, row.Attempts)
-			}
-			second.stop(t)
-		})
+	for _, combo := range processCombos {
+		for _, policy := range []string{"park", "retry"} {
+			t.Run(combo.String()+"/"+policy, func(t *testing.T) {
+				externalDiesMidCall(t, combo, policy)
+			})
+		}
 	}
+}
+
+// externalDiesMidCall is TestExternalEffectsWhenTheProcessDiesMidCall on one
+// store × transport with one policy.
+func externalDiesMidCall(t *testing.T, combo processCombo, policy string) {
+	p := newProcessSetupOn(t, combo).withSender(t)
+	errorTopic := testenv.Name("error_")
+	if combo.transport == "amqp" {
+		deleteErrorQueue(t, errorTopic)
+	}
+	var victim atomic.Pointer[consumer]
+	api := &paymentAPI{applied: map[string]int{}, during: func(n int, r *http.Request) bool {
+		if n > 1 {
+			return true
+		}
+		_ = victim.Load().cmd.Process.Signal(syscall.SIGKILL) // mid-call
+		select {
+		case <-r.Context().Done():
+		case <-time.After(30 * time.Second):
+		}
+		return false
+	}}
+	srv := httptest.NewServer(api)
+	defer srv.Close()
+	env := externalChildEnv(srv.URL, policy, errorTopic)
+
+	first := p.start(t, "external", 0, env...)
+	victim.Store(first)
+	require.NoError(t, bus.Send(context.Background(), p.sender, &Charge{N: 1}, bus.To(p.endpoint), bus.WithMessageID("charge-1")))
+	err := first.cmd.Wait()
+	status, ok := first.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	require.True(t, ok && status.Signaled() && status.Signal() == syscall.SIGKILL, "killed mid-call: %v", err)
+
+	second := p.start(t, "external", 0, env...)
+	var row struct {
+		Status   string
+		Attempts int
+	}
+	readRow := func() {
+		require.NoError(t, p.db.Raw("SELECT status, attempts FROM postroom_inbox WHERE message_id = 'charge-1'").Scan(&row).Error)
+	}
+	if policy == "park" {
+		failed := p.readErrorTopic(t, errorTopic)
+		require.Equal(t, "charge-1", failed.UUID)
+		require.Contains(t, failed.Metadata.Get(metadata.ErrorReason), "outcome unknown")
+		keys, applied := api.calls()
+		require.Len(t, keys, 1, "nobody called again")
+		require.Empty(t, applied)
+		readRow()
+		require.Equal(t, "parked", row.Status)
+	} else {
+		waitFor(t, "the retried call", func() bool { _, applied := api.calls(); return len(applied) == 1 })
+		waitFor(t, "the done mark", func() bool { readRow(); return row.Status == "done" })
+		keys, applied := api.calls()
+		require.Len(t, keys, 2)
+		require.Equal(t, keys[0], keys[1], "one idempotency key on every call")
+		require.Equal(t, map[string]int{keys[0]: 1}, applied)
+		require.Equal(t, 2, row.Attempts)
+	}
+	second.stop(t)
 }
 
 // TestExternalEffectsTwoCopiesOneCall: a message published twice reaches
@@ -149,6 +160,26 @@ func TestExternalEffectsTwoCopiesOneCall(t *testing.T) {
 	require.Len(t, keys, 1)
 	require.Equal(t, 1, handled)
 	require.Equal(t, 1, duplicates)
+}
+
+// readErrorTopic returns the first message of the error topic, read as
+// the error queue's group on the setup's transport.
+func (p processSetup) readErrorTopic(t *testing.T, errorTopic string) *message.Message {
+	t.Helper()
+	sub, err := p.newTransport(t).Subscriber(bus.ErrorQueueGroup)
+	require.NoError(t, err)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	msgs, err := sub.Subscribe(ctx, errorTopic)
+	require.NoError(t, err)
+	select {
+	case m := <-msgs:
+		m.Ack()
+		return m
+	case <-time.After(30 * time.Second):
+		t.Fatal("nothing reached the error topic")
+		return nil
+	}
 }
 
 // readErrorQueue returns the first message of the error topic's queue.
