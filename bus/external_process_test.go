@@ -173,7 +173,8 @@ func (p processSetup) readErrorTopic(t *testing.T, errorTopic string) *message.M
 	msgs, err := sub.Subscribe(ctx, errorTopic)
 	require.NoError(t, err)
 	select {
-	case m := <-msgs:
+	case m, ok := <-msgs:
+		require.True(t, ok, "the error topic's subscription ended")
 		m.Ack()
 		return m
 	case <-time.After(30 * time.Second):

@@ -46,7 +46,7 @@ const (
 	childTransport = "POSTROOM_TEST_CHILD_TRANSPORT" // "sql": the SQL transport on the child's database; otherwise RabbitMQ
 	childErrors    = "POSTROOM_TEST_CHILD_ERROR_TOPIC"
 	childDefault   = "POSTROOM_TEST_CHILD_DEFAULT_RETRY" // "1": the default retry policy, not one that outlasts a restart
-	childDelayed   = "POSTROOM_TEST_CHILD_DELAYED"       // "1": delayed retries after 2 s, due messages looked for every 100 ms
+	childDelayed   = "POSTROOM_TEST_CHILD_DELAYED"       // "1": delayed retries after 4 s, due messages looked for every 100 ms
 	childFailTil   = "POSTROOM_TEST_CHILD_FAIL_UNTIL"    // Unix ms: every Work fails before then
 	childBatch     = "POSTROOM_TEST_CHILD_BATCH"         // N: Work's handler commits in batches of up to N (WithBatch)
 	childBatchFn   = "POSTROOM_TEST_CHILD_BATCH_HANDLER" // "1": Work's handler is a batch handler (HandleBatch), batches per childBatch
@@ -87,7 +87,7 @@ func runConsumer() int {
 	pollDelayed := time.Duration(0)
 	if os.Getenv(childDelayed) == "1" {
 		retry = bus.RetryPolicy{NoRetries: true}
-		delayed.Delays = []time.Duration{2 * time.Second}
+		delayed.Delays = []time.Duration{4 * time.Second}
 		pollDelayed = 100 * time.Millisecond
 	}
 	failUntil, _ := strconv.ParseInt(os.Getenv(childFailTil), 10, 64)
