@@ -18,6 +18,7 @@ import (
 	"github.com/postroom/postroom/internal/amqptest"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metadata"
+	"github.com/postroom/postroom/transport"
 	"github.com/postroom/postroom/transport/amqp"
 )
 
@@ -166,21 +167,7 @@ func TestExternalEffectsTwoCopiesOneCall(t *testing.T) {
 // the error queue's group on the setup's transport.
 func (p processSetup) readErrorTopic(t *testing.T, errorTopic string) *message.Message {
 	t.Helper()
-	sub, err := p.newTransport(t).Subscriber(bus.ErrorQueueGroup)
-	require.NoError(t, err)
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	msgs, err := sub.Subscribe(ctx, errorTopic)
-	require.NoError(t, err)
-	select {
-	case m, ok := <-msgs:
-		require.True(t, ok, "the error topic's subscription ended")
-		m.Ack()
-		return m
-	case <-time.After(30 * time.Second):
-		t.Fatal("nothing reached the error topic")
-		return nil
-	}
+	return firstOfErrorTopic(t, p.newTransport(t), errorTopic)
 }
 
 // readErrorQueue returns the first message of the error topic's queue.
@@ -190,6 +177,13 @@ func readErrorQueue(t *testing.T, url, errorTopic string) *message.Message {
 	require.NoError(t, err)
 	amqptest.Cleanup(t, tr)
 	defer tr.Close()
+	return firstOfErrorTopic(t, tr, errorTopic)
+}
+
+// firstOfErrorTopic reads the error topic on tr as the error queue's
+// group and returns its first message, acked.
+func firstOfErrorTopic(t *testing.T, tr transport.Transport, errorTopic string) *message.Message {
+	t.Helper()
 	sub, err := tr.Subscriber(bus.ErrorQueueGroup)
 	require.NoError(t, err)
 	ctx, stop := context.WithCancel(context.Background())
@@ -197,7 +191,8 @@ func readErrorQueue(t *testing.T, url, errorTopic string) *message.Message {
 	msgs, err := sub.Subscribe(ctx, errorTopic)
 	require.NoError(t, err)
 	select {
-	case m := <-msgs:
+	case m, ok := <-msgs:
+		require.True(t, ok, "the error topic's subscription ended")
 		m.Ack()
 		return m
 	case <-time.After(30 * time.Second):
