@@ -36,14 +36,22 @@ func startConsumer(t *testing.T, dsn, url, endpoint string, crashAt int) *consum
 	return startChild(t, "consumer", dsn, url, endpoint, crashAt)
 }
 
-// startChild starts a child process of mode; env adds variables (NAME=value).
-func startChild(t *testing.T, mode, dsn, url, endpoint string, crashAt int, env ...string) *consumer {
-	t.Helper()
+// childCmd is the command of a child process of mode; env adds variables
+// (NAME=value).
+func childCmd(mode, dsn, url, endpoint string, crashAt int, env ...string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+mode, childDSN+"="+dsn, childAMQP+"="+url,
 		childEP+"="+endpoint, fmt.Sprintf("%s=%d", childCrashAt, crashAt))
 	cmd.Env = append(cmd.Env, env...)
 	cmd.Stderr = os.Stderr
+	return cmd
+}
+
+// startChild starts a child process of mode and waits until it is ready;
+// env adds variables (NAME=value).
+func startChild(t *testing.T, mode, dsn, url, endpoint string, crashAt int, env ...string) *consumer {
+	t.Helper()
+	cmd := childCmd(mode, dsn, url, endpoint, crashAt, env...)
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
@@ -372,11 +380,7 @@ func TestOutboxSurvivesAKillBetweenCommitAndRelay(t *testing.T) {
 // (it may do so before it says it is ready) and checks that it did.
 func runUntilKilled(t *testing.T, p processSetup, env ...string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"=consumer", childDSN+"="+p.dsn, childAMQP+"="+p.url, childEP+"="+p.endpoint,
-		childTransport+"="+p.transport)
-	cmd.Env = append(cmd.Env, env...)
-	cmd.Stderr = os.Stderr
+	cmd := childCmd("consumer", p.dsn, p.url, p.endpoint, 0, append(env, childTransport+"="+p.transport)...)
 	require.NoError(t, cmd.Start())
 	timer := time.AfterFunc(60*time.Second, func() { _ = cmd.Process.Kill() })
 	defer timer.Stop()
@@ -414,11 +418,7 @@ var poisonUncounted = map[string]string{
 // store with RabbitMQ.
 func poisonKillsItsConsumer(t *testing.T, combo processCombo) {
 	p := newProcessSetupOn(t, combo).withSender(t)
-	tr, err := amqp.New(amqp.Config{URL: p.url})
-	require.NoError(t, err)
-	amqptest.Cleanup(t, tr)
-	t.Cleanup(func() { _ = tr.Close() })
-	errSub, err := tr.Subscriber(testenv.Name("errors_"))
+	errSub, err := p.newTransport(t).Subscriber(testenv.Name("errors_"))
 	require.NoError(t, err)
 	// An error topic of its own: its children declare their error queue as
 	// a quorum queue, which a classic declaration of the same queue (by
