@@ -6,12 +6,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/handlers"
 	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/outbox"
 	"github.com/postroom/postroom/store"
 )
 
@@ -177,4 +181,85 @@ func TestCleanupOfOneEndpointKeepsTheOthers(t *testing.T) {
 		require.Equal(t, []string{"billingX/h", "billing_eu/h", "shipping/h"}, left)
 		require.EqualValues(t, 3, count(t, db, "SELECT COUNT(*) FROM postroom_stale_watermarks"))
 	})
+}
+
+// TestCleanupKeepsTheOutboxRowsNotRelayed, on PostgreSQL and MariaDB:
+// cleanup deletes the outbox rows the relay has published and keeps the
+// others however old, so a relay held up past the retention (a broker
+// outage, a stopped relay) still sends its whole backlog afterwards.
+func TestCleanupKeepsTheOutboxRowsNotRelayed(t *testing.T) {
+	for _, database := range testenv.ServerDatabases {
+		t.Run(database.Name, func(t *testing.T) {
+			t.Parallel()
+			db := database.Open(t)
+			ctx := context.Background()
+			broker := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
+			t.Cleanup(func() { _ = broker.Close() })
+			newOutbox := func() *outbox.Outbox {
+				o, err := outbox.New(outbox.Config{DB: db, Destination: broker, PollInterval: 10 * time.Millisecond})
+				require.NoError(t, err)
+				return o
+			}
+			publish := func(o *outbox.Outbox, ids ...string) {
+				require.NoError(t, db.Transaction(func(tx *gorm.DB) error {
+					for _, id := range ids {
+						if err := o.Publish(ctx, tx, "shipped", message.NewMessage(id, nil)); err != nil {
+							return err
+						}
+					}
+					return nil
+				}))
+			}
+			received, err := broker.Subscribe(ctx, "shipped")
+			require.NoError(t, err)
+			receive := func(n int) []string {
+				var ids []string
+				for len(ids) < n {
+					select {
+					case m := <-received:
+						m.Ack()
+						ids = append(ids, m.UUID)
+					case <-time.After(20 * time.Second):
+						t.Fatalf("the relay published %v, not %d messages", ids, n)
+					}
+				}
+				return ids
+			}
+			relay := func(o *outbox.Outbox, n int) []string {
+				runCtx, stop := context.WithCancel(ctx)
+				done := make(chan error, 1)
+				go func() { done <- o.Run(runCtx) }()
+				ids := receive(n)
+				require.Eventually(t, func() bool {
+					b, err := o.Backlog(ctx)
+					return err == nil && b.Messages == 0
+				}, 10*time.Second, 20*time.Millisecond, "the relay acks what it published")
+				stop()
+				require.NoError(t, <-done)
+				require.NoError(t, o.Close())
+				return ids
+			}
+
+			publish(newOutbox(), "sent-1", "sent-2", "sent-3")
+			require.ElementsMatch(t, []string{"sent-1", "sent-2", "sent-3"}, relay(newOutbox(), 3))
+			waiting := newOutbox()
+			publish(waiting, "waiting-1", "waiting-2")
+			backdate := "UPDATE watermill_postroom_outbox SET created_at = created_at - INTERVAL 2 DAY"
+			if database.Name == "postgres" {
+				backdate = "UPDATE watermill_postroom_outbox SET created_at = created_at - INTERVAL '2 days'"
+			}
+			require.NoError(t, db.Exec(backdate).Error)
+
+			c, err := handlers.NewCleanup(handlers.CleanupConfig{DB: db, OutboxTopic: outbox.TopicDefault, Logger: testenv.Logger(t)})
+			require.NoError(t, err)
+			res, err := c.Purge(ctx, handlers.CleanupStore{Retention: 24 * time.Hour})
+			require.NoError(t, err)
+			require.EqualValues(t, 3, res.Outbox, "the three relayed rows, older than the retention")
+			require.EqualValues(t, 2, count(t, db, "SELECT COUNT(*) FROM watermill_postroom_outbox"))
+			backlog, err := waiting.Backlog(ctx)
+			require.NoError(t, err)
+			require.EqualValues(t, 2, backlog.Messages, "the rows not relayed are kept, however old")
+			require.ElementsMatch(t, []string{"waiting-1", "waiting-2"}, relay(waiting, 2), "and relayed once the relay runs")
+		})
+	}
 }

@@ -2,6 +2,7 @@ package scheduler_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -262,4 +263,68 @@ func TestControlTwiceIsNotAnError(t *testing.T) {
 			require.ErrorContains(t, ctl.Trigger(ctx, "nope", c.Now()), `no schedule named "nope"`)
 		})
 	}
+}
+
+// TestAFailedEmitRollsBackItsClaim, on each store: the claim of a slot and
+// its emit commit together. An emit that fails (the outbox's INSERT, the
+// broker) leaves neither the emit's writes nor the claim, so the next tick
+// fires the same slot once; a claim committed without its emit would lose
+// the slot for good.
+func TestAFailedEmitRollsBackItsClaim(t *testing.T) {
+	for _, store := range testenv.Databases {
+		t.Run(store.Name, func(t *testing.T) {
+			t.Parallel()
+			db := store.Open(t)
+			emitsTable(t, db)
+			start := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+			c := &clock{}
+			c.Set(start)
+			failing := true
+			emit := func(ctx context.Context, tx *gorm.DB, s scheduler.Schedule, slot time.Time) error {
+				if err := recordEmit(ctx, tx, s, slot); err != nil {
+					return err
+				}
+				if failing {
+					return errors.New("broker refused the slot")
+				}
+				return nil
+			}
+			s, err := scheduler.New(scheduler.Config{DB: db, Emit: emit, Instance: "a", Now: c.Now, Logger: testenv.Logger(t),
+				Schedules: []scheduler.Schedule{{Name: "job", Every: time.Hour}}})
+			require.NoError(t, err)
+			require.NoError(t, s.Define(context.Background()))
+			c.Set(start.Add(time.Hour + time.Minute)) // 11:01: the 11:00 slot is due
+
+			n, err := s.Tick(context.Background())
+			require.ErrorContains(t, err, "broker refused the slot")
+			require.Zero(t, n)
+			require.Empty(t, emitted(t, db, "job"), "the failed emit's writes rolled back")
+			ctl, err := scheduler.NewControl(db, "")
+			require.NoError(t, err)
+			list, err := ctl.List(context.Background())
+			require.NoError(t, err)
+			require.Len(t, list, 1)
+			require.True(t, list[0].NextRunAt.Equal(start.Add(time.Hour)), "the claim rolled back: 11:00 is still next, not %s", list[0].NextRunAt)
+
+			failing = false
+			n, err = s.Tick(context.Background())
+			require.NoError(t, err)
+			require.Equal(t, 1, n)
+			require.Equal(t, map[string]int{"2026-03-01T11:00:00Z": 1}, emitted(t, db, "job"))
+		})
+	}
+}
+
+// TestSlotIDIsTheSameOnEveryInstance: a slot's message ID depends on the
+// schedule and the slot alone (not on when, where or in which time zone it
+// is emitted), so the inbox absorbs a slot emitted twice.
+func TestSlotIDIsTheSameOnEveryInstance(t *testing.T) {
+	slot := time.Date(2026, 3, 1, 11, 0, 0, 0, time.UTC)
+	berlin := time.FixedZone("CET", 3600)
+	first := scheduler.SlotID("postroom.cleanup.billing", slot)
+	time.Sleep(1100 * time.Millisecond) // another instance, a moment later
+	require.Equal(t, first, scheduler.SlotID("postroom.cleanup.billing", slot.In(berlin)))
+	require.Equal(t, "schedule:postroom.cleanup.billing:2026-03-01T11:00:00Z", first)
+	require.NotEqual(t, first, scheduler.SlotID("postroom.cleanup.billing", slot.Add(time.Hour)))
+	require.NotEqual(t, first, scheduler.SlotID("postroom.cleanup.shipping", slot))
 }

@@ -144,6 +144,38 @@ func TestInboxConformance(t *testing.T) {
 				require.EqualValues(t, 2, countEffects(t, db, "m-5"))
 			})
 
+			t.Run("a key from metadata: one handling per ID and source, whatever the UUID", func(t *testing.T) {
+				db := store.Open(t)
+				mw, err := inbox.New(inbox.Config{DB: db, Consumer: "c", Key: inbox.MetadataKey("edi-control", "edi-sender")})
+				require.NoError(t, err)
+				var handled []string
+				h := mw(func(msg *message.Message) ([]*message.Message, error) {
+					handled = append(handled, msg.UUID)
+					return nil, nil
+				})
+				for _, m := range []struct{ uuid, id, sender string }{
+					{"u-1", "000000905", "ZZ:ACME"},
+					{"u-2", "000000905", "ZZ:ACME"},  // the same interchange under a new UUID: a duplicate
+					{"u-3", "000000905", "ZZ:OTHER"}, // the same number from another sender
+					{"u-4", "000000906", "ZZ:ACME"},
+				} {
+					msg := message.NewMessage(m.uuid, nil)
+					msg.Metadata.Set("edi-control", m.id)
+					msg.Metadata.Set("edi-sender", m.sender)
+					_, err := h(msg)
+					require.NoError(t, err, m.uuid)
+				}
+				require.Equal(t, []string{"u-1", "u-3", "u-4"}, handled)
+				var keys []struct{ Source, MessageID string }
+				require.NoError(t, db.Raw("SELECT source, message_id FROM postroom_inbox ORDER BY message_id, source").Scan(&keys).Error)
+				require.Equal(t, []struct{ Source, MessageID string }{
+					{"ZZ:ACME", "000000905"}, {"ZZ:OTHER", "000000905"}, {"ZZ:ACME", "000000906"},
+				}, keys)
+				_, err = h(message.NewMessage("u-5", nil)) // no edi-control metadata
+				require.ErrorIs(t, err, inbox.ErrBadKey)
+				require.Len(t, handled, 3)
+			})
+
 			t.Run("bad keys are unrecoverable errors and the handler is not called", func(t *testing.T) {
 				db := store.Open(t)
 				called := false
