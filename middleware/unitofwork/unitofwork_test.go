@@ -225,3 +225,80 @@ func TestBatchOfOneMessageAtATimeDoesNotWait(t *testing.T) {
 	require.NoError(t, db.Raw("SELECT COUNT(*) FROM effects").Scan(&n).Error)
 	require.EqualValues(t, 3, n)
 }
+
+// TestATransactionThatDoesNotCommitIsNotAcked, on PostgreSQL and MariaDB,
+// a transaction per message and a batch alike: when the COMMIT fails (a
+// deferred constraint PostgreSQL checks only then) or the connection dies
+// after the handler's writes, the handler chain returns the error, so the
+// message is not acked and its redelivery writes the effect once. A
+// failure taken for success would ack a message whose effects were never
+// written.
+func TestATransactionThatDoesNotCommitIsNotAcked(t *testing.T) {
+	for _, database := range testenv.ServerDatabases {
+		breaks := []string{"connection killed"}
+		if database.Name == "postgres" {
+			breaks = append(breaks, "deferred constraint")
+		}
+		for _, breaking := range breaks {
+			for _, batch := range []int{1, 4} {
+				t.Run(fmt.Sprintf("%s/%s/batch size %d", database.Name, breaking, batch), func(t *testing.T) {
+					db := database.Open(t)
+					require.NoError(t, db.Exec("CREATE TABLE effects (id VARCHAR(20) NOT NULL)").Error)
+					if breaking == "deferred constraint" {
+						require.NoError(t, db.Exec("CREATE TABLE parents (id VARCHAR(20) PRIMARY KEY)").Error)
+						require.NoError(t, db.Exec("CREATE TABLE orphans (parent VARCHAR(20) REFERENCES parents (id) DEFERRABLE INITIALLY DEFERRED)").Error)
+					}
+					mw, err := unitofwork.New(unitofwork.Config{DB: db, BatchSize: batch, BatchWait: time.Millisecond})
+					require.NoError(t, err)
+					first := true
+					h := mw(func(msg *message.Message) ([]*message.Message, error) {
+						tx := unitofwork.Tx(msg.Context())
+						if err := tx.Exec("INSERT INTO effects (id) VALUES (?)", msg.UUID).Error; err != nil {
+							return nil, err
+						}
+						if !first {
+							return nil, nil
+						}
+						first = false
+						if breaking == "deferred constraint" {
+							return nil, tx.Exec("INSERT INTO orphans (parent) VALUES ('none')").Error // fails at COMMIT
+						}
+						killConnection(t, db, tx, database.Name)
+						return nil, nil
+					})
+					_, err = h(message.NewMessage("m-1", nil))
+					require.Error(t, err, "the transaction did not commit, and so the message fails")
+					var n int64
+					require.NoError(t, db.Raw("SELECT COUNT(*) FROM effects").Scan(&n).Error)
+					require.Zero(t, n, "nothing was committed")
+
+					_, err = h(message.NewMessage("m-1", nil)) // the redelivery
+					require.NoError(t, err)
+					require.NoError(t, db.Raw("SELECT COUNT(*) FROM effects").Scan(&n).Error)
+					require.EqualValues(t, 1, n)
+				})
+			}
+		}
+	}
+}
+
+// killConnection ends, from another connection of db, the server session
+// of the transaction tx, and waits until the server has let it go.
+func killConnection(t *testing.T, db, tx *gorm.DB, store string) {
+	t.Helper()
+	var id int64
+	var kill, gone string
+	switch store {
+	case "postgres":
+		require.NoError(t, tx.Raw("SELECT pg_backend_pid()").Scan(&id).Error)
+		kill, gone = fmt.Sprintf("SELECT pg_terminate_backend(%d)", id), "SELECT COUNT(*) FROM pg_stat_activity WHERE pid = ?"
+	default:
+		require.NoError(t, tx.Raw("SELECT CONNECTION_ID()").Scan(&id).Error)
+		kill, gone = fmt.Sprintf("KILL CONNECTION %d", id), "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?"
+	}
+	require.NoError(t, db.Exec(kill).Error)
+	require.Eventually(t, func() bool {
+		var n int64
+		return db.Raw(gone, id).Scan(&n).Error == nil && n == 0
+	}, 10*time.Second, 10*time.Millisecond, "the session was not ended")
+}
