@@ -53,39 +53,48 @@ func shipTwice(b **bus.Bus, fail bool) bus.HandlerFunc[Order] {
 	}
 }
 
+// TestOutboxSendsWithTheCommitAndNothingOnRollback, on PostgreSQL and
+// MariaDB: what a handler publishes is written with its transaction, so a
+// handler that fails after publishing leaves nothing in the outbox, and
+// one that succeeds sends every event.
 func TestOutboxSendsWithTheCommitAndNothingOnRollback(t *testing.T) {
-	for _, fail := range []bool{false, true} {
-		t.Run(fmt.Sprintf("handler fails=%v", fail), func(t *testing.T) {
-			db := testenv.Postgres(t)
-			require.NoError(t, db.Exec("CREATE TABLE shipped (order_id VARCHAR(50) NOT NULL, parcel INTEGER NOT NULL)").Error)
-			var b *bus.Bus
-			b, err := bus.New(bus.Config{Endpoint: "warehouse", Transport: gochannel.New(gochannel.Config{}), DB: db, Outbox: true,
-				Logger: testenv.Logger(t), Retry: bus.RetryPolicy{MaxRetries: 1, InitialBackoff: time.Millisecond}})
-			require.NoError(t, err)
-			require.NoError(t, bus.Handle(b, shipTwice(&b, fail), bus.WithInbox()))
-			require.NoError(t, bus.Handle(b, func(ctx context.Context, s *Shipped) error {
-				return bus.Tx(ctx).Exec("INSERT INTO shipped (order_id, parcel) VALUES (?, ?)", s.OrderID, s.Parcel).Error
-			}, bus.WithInbox()))
-			ep := start(t, b, "error")
-			require.NoError(t, bus.Send(context.Background(), ep.Bus, &Order{ID: "o-1"}))
-			if fail {
-				<-ep.errors
-				time.Sleep(500 * time.Millisecond) // several relay polls
-				var outboxRows int64
-				require.NoError(t, db.Raw("SELECT COUNT(*) FROM watermill_postroom_outbox").Scan(&outboxRows).Error)
-				require.Zero(t, outboxRows, "a rolled-back handler left nothing in the outbox")
-				require.Zero(t, ep.Counters().Get("test.Shipped", metrics.Received), "nothing was sent")
-				backlog, err := ep.OutboxBacklog(context.Background())
-				require.NoError(t, err)
-				require.Zero(t, backlog.Messages)
-				return
-			}
-			waitFor(t, "both events", func() bool { return ep.Counters().Get("test.Shipped", metrics.Handled) == 2 })
-			var rows int64
-			require.NoError(t, db.Raw("SELECT COUNT(*) FROM shipped").Scan(&rows).Error)
-			require.EqualValues(t, 2, rows)
-		})
+	for _, database := range testenv.ServerDatabases {
+		for _, fail := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/handler fails=%v", database.Name, fail), func(t *testing.T) {
+				outboxSendsWithTheCommit(t, database.Open(t), fail)
+			})
+		}
 	}
+}
+
+func outboxSendsWithTheCommit(t *testing.T, db *gorm.DB, fail bool) {
+	require.NoError(t, db.Exec("CREATE TABLE shipped (order_id VARCHAR(50) NOT NULL, parcel INTEGER NOT NULL)").Error)
+	var b *bus.Bus
+	b, err := bus.New(bus.Config{Endpoint: "warehouse", Transport: gochannel.New(gochannel.Config{}), DB: db, Outbox: true,
+		Logger: testenv.Logger(t), Retry: bus.RetryPolicy{MaxRetries: 1, InitialBackoff: time.Millisecond}})
+	require.NoError(t, err)
+	require.NoError(t, bus.Handle(b, shipTwice(&b, fail), bus.WithInbox()))
+	require.NoError(t, bus.Handle(b, func(ctx context.Context, s *Shipped) error {
+		return bus.Tx(ctx).Exec("INSERT INTO shipped (order_id, parcel) VALUES (?, ?)", s.OrderID, s.Parcel).Error
+	}, bus.WithInbox()))
+	ep := start(t, b, "error")
+	require.NoError(t, bus.Send(context.Background(), ep.Bus, &Order{ID: "o-1"}))
+	if fail {
+		<-ep.errors
+		time.Sleep(500 * time.Millisecond) // several relay polls
+		var outboxRows int64
+		require.NoError(t, db.Raw("SELECT COUNT(*) FROM watermill_postroom_outbox").Scan(&outboxRows).Error)
+		require.Zero(t, outboxRows, "a rolled-back handler left nothing in the outbox")
+		require.Zero(t, ep.Counters().Get("test.Shipped", metrics.Received), "nothing was sent")
+		backlog, err := ep.OutboxBacklog(context.Background())
+		require.NoError(t, err)
+		require.Zero(t, backlog.Messages)
+		return
+	}
+	waitFor(t, "both events", func() bool { return ep.Counters().Get("test.Shipped", metrics.Handled) == 2 })
+	var rows int64
+	require.NoError(t, db.Raw("SELECT COUNT(*) FROM shipped").Scan(&rows).Error)
+	require.EqualValues(t, 2, rows)
 }
 
 // TestOutboxBacklogIsAGauge: while the broker refuses the relay, the

@@ -35,7 +35,7 @@ func (d Dialect) MessageSchema(batch int) (wsql.SchemaAdapter, wsql.OffsetsAdapt
 			wsql.DefaultPostgreSQLOffsetsAdapter{}, nil
 	case MySQL:
 		return wideSchema{wsql.DefaultMySQLSchema{GeneratePayloadType: columnType("LONGBLOB"), SubscribeBatchSize: batch}, d},
-			wsql.DefaultMySQLOffsetsAdapter{}, nil
+			binaryGroups{}, nil
 	default:
 		return nil, nil, fmt.Errorf("%w: watermill-sql has no %s adapter (use PostgreSQL or MySQL/MariaDB)", ErrUnsupported, d)
 	}

@@ -1,5 +1,12 @@
 package dialect
 
+import (
+	"fmt"
+	"strings"
+
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+)
+
 // GroupStart holds the statements that give a consumer group of a topic
 // its offsets row, if it has none: at the end of the topic's message table
 // for an event topic (the group reads what is committed from then on, as a
@@ -53,4 +60,56 @@ func (d Dialect) GroupStarts(topic string) GroupStart {
 		}
 	}
 	return GroupStart{}
+}
+
+// groupColumnMySQL is the consumer group column as watermill-sql's MySQL
+// offsets adapter creates it, and binaryGroupColumn what postroom makes of
+// it.
+const (
+	groupColumnMySQL  = "consumer_group VARCHAR(255) NOT NULL"
+	binaryGroupColumn = "consumer_group VARBINARY(255) NOT NULL"
+)
+
+// binaryGroups is watermill-sql's MySQL offsets adapter with the consumer
+// group compared byte for byte. Its column is VARCHAR under the database's
+// default collation, which on MySQL and MariaDB ignores case (and trailing
+// spaces): two groups named alike but for case ("audit", "Audit": two
+// handlers, two endpoints) shared one offsets row, and each got a part of
+// the topic's messages, the rest acked by the other. Every other key
+// postroom keeps on MySQL is binary too (schema.go).
+type binaryGroups struct {
+	wsql.DefaultMySQLOffsetsAdapter
+}
+
+// SchemaInitializingQueries creates the offsets table with a binary group
+// column.
+func (a binaryGroups) SchemaInitializingQueries(params wsql.OffsetsSchemaInitializingQueriesParams) ([]wsql.Query, error) {
+	qs, err := a.DefaultMySQLOffsetsAdapter.SchemaInitializingQueries(params)
+	if err != nil {
+		return nil, err
+	}
+	for i := range qs {
+		if !strings.Contains(qs[i].Query, groupColumnMySQL) {
+			return nil, fmt.Errorf("dialect: watermill-sql's MySQL offsets table has no %q column to make binary: %s", groupColumnMySQL, qs[i].Query)
+		}
+		qs[i].Query = strings.Replace(qs[i].Query, groupColumnMySQL, binaryGroupColumn, 1)
+	}
+	return qs, nil
+}
+
+// GroupsBinary returns, on MySQL, the statements that make the group
+// column of topic's offsets table binary where a table created before
+// (by watermill-sql, or by postroom before 2026-12-05) has it case
+// insensitive: Check, with the table's name as its argument, returns the
+// column's data type (no row: no such table); Alter changes it. Empty on
+// other dialects. A row two groups alike but for case shared until then
+// stays the first's; the other starts anew, as a new group does.
+func (d Dialect) GroupsBinary(topic string) (check, table, alter string) {
+	if d != MySQL {
+		return "", "", ""
+	}
+	_, offsets := d.messageTables(topic)
+	return "SELECT LOWER(DATA_TYPE) FROM information_schema.COLUMNS" +
+			" WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'consumer_group'",
+		strings.Trim(offsets, "`"), "ALTER TABLE " + offsets + " MODIFY " + binaryGroupColumn
 }

@@ -1,7 +1,6 @@
 package sql_test
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -152,20 +151,6 @@ func orderedTopic(t *testing.T, db *gorm.DB) (*wsql.Transport, string, *received
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = tr.Close() })
 	topic := testenv.Name("ordered_")
-	sub, err := tr.Subscriber("readers")
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	msgs, err := sub.Subscribe(ctx, topic)
-	require.NoError(t, err)
-	got := &received{ids: map[string]int{}}
-	go func() {
-		for msg := range msgs {
-			got.mu.Lock()
-			got.ids[msg.UUID]++
-			got.mu.Unlock()
-			msg.Ack()
-		}
-	}()
+	got := subscribeGroup(t, tr, "readers", topic)
 	return tr, topic, got
 }

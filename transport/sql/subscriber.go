@@ -56,6 +56,9 @@ func (s *subscriber) declare(topic string, fromNow bool) error {
 	if err := s.Subscriber.SubscribeInitialize(topic); err != nil {
 		return fmt.Errorf("sql: declare topic %s for group %s: %w", topic, s.group, err)
 	}
+	if err := s.binaryGroups(topic); err != nil {
+		return fmt.Errorf("sql: declare topic %s for group %s: %w", topic, s.group, err)
+	}
 	if err := s.start(topic, fromNow); err != nil {
 		return fmt.Errorf("sql: start group %s on topic %s: %w", s.group, topic, err)
 	}

@@ -1,0 +1,86 @@
+package sql_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	wmsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	"github.com/postroom/postroom/internal/testenv"
+	wsql "github.com/postroom/postroom/transport/sql"
+)
+
+// TestGroupsAlikeButForCaseEachGetEveryMessage: two consumer groups whose
+// names differ only in case ("audit", "Audit": two handlers of an event,
+// two endpoints) are two groups. On MariaDB the offsets table's group
+// column was case insensitive: the two shared one row and each got about
+// half of the topic, the rest acked by the other, without a word (the cold
+// trial of 2026-12-05). Also with an offsets table created before, by
+// watermill-sql's own DDL: its column is made binary when a group
+// subscribes.
+func TestGroupsAlikeButForCaseEachGetEveryMessage(t *testing.T) {
+	for _, store := range stores {
+		for _, before := range []bool{false, true} {
+			if before && store.name != "mariadb" {
+				continue // PostgreSQL compares text byte for byte
+			}
+			t.Run(fmt.Sprintf("%s/offsets table from before=%v", store.name, before), func(t *testing.T) {
+				db := store.open(t)
+				topic := testenv.Name("groups_")
+				if before {
+					qs, err := wmsql.DefaultMySQLOffsetsAdapter{}.SchemaInitializingQueries(wmsql.OffsetsSchemaInitializingQueriesParams{Topic: topic})
+					require.NoError(t, err)
+					for _, q := range qs {
+						require.NoError(t, db.Exec(q.Query).Error)
+					}
+				}
+				tr, err := wsql.New(wsql.Config{DB: db, PollInterval: 10 * time.Millisecond})
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = tr.Close() })
+				groups := map[string]*received{}
+				for _, group := range []string{"audit", "Audit"} {
+					groups[group] = subscribeGroup(t, tr, group, topic)
+				}
+				const n = 20
+				for i := range n {
+					require.NoError(t, tr.Publisher().Publish(topic, message.NewMessage(fmt.Sprintf("m-%d", i), nil)))
+				}
+				for group, got := range groups {
+					t.Logf("group %s", group)
+					got.waitFor(t, n)
+				}
+				if store.name == "mariadb" {
+					var column string
+					require.NoError(t, db.Raw("SELECT LOWER(DATA_TYPE) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE()"+
+						" AND TABLE_NAME = ? AND COLUMN_NAME = 'consumer_group'", "watermill_offsets_"+topic).Scan(&column).Error)
+					require.Equal(t, "varbinary", column)
+				}
+			})
+		}
+	}
+}
+
+// subscribeGroup subscribes group to topic on tr and acks what it receives.
+func subscribeGroup(t *testing.T, tr *wsql.Transport, group, topic string) *received {
+	t.Helper()
+	sub, err := tr.Subscriber(group)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	msgs, err := sub.Subscribe(ctx, topic)
+	require.NoError(t, err)
+	got := &received{ids: map[string]int{}}
+	go func() {
+		for msg := range msgs {
+			got.mu.Lock()
+			got.ids[msg.UUID]++
+			got.mu.Unlock()
+			msg.Ack()
+		}
+	}()
+	return got
+}
