@@ -113,6 +113,12 @@ func newErrorsList(o *errorOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if len(list) == o.limit {
+				if n, err := q.Count(); err == nil && n > o.limit {
+					// On stderr: list --json stays JSON.
+					fmt.Fprintf(cmd.ErrOrStderr(), "warning: listed the first %d of the %d messages in error topic %s (--limit %d)\n", o.limit, n, o.topic, o.limit)
+				}
+			}
 			return printFailed(cmd.OutOrStdout(), list, asJSON)
 		},
 	}
@@ -203,8 +209,10 @@ For a handler WithExternalEffects, resolve a parked message first
 					sent = ""
 				}
 			}
+			seen := 0
 			err = q.Browse(cmd.Context(), o.limit, func(msg *message.Message) (bool, error) {
 				removed()
+				seen++
 				if !all && !slices.Contains(args, msg.UUID) {
 					return false, nil
 				}
@@ -242,6 +250,15 @@ For a handler WithExternalEffects, resolve a parked message first
 			fmt.Fprintf(cmd.OutOrStdout(), "replayed %d\n", replayed)
 			if kept > 0 {
 				return fmt.Errorf("%d message(s) cannot be replayed and stay in the error topic (listed above)", kept)
+			}
+			if all && seen == o.limit {
+				// Browse stopped at the limit: say what it did not look at
+				// (before, --all replayed the first 1,000 and said nothing
+				// of the rest: found by a cold trial).
+				if n, err := q.Count(); err == nil && n > 0 {
+					return fmt.Errorf("replay --all looked at the first %d messages of error topic %s (--limit %d), which holds %d now: run it again, or raise --limit",
+						o.limit, o.topic, o.limit, n)
+				}
 			}
 			return nil
 		},

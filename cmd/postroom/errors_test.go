@@ -224,3 +224,43 @@ func TestErrorsWarnOfAnErrorQueueWithoutDeliveryLimit(t *testing.T) {
 		"on RabbitMQ 4.0 to 4.2 a quorum queue without one drops a failed message after 20 looks at the error queue: "+
 		"add a policy with delivery-limit 2147483647 for it, or drain and delete it so that it is declared again\n", stderr.String())
 }
+
+// TestErrorsSayWhatTheLimitLeftOut: with more messages in the error topic
+// than --limit, list says on stderr how many it did not list, and replay
+// --all fails saying that messages stay. Before, both stopped at the
+// limit without a word: a cold trial's replay --all of 1,216 messages said
+// "replayed 999" and left 216 behind.
+func TestErrorsSayWhatTheLimitLeftOut(t *testing.T) {
+	url, _, errorTopic, b := billingOnRabbitMQ(t)
+	var broken atomic.Bool
+	broken.Store(true)
+	require.NoError(t, bus.Handle(b, func(ctx context.Context, m *Invoice) error {
+		if broken.Load() {
+			return errors.New("tax service down")
+		}
+		return nil
+	}))
+	ctx := testbus.Run(t, b)
+	c := b.Counters()
+	for n := range 5 {
+		require.NoError(t, bus.Send(ctx, b, &Invoice{N: n}, bus.To(b.Endpoint())))
+	}
+	waitUntil(t, func() bool { return c.Total(metrics.Failed) == 5 })
+
+	flags := []string{"--amqp", url, "--error-topic", errorTopic, "--limit", "3"}
+	var stdout, stderr bytes.Buffer
+	require.NoError(t, execute(context.Background(), append([]string{"errors", "list", "--json"}, flags...), &stdout, &stderr))
+	var list []failedMessage
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &list))
+	require.Len(t, list, 3)
+	require.Equal(t, "warning: listed the first 3 of the 5 messages in error topic "+errorTopic+" (--limit 3)\n", stderr.String())
+
+	broken.Store(false)
+	out, err := run(t, append([]string{"errors", "replay", "--all"}, flags...)...)
+	require.ErrorContains(t, err, "replay --all looked at the first 3 messages of error topic "+errorTopic+" (--limit 3), which holds 2 now")
+	require.Contains(t, out, "replayed 3\n")
+	out, err = run(t, append([]string{"errors", "replay", "--all"}, flags...)...)
+	require.NoError(t, err, "the two left, under the limit")
+	require.Contains(t, out, "replayed 2\n")
+	waitUntil(t, func() bool { return c.Total(metrics.Handled) == 5 })
+}

@@ -79,6 +79,21 @@ func (q *Queue) checkDeliveryLimit() error {
 // Close closes the connection.
 func (q *Queue) Close() error { return q.conn.Close() }
 
+// Count returns how many messages the queue holds ready now (those a
+// Browse in progress holds are not counted).
+func (q *Queue) Count() (int, error) {
+	ch, err := q.conn.Channel()
+	if err != nil {
+		return 0, fmt.Errorf("amqpqueue: channel: %w", err)
+	}
+	defer ch.Close()
+	state, err := ch.QueueDeclarePassive(q.queue, true, false, false, false, nil)
+	if err != nil {
+		return 0, fmt.Errorf("amqpqueue: queue %s: %w", q.queue, err)
+	}
+	return state.Messages, nil
+}
+
 // exists checks that a queue is declared (a publish to a missing queue
 // through the default exchange is dropped without an error).
 func (q *Queue) exists(name string) error {
