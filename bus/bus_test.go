@@ -19,6 +19,7 @@ import (
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/middleware/stale"
 	"github.com/postroom/postroom/store"
 	"github.com/postroom/postroom/transport"
 	"github.com/postroom/postroom/transport/amqp"
@@ -406,3 +407,43 @@ type nullPayload struct{}
 
 func (nullPayload) MessageName() string          { return "test.NullPayload" }
 func (nullPayload) MarshalJSON() ([]byte, error) { return []byte("null"), nil }
+
+// TestANilTxPanicNamesTheMissingOption: a handler registered without a
+// transaction that writes through bus.Tx(ctx) (nil there) panics; the
+// message reaches the error topic with a reason that names the options
+// that give it one. Before, the reason was only Go's "invalid memory
+// address or nil pointer dereference" (found by a cold trial). A handler
+// with a transaction keeps Go's reason as it is.
+func TestANilTxPanicNamesTheMissingOption(t *testing.T) {
+	db := testenv.SQLite(t)
+	b, err := bus.New(bus.Config{Endpoint: "billing", Transport: gochannel.New(gochannel.Config{}), DB: db,
+		Logger: testenv.Logger(t), Retry: bus.RetryPolicy{NoRetries: true}})
+	require.NoError(t, err)
+	require.NoError(t, bus.Handle(b, func(ctx context.Context, c *CreateInvoice) error {
+		return bus.Tx(ctx).Exec("SELECT 1").Error
+	}))
+	require.NoError(t, bus.Handle(b, func(ctx context.Context, o *OrderPlaced) error {
+		var nilMap map[string]*int
+		return bus.Tx(ctx).Exec("SELECT ?", *nilMap["none"]).Error
+	}, bus.WithTransaction()))
+	ep := start(t, b, "error")
+	require.NoError(t, bus.Send(context.Background(), b, &CreateInvoice{}))
+	failed := <-ep.errors
+	require.Contains(t, failed.Metadata.Get(metadata.ErrorReason), "nil pointer dereference (if from bus.Tx(ctx): it is nil in a handler registered without WithTransaction, WithInbox, WithStale or WithBatch)")
+	require.NoError(t, bus.Publish(context.Background(), b, &OrderPlaced{}))
+	failed = <-ep.errors
+	require.Contains(t, failed.Metadata.Get(metadata.ErrorReason), "nil pointer dereference")
+	require.NotContains(t, failed.Metadata.Get(metadata.ErrorReason), "bus.Tx(ctx)", "a handler with a transaction: Go's reason alone")
+}
+
+// TestWithVersionIsCheckedAtSend: a version every receiver's stale check
+// would refuse (no entity ID, a zero time) fails at Send and Publish, not
+// at the receivers (found by a cold trial).
+func TestWithVersionIsCheckedAtSend(t *testing.T) {
+	b, err := bus.New(bus.Config{Endpoint: "billing", Transport: gochannel.New(gochannel.Config{}), Logger: testenv.Logger(t)})
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.ErrorContains(t, bus.Publish(ctx, b, &OrderPlaced{}, bus.WithVersion("", time.Now())), "WithVersion: stale: bad version: entity ID is missing")
+	require.ErrorContains(t, bus.Publish(ctx, b, &OrderPlaced{}, bus.WithVersion("order-1", time.Time{})), "WithVersion: stale: bad version: version \"0001-01-01T00:00:00Z\" is out of range")
+	require.ErrorIs(t, bus.Send(ctx, b, &CreateInvoice{}, bus.WithVersion("", time.Now())), stale.ErrBadVersion)
+}

@@ -78,6 +78,7 @@ func checkBadInput(t *testing.T, c *confCase) {
 	cases := []bad{
 		{"conf.BadInbox", "conf.BadInbox", uuid.NewString(), "{not json", typed("conf.BadInbox"), `malformed conf\.BadInbox payload`},
 		{"conf.BadInbox", "conf.BadInbox", uuid.NewString(), " null\n", typed("conf.BadInbox"), `payload is JSON null`},
+		{"conf.BadInbox", "conf.BadInbox", uuid.NewString(), "", typed("conf.BadInbox"), `malformed conf\.BadInbox payload: it is empty`},
 		{"conf.BadInbox", "conf.BadInbox", uuid.NewString(), "{\"N\":1,\"Note\":\"caf\xe9\"}", typed("conf.BadInbox"), `payload is not valid UTF-8`},
 		{"conf.BadInbox", "conf.BadInbox", uuid.NewString(), `{"N":1}`, typed(strings.Repeat("t", 300)), `unknown message type`},
 		{"conf.BadInbox", "conf.BadInbox", "", `{"N":1}`, typed("conf.BadInbox"), `message ID is empty|message has no ID`},

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -502,6 +503,9 @@ func typed[T any](fn HandlerFunc[T]) message.HandlerFunc {
 		if !ok {
 			return nil, fmt.Errorf("bus: %s was not decoded before its handler", MessageName[T]())
 		}
+		if !unitofwork.Active(ctx) {
+			defer hintNoTx()
+		}
 		if err := fn(ctx, m); err != nil {
 			return nil, err
 		}
@@ -510,6 +514,21 @@ func typed[T any](fn HandlerFunc[T]) message.HandlerFunc {
 		}
 		return nil, nil
 	}
+}
+
+// hintNoTx, deferred in a handler without a transaction, adds to a nil
+// dereference panic its likeliest cause: Tx(ctx) is nil there. Before, the
+// error topic said only "invalid memory address or nil pointer
+// dereference", and named no option (found by a cold trial).
+func hintNoTx() {
+	r := recover()
+	if r == nil {
+		return
+	}
+	if re, ok := r.(runtime.Error); ok && strings.Contains(re.Error(), "nil pointer dereference") {
+		panic(fmt.Sprintf("%v (if from bus.Tx(ctx): it is nil in a handler registered without WithTransaction, WithInbox, WithStale or WithBatch)", re))
+	}
+	panic(r)
 }
 
 // decode checks msg and decodes its payload, a message of type name; what
@@ -523,6 +542,9 @@ func decode[T any](b *Bus, name string, msg *message.Message) (*T, error) {
 	}
 	var m T
 	if err := b.cfg.Marshaler.Unmarshal(msg.Payload, &m); err != nil {
+		if len(msg.Payload) == 0 { // said as such: JSON's "unexpected end of JSON input" did not
+			return nil, &unrecoverableError{fmt.Errorf("bus: malformed %s payload: it is empty: %w", name, err)}
+		}
 		return nil, &unrecoverableError{fmt.Errorf("bus: malformed %s payload: %w", name, err)}
 	}
 	return &m, nil

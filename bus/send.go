@@ -14,6 +14,7 @@ import (
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/middleware/inbox"
+	"github.com/postroom/postroom/middleware/stale"
 	"github.com/postroom/postroom/middleware/tracing"
 	"github.com/postroom/postroom/middleware/unitofwork"
 	"github.com/postroom/postroom/transport"
@@ -135,6 +136,17 @@ func (b *Bus) newMessage(ctx context.Context, name string, payload any, opts []S
 	}
 	if err := checkID(msg.UUID); err != nil {
 		return nil, fmt.Errorf("bus: %s: %w", name, err)
+	}
+	if msg.Metadata.Get(metadata.EntityID) != "" || msg.Metadata.Get(metadata.Version) != "" {
+		// WithVersion("", t) or a zero t was sent, and refused by every
+		// receiver's stale check (found by a cold trial).
+		v, err := stale.MetadataVersion(msg)
+		if err == nil {
+			err = v.Check()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("bus: %s: WithVersion: %w", name, err)
+		}
 	}
 	return msg, nil
 }

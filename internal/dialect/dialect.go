@@ -21,8 +21,13 @@ const (
 	SQLite   Dialect = "sqlite"
 )
 
-// ErrUnsupported is returned for a database whose dialect postroom does not speak.
-var ErrUnsupported = errors.New("dialect: unsupported database (use PostgreSQL, MySQL/MariaDB or SQLite)")
+// ErrUnsupported is returned for a database whose dialect postroom does not
+// speak, or for what a database lacks (the outbox on SQLite).
+// Its message says only that; each use says what is missing, and on
+// which databases it exists (before, "use PostgreSQL, MySQL/MariaDB or
+// SQLite" came first, also where SQLite was the one unsupported: found by
+// a cold trial).
+var ErrUnsupported = errors.New("dialect: unsupported")
 
 // Of returns the dialect of db.
 func Of(db *gorm.DB) (Dialect, error) {
@@ -34,7 +39,7 @@ func Of(db *gorm.DB) (Dialect, error) {
 	case "sqlite", "sqlite3":
 		return SQLite, nil
 	default:
-		return "", fmt.Errorf("%w: gorm dialector %q", ErrUnsupported, name)
+		return "", fmt.Errorf("%w: gorm dialector %q (use PostgreSQL, MySQL/MariaDB or SQLite)", ErrUnsupported, name)
 	}
 }
 

@@ -81,7 +81,11 @@ func (e *VersionError) Unwrap() error { return e.Err }
 // Unrecoverable tells the bus not to retry.
 func (e *VersionError) Unrecoverable() bool { return true }
 
-func (v Version) validate(messageType, messageID string, now time.Time, maxSkew time.Duration) error {
+// Check reports what makes v no version at all, wherever it is read: no
+// entity ID, an entity ID that cannot be stored, no time, a time out of
+// range. The bus checks it at Send (bus.WithVersion), so that such a
+// message fails there instead of at every receiver.
+func (v Version) Check() error {
 	switch {
 	case v.EntityID == "":
 		return &VersionError{Reason: "entity ID is missing: " + whereVersionsComeFrom}
@@ -91,6 +95,15 @@ func (v Version) validate(messageType, messageID string, now time.Time, maxSkew 
 		return &VersionError{Reason: "version is missing: " + whereVersionsComeFrom}
 	case v.At.Year() < 1678 || v.At.Year() > 2261:
 		return &VersionError{Reason: fmt.Sprintf("version %s is out of range: years 1678 to 2261", v.At.Format(time.RFC3339Nano))}
+	}
+	return nil
+}
+
+func (v Version) validate(messageType, messageID string, now time.Time, maxSkew time.Duration) error {
+	if err := v.Check(); err != nil {
+		return err
+	}
+	switch {
 	case v.At.After(now.Add(maxSkew)):
 		return &VersionError{Reason: fmt.Sprintf("version %s is more than %s in the future (now %s)",
 			v.At.Format(time.RFC3339Nano), maxSkew, now.UTC().Format(time.RFC3339Nano))}
