@@ -70,7 +70,9 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 		}
 		attempts++
 		var ran bool
+		slow := b.watchSlowAttempt(handler, msg.UUID, attempts)
 		ran, err = b.attempt(msg, h)
+		slow.Stop()
 		release()
 		transient := err != nil && !IsUnrecoverable(err) && dialect.Transient(err)
 		if !b.cfg.RateLimit.Disabled {
@@ -173,6 +175,23 @@ func (b *Bus) pauseRetry(handler string, msg *message.Message, d time.Duration, 
 		}
 		return fmt.Errorf("bus: %s: the message's context ended during retries (a deadline of the transport or a Middleware): %w", handler, err)
 	}
+}
+
+// slowAttempt is how long an attempt runs before the bus says so.
+var slowAttempt = time.Minute
+
+// watchSlowAttempt says at warn, once, that an attempt still runs after
+// slowAttempt: a handler that waits for what never comes (a lock, a
+// connection its own transaction holds) otherwise hangs its message, and
+// a stop, without a word (found by a cold trial: a handler writing through
+// Config.DB on SQLite waited forever for the one connection). The caller
+// stops the returned timer when the attempt ends.
+func (b *Bus) watchSlowAttempt(handler, messageID string, attempt int) *time.Timer {
+	return time.AfterFunc(slowAttempt, func() {
+		b.cfg.Logger.Warn("bus: an attempt is still running after "+slowAttempt.String(), "handler", handler, "message_id", messageID,
+			"attempt", attempt, "hint", "a handler waiting for what never comes? On SQLite, a write through Config.DB instead of bus.Tx(ctx) "+
+				"waits forever for the connection the handler's own transaction holds")
+	})
 }
 
 // attempt runs the handler chain once, turning a panic into an error, and

@@ -1,0 +1,78 @@
+package bus
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postroom/postroom/transport/gochannel"
+)
+
+type slowCommand struct{}
+
+func (slowCommand) MessageName() string { return "test.Slow" }
+
+// syncBuffer is a bytes.Buffer safe for a logger and a reader at once.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestASlowAttemptIsSaid: an attempt still running after slowAttempt is
+// said once at warn, with the handler and the message; one that ends
+// sooner is not.
+func TestASlowAttemptIsSaid(t *testing.T) {
+	was := slowAttempt
+	slowAttempt = 200 * time.Millisecond
+	t.Cleanup(func() { slowAttempt = was })
+	logs := &syncBuffer{}
+	b, err := New(Config{Endpoint: "billing", Transport: gochannel.New(gochannel.Config{}),
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	require.NoError(t, err)
+	release := make(chan struct{})
+	done := make(chan struct{}, 2)
+	require.NoError(t, Handle(b, func(ctx context.Context, _ *slowCommand) error {
+		defer func() { done <- struct{}{} }()
+		if MessageID(ctx) == "slow" {
+			<-release
+		}
+		return nil
+	}))
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan error, 1)
+	go func() { stopped <- b.Run(ctx) }()
+	<-b.Running()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-stopped)
+	})
+	require.NoError(t, Send(context.Background(), b, &slowCommand{}, WithMessageID("quick")))
+	<-done
+	require.NoError(t, Send(context.Background(), b, &slowCommand{}, WithMessageID("slow")))
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "message_id=slow") }, 5*time.Second, 10*time.Millisecond)
+	close(release)
+	<-done
+	out := logs.String()
+	require.Contains(t, out, `level=WARN msg="bus: an attempt is still running after 200ms" handler=test.Slow message_id=slow attempt=1`)
+	require.Contains(t, out, "bus.Tx(ctx)", "the hint")
+	require.NotContains(t, out, "message_id=quick")
+	require.Equal(t, 1, strings.Count(out, "still running"), "said once")
+}
