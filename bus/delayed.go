@@ -119,6 +119,7 @@ func (b *Bus) delayedStatements(db *gorm.DB) (dialect.Dialect, dialect.DelayedSt
 func (b *Bus) relayDelayed(ctx context.Context) error {
 	ticker := time.NewTicker(b.cfg.DelayedPollInterval)
 	defer ticker.Stop()
+	stranded := &strandedDelayed{said: map[string]time.Time{}}
 	for {
 		for {
 			n, err := b.deliverDue(ctx)
@@ -133,6 +134,7 @@ func (b *Bus) relayDelayed(ctx context.Context) error {
 			}
 		}
 		b.reportDelayed(ctx)
+		stranded.check(ctx, b)
 		select {
 		case <-ctx.Done():
 			return nil

@@ -42,6 +42,11 @@ type DelayedStatements struct {
 	// List selects up to a number of messages, earliest due first: id,
 	// due_at, topic, target_group, message_id, created_at.
 	List string
+	// Stranded counts, per target group, the delayed deliveries due at or
+	// before a time that other buses publish (a transport reach or an
+	// endpoint, not a handler's delayed retry), leaving out some groups
+	// (arguments: the time, the groups): target_group, n, oldest due_at.
+	Stranded string
 }
 
 // A delayed delivery's target_group says which buses publish it when it
@@ -104,5 +109,8 @@ func (d Dialect) Delayed(table string) (DelayedStatements, error) {
 		Reschedule: "UPDATE " + table + " SET due_at = ?, metadata = ? WHERE id = ? AND due_at = ?",
 		Summary:    "SELECT COUNT(*) AS n, MIN(due_at) AS next_due FROM " + table,
 		List:       "SELECT id, due_at, topic, target_group, message_id, created_at FROM " + table + " ORDER BY due_at, id LIMIT ?",
+		Stranded: "SELECT target_group, COUNT(*) AS n, MIN(due_at) AS oldest FROM " + table +
+			" WHERE due_at <= ? AND target_group NOT IN ? AND (SUBSTR(target_group, 1, 1) = '" + byReach + "' OR SUBSTR(target_group, 1, 1) = '" + byEndpoint + "')" +
+			" GROUP BY target_group",
 	}, nil
 }
