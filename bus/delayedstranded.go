@@ -8,10 +8,11 @@ import (
 )
 
 // Delayed deliveries that other buses publish and that stay overdue are
-// said at warn: strandedAfter past their due time, looked for every
-// strandedEvery, each target group at most every strandedRepeat.
+// said at warn: strandedAfter past their due time (well past any poll
+// interval a running bus would have), looked for every strandedEvery,
+// each target group at most every strandedRepeat.
 var (
-	strandedAfter  = time.Minute
+	strandedAfter  = 5 * time.Minute
 	strandedEvery  = time.Minute
 	strandedRepeat = 10 * time.Minute
 )

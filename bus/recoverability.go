@@ -70,9 +70,7 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 		}
 		attempts++
 		var ran bool
-		slow := b.watchSlowAttempt(handler, msg.UUID, attempts)
-		ran, err = b.attempt(msg, h)
-		slow.Stop()
+		ran, err = b.attempt(msg, h, handler, attempts)
 		release()
 		transient := err != nil && !IsUnrecoverable(err) && dialect.Transient(err)
 		if !b.cfg.RateLimit.Disabled {
@@ -196,11 +194,15 @@ func (b *Bus) watchSlowAttempt(handler, messageID string, attempt int) *time.Tim
 
 // attempt runs the handler chain once, turning a panic into an error, and
 // dispatches the messages the handler sent once it has committed.
-func (b *Bus) attempt(msg *message.Message, h message.HandlerFunc) (ran bool, err error) {
+func (b *Bus) attempt(msg *message.Message, h message.HandlerFunc, handler string, n int) (ran bool, err error) {
 	parent := msg.Context()
 	in := &incoming{msg: msg}
 	msg.SetContext(context.WithValue(parent, incomingKey{}, in))
+	var slow *time.Timer
 	defer func() {
+		if slow != nil {
+			slow.Stop() // a panic, too
+		}
 		msg.SetContext(parent)
 		if r := recover(); r != nil {
 			err = fmt.Errorf("%w: %v", ErrPanic, r)
@@ -210,7 +212,10 @@ func (b *Bus) attempt(msg *message.Message, h message.HandlerFunc) (ran bool, er
 			in.sends.finish(err) // whatever happened: the others wait for it
 		}
 	}()
-	if _, err = h(msg); err != nil {
+	slow = b.watchSlowAttempt(handler, msg.UUID, n)
+	_, err = h(msg)
+	slow.Stop() // the handler's part: the dispatch after it says its own waits
+	if err != nil {
 		return false, err
 	}
 	if s := in.sends; s != nil && !s.carriedBy(in) {

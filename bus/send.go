@@ -137,9 +137,11 @@ func (b *Bus) newMessage(ctx context.Context, name string, payload any, opts []S
 	if err := checkID(msg.UUID); err != nil {
 		return nil, fmt.Errorf("bus: %s: %w", name, err)
 	}
-	if msg.Metadata.Get(metadata.EntityID) != "" || msg.Metadata.Get(metadata.Version) != "" {
+	if msg.Metadata.Get(metadata.Version) != "" {
 		// WithVersion("", t) or a zero t was sent, and refused by every
-		// receiver's stale check (found by a cold trial).
+		// receiver's stale check (found by a cold trial). Only with a
+		// version: an entity ID alone may be metadata of a sender whose
+		// receivers read the version from the payload.
 		v, err := stale.MetadataVersion(msg)
 		if err == nil {
 			err = v.Check()

@@ -105,6 +105,10 @@ func newErrorsList(o *errorOptions) *cobra.Command {
 				return err
 			}
 			defer q.Close()
+			held, err := q.Count() // before Browse: the messages it looks at come back to the queue a moment after it
+			if err != nil {
+				return err
+			}
 			list := []failedMessage{}
 			err = q.Browse(cmd.Context(), o.limit, func(msg *message.Message) (bool, error) {
 				list = append(list, failedOf(msg, false))
@@ -113,11 +117,9 @@ func newErrorsList(o *errorOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if len(list) == o.limit {
-				if n, err := q.Count(); err == nil && n > o.limit {
-					// On stderr: list --json stays JSON.
-					fmt.Fprintf(cmd.ErrOrStderr(), "warning: listed the first %d of the %d messages in error topic %s (--limit %d)\n", o.limit, n, o.topic, o.limit)
-				}
+			if len(list) == o.limit && held > o.limit {
+				// On stderr: list --json stays JSON.
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: listed the first %d of the %d messages in error topic %s (--limit %d)\n", o.limit, held, o.topic, o.limit)
 			}
 			return printFailed(cmd.OutOrStdout(), list, asJSON)
 		},
@@ -209,6 +211,10 @@ For a handler WithExternalEffects, resolve a parked message first
 					sent = ""
 				}
 			}
+			held, err := q.Count() // the messages Browse may look at: those in the queue when it starts
+			if err != nil {
+				return err
+			}
 			seen := 0
 			err = q.Browse(cmd.Context(), o.limit, func(msg *message.Message) (bool, error) {
 				removed()
@@ -251,14 +257,12 @@ For a handler WithExternalEffects, resolve a parked message first
 			if kept > 0 {
 				return fmt.Errorf("%d message(s) cannot be replayed and stay in the error topic (listed above)", kept)
 			}
-			if all && seen == o.limit {
+			if all && seen == o.limit && held > o.limit {
 				// Browse stopped at the limit: say what it did not look at
 				// (before, --all replayed the first 1,000 and said nothing
 				// of the rest: found by a cold trial).
-				if n, err := q.Count(); err == nil && n > 0 {
-					return fmt.Errorf("replay --all looked at the first %d messages of error topic %s (--limit %d), which holds %d now: run it again, or raise --limit",
-						o.limit, o.topic, o.limit, n)
-				}
+				return fmt.Errorf("replay --all looked at the first %d of the %d messages in error topic %s (--limit %d): run it again for the rest, or raise --limit",
+					o.limit, held, o.topic, o.limit)
 			}
 			return nil
 		},

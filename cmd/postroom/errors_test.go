@@ -257,7 +257,7 @@ func TestErrorsSayWhatTheLimitLeftOut(t *testing.T) {
 
 	broken.Store(false)
 	out, err := run(t, append([]string{"errors", "replay", "--all"}, flags...)...)
-	require.ErrorContains(t, err, "replay --all looked at the first 3 messages of error topic "+errorTopic+" (--limit 3), which holds 2 now")
+	require.ErrorContains(t, err, "replay --all looked at the first 3 of the 5 messages in error topic "+errorTopic+" (--limit 3): run it again for the rest")
 	require.Contains(t, out, "replayed 3\n")
 	out, err = run(t, append([]string{"errors", "replay", "--all"}, flags...)...)
 	require.NoError(t, err, "the two left, under the limit")

@@ -97,19 +97,41 @@ func (a binaryGroups) SchemaInitializingQueries(params wsql.OffsetsSchemaInitial
 	return qs, nil
 }
 
-// GroupsBinary returns, on MySQL, the statements that make the group
-// column of topic's offsets table binary where a table created before
-// (by watermill-sql, or by postroom before 2026-12-05) has it case
-// insensitive: Check, with the table's name as its argument, returns the
-// column's data type (no row: no such table); Alter changes it. Empty on
-// other dialects. A row two groups alike but for case shared until then
-// stays the first's; the other starts anew, as a new group does.
-func (d Dialect) GroupsBinary(topic string) (check, table, alter string) {
+// GroupsBinaryUpgrade holds the statements that make the group column of
+// a topic's offsets table binary on MySQL/MariaDB where a table created
+// before (by watermill-sql, or by postroom before 2026-12-05) has it case
+// insensitive.
+type GroupsBinaryUpgrade struct {
+	// Check returns the column's data type, lower case (no row: no such
+	// table). Argument: Table.
+	Check string
+	// Table is the offsets table's name, unquoted.
+	Table string
+	// Wait reads the session's lock_wait_timeout; SetWait (a format for
+	// the seconds) sets it, so that Alter waits that long at most for the
+	// table, and then the value Wait read back.
+	Wait, SetWait string
+	// Alter changes the column.
+	Alter string
+}
+
+// GroupsBinary returns the upgrade of topic's offsets table; the zero
+// value on dialects whose groups compare bytes already. A row two groups
+// alike but for case shared until then stays the first's; a running
+// subscription of the other then reads the topic from its first message
+// (what it missed, and what it handled, which its inbox absorbs), and one
+// started afterwards starts as a new group does.
+func (d Dialect) GroupsBinary(topic string) GroupsBinaryUpgrade {
 	if d != MySQL {
-		return "", "", ""
+		return GroupsBinaryUpgrade{}
 	}
 	_, offsets := d.messageTables(topic)
-	return "SELECT LOWER(DATA_TYPE) FROM information_schema.COLUMNS" +
+	return GroupsBinaryUpgrade{
+		Check: "SELECT LOWER(DATA_TYPE) FROM information_schema.COLUMNS" +
 			" WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'consumer_group'",
-		strings.Trim(offsets, "`"), "ALTER TABLE " + offsets + " MODIFY " + binaryGroupColumn
+		Table:   strings.Trim(offsets, "`"),
+		Wait:    "SELECT @@SESSION.lock_wait_timeout",
+		SetWait: "SET SESSION lock_wait_timeout = %d",
+		Alter:   "ALTER TABLE " + offsets + " MODIFY " + binaryGroupColumn,
+	}
 }

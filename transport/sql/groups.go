@@ -16,35 +16,58 @@ const groupsAlterWait = 5 * time.Second
 // binaryGroups makes the group column of topic's offsets table binary on
 // MySQL/MariaDB where a table created before has it case insensitive
 // (dialect.GroupsBinary): there two groups alike but for case shared one
-// offsets row and each got a part of the messages. It runs once per table
-// and database: once altered, the check finds the binary column. An ALTER
-// that cannot get the table within groupsAlterWait is said at warn, with
-// the statement, and the subscription goes on.
+// offsets row and each got a part of the messages. It looks once per
+// table and process; once altered, the check finds the binary column. An
+// ALTER that cannot get the table within groupsAlterWait is said at warn,
+// with the statement, unless another process altered it meanwhile, and
+// the subscription goes on.
 func (s *subscriber) binaryGroups(topic string) error {
-	check, table, alter := s.t.dialect.GroupsBinary(topic)
-	if check == "" {
+	up := s.t.dialect.GroupsBinary(topic)
+	if up.Check == "" {
 		return nil
+	}
+	if _, tried := s.t.groupsChecked.LoadOrStore(up.Table, true); tried {
+		return nil // once per table and process: each subscription declares its topic, some twice
 	}
 	db := s.t.cfg.DB
-	var types []string
-	if err := db.Raw(check, table).Scan(&types).Error; err != nil {
-		return fmt.Errorf("read the group column of %s: %w", table, err)
+	binary := func(conn *gorm.DB) (bool, error) {
+		var types []string
+		if err := conn.Raw(up.Check, up.Table).Scan(&types).Error; err != nil {
+			return false, fmt.Errorf("read the group column of %s: %w", up.Table, err)
+		}
+		return len(types) == 0 || types[0] == "varbinary", nil
 	}
-	if len(types) == 0 || types[0] == "varbinary" {
-		return nil
+	if ok, err := binary(db); ok || err != nil {
+		return err
 	}
-	err := db.Connection(func(conn *gorm.DB) error {
-		if err := conn.Exec(fmt.Sprintf("SET SESSION lock_wait_timeout = %d", int(groupsAlterWait/time.Second))).Error; err != nil {
+	err := db.Connection(func(pinned *gorm.DB) error {
+		// Each statement on an instance of its own: on Connection's own,
+		// a failed ALTER's error stayed, and the restore after it never
+		// ran (TestAnOffsetsTableItCannotAlterIsSaid).
+		conn := pinned.Session(&gorm.Session{NewDB: true})
+		var was int64
+		if err := conn.Raw(up.Wait).Scan(&was).Error; err != nil {
 			return err
 		}
-		defer conn.Exec("SET SESSION lock_wait_timeout = DEFAULT")
-		return conn.Exec(alter).Error
+		if err := conn.Exec(fmt.Sprintf(up.SetWait, int(groupsAlterWait/time.Second))).Error; err != nil {
+			return err
+		}
+		alterErr := conn.Exec(up.Alter).Error
+		// The connection goes back to the pool: with the session's own
+		// value (one a DSN set, say), not the server's default.
+		if err := conn.Exec(fmt.Sprintf(up.SetWait, was)).Error; err != nil {
+			return fmt.Errorf("restore lock_wait_timeout: %w (after: %v)", err, alterErr)
+		}
+		return alterErr
 	})
 	if err != nil {
+		if ok, _ := binary(db); ok {
+			return nil // another process's ALTER got there first
+		}
 		s.t.log.Logger().Warn("sql: could not make the consumer groups of a topic case sensitive; groups named alike but for case share one offsets row and each gets a part of the messages until it is done: run the statement by hand or restart",
-			"topic", topic, "statement", alter, "error", err)
+			"topic", topic, "statement", up.Alter, "error", err)
 		return nil
 	}
-	s.t.log.Logger().Info("sql: made the consumer groups of a topic case sensitive (its offsets table predates it)", "topic", topic, "table", table)
+	s.t.log.Logger().Info("sql: made the consumer groups of a topic case sensitive (its offsets table predates it)", "topic", topic, "table", up.Table)
 	return nil
 }

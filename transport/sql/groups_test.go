@@ -1,8 +1,11 @@
 package sql_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -83,4 +86,77 @@ func subscribeGroup(t *testing.T, tr *wsql.Transport, group, topic string) *rece
 		}
 	}()
 	return got
+}
+
+// TestAnOffsetsTableItCannotAlterIsSaid, MariaDB: while a transaction
+// holds an older offsets table (a running subscription's read), the ALTER
+// gives up after its lock wait, says so at warn with the statement, and
+// the subscription goes on; the connection goes back to the pool with
+// its own lock wait. The next start, once the table is free, alters it.
+func TestAnOffsetsTableItCannotAlterIsSaid(t *testing.T) {
+	dsn := testenv.MySQLDatabaseDSN(t)
+	db := testenv.Migrated(t, dsn, "MariaDB")
+	sqlDB, err := db.DB()
+	require.NoError(t, err)
+	sqlDB.SetMaxOpenConns(1) // the ALTER's connection is the one read below (until reading starts, which needs two)
+	topic := testenv.Name("groups_")
+	offsets := "watermill_offsets_" + topic
+	qs, err := wmsql.DefaultMySQLOffsetsAdapter{}.SchemaInitializingQueries(wmsql.OffsetsSchemaInitializingQueriesParams{Topic: topic})
+	require.NoError(t, err)
+	for _, q := range qs {
+		require.NoError(t, db.Exec(q.Query).Error)
+	}
+	var wait int64
+	require.NoError(t, db.Raw("SELECT @@SESSION.lock_wait_timeout").Scan(&wait).Error)
+	holder := testenv.Migrated(t, dsn, "MariaDB") // another pool on the same database
+	tx := holder.Begin()
+	require.NoError(t, tx.Exec("SELECT * FROM `"+offsets+"`").Error)
+
+	logs := &logBuffer{}
+	tr, err := wsql.New(wsql.Config{DB: db, PollInterval: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tr.Close() })
+	sub, err := tr.Subscriber("audit")
+	require.NoError(t, err)
+	began := time.Now()
+	require.NoError(t, sub.(message.SubscribeInitializer).SubscribeInitialize(topic))
+	require.Less(t, time.Since(began), 15*time.Second)
+	require.Contains(t, logs.String(), `msg="sql: could not make the consumer groups of a topic case sensitive`)
+	require.Contains(t, logs.String(), "ALTER TABLE `"+offsets+"` MODIFY consumer_group VARBINARY(255) NOT NULL")
+	var after int64
+	require.NoError(t, db.Raw("SELECT @@SESSION.lock_wait_timeout").Scan(&after).Error)
+	require.Equal(t, wait, after, "the pool's connection keeps its lock wait")
+	sqlDB.SetMaxOpenConns(0)
+	got := subscribeGroup(t, tr, "audit", topic)
+	require.NoError(t, tr.Publisher().Publish(topic, message.NewMessage("m-1", nil)))
+	got.waitFor(t, 1)
+
+	require.NoError(t, tx.Rollback().Error)
+	again, err := wsql.New(wsql.Config{DB: db, PollInterval: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	require.NoError(t, err) // the next start: a transport looks once per table
+	t.Cleanup(func() { _ = again.Close() })
+	subscribeGroup(t, again, "Audit", topic)
+	var column string
+	require.NoError(t, db.Raw("SELECT LOWER(DATA_TYPE) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE()"+
+		" AND TABLE_NAME = ? AND COLUMN_NAME = 'consumer_group'", offsets).Scan(&column).Error)
+	require.Equal(t, "varbinary", column)
+	require.Contains(t, logs.String(), `msg="sql: made the consumer groups of a topic case sensitive`)
+}
+
+// logBuffer is a log's text, safe for a logger and a reader at once.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
@@ -52,6 +53,8 @@ type Transport struct {
 	schema    wsql.SchemaAdapter
 	offsets   wsql.OffsetsAdapter
 	publisher *wsql.Publisher
+
+	groupsChecked sync.Map // offsets tables whose group column binaryGroups looked at
 
 	opened closers.Closers
 }
