@@ -23,11 +23,11 @@ func TestStrandedDelayedMessagesAreSaid(t *testing.T) {
 	for _, store := range testenv.Databases {
 		t.Run(store.Name, func(t *testing.T) {
 			db := store.Open(t)
-			logs := &syncBuffer{}
+			logger, logs := testenv.CapturedLogger(slog.LevelWarn)
 			start := time.Now().UTC().Truncate(time.Second)
 			now := start
 			b, err := New(Config{Endpoint: testenv.Name("billing"), Transport: gochannel.New(gochannel.Config{}), DB: db,
-				Now: func() time.Time { return now }, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+				Now: func() time.Time { return now }, Logger: logger})
 			require.NoError(t, err)
 			d, stmts, err := b.delayedStatements(db)
 			require.NoError(t, err)

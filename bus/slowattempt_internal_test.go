@@ -1,40 +1,21 @@
 package bus
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/transport/gochannel"
 )
 
 type slowCommand struct{}
 
 func (slowCommand) MessageName() string { return "test.Slow" }
-
-// syncBuffer is a bytes.Buffer safe for a logger and a reader at once.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestASlowAttemptIsSaid: an attempt still running after slowAttempt is
 // said once at warn, with the handler and the message; one that ends
@@ -43,9 +24,8 @@ func TestASlowAttemptIsSaid(t *testing.T) {
 	was := slowAttempt
 	slowAttempt = time.Second // a quick attempt under -race on a busy machine stays far below it
 	t.Cleanup(func() { slowAttempt = was })
-	logs := &syncBuffer{}
-	b, err := New(Config{Endpoint: "billing", Transport: gochannel.New(gochannel.Config{}),
-		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	logger, logs := testenv.CapturedLogger(slog.LevelWarn)
+	b, err := New(Config{Endpoint: "billing", Transport: gochannel.New(gochannel.Config{}), Logger: logger})
 	require.NoError(t, err)
 	release := make(chan struct{})
 	done := make(chan struct{}, 2)

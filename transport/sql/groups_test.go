@@ -1,11 +1,9 @@
 package sql_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -112,8 +110,8 @@ func TestAnOffsetsTableItCannotAlterIsSaid(t *testing.T) {
 	tx := holder.Begin()
 	require.NoError(t, tx.Exec("SELECT * FROM `"+offsets+"`").Error)
 
-	logs := &logBuffer{}
-	tr, err := wsql.New(wsql.Config{DB: db, PollInterval: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	logger, logs := testenv.CapturedLogger(slog.LevelInfo)
+	tr, err := wsql.New(wsql.Config{DB: db, PollInterval: 10 * time.Millisecond, Logger: logger})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = tr.Close() })
 	sub, err := tr.Subscriber("audit")
@@ -132,7 +130,7 @@ func TestAnOffsetsTableItCannotAlterIsSaid(t *testing.T) {
 	got.waitFor(t, 1)
 
 	require.NoError(t, tx.Rollback().Error)
-	again, err := wsql.New(wsql.Config{DB: db, PollInterval: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	again, err := wsql.New(wsql.Config{DB: db, PollInterval: 10 * time.Millisecond, Logger: logger})
 	require.NoError(t, err) // the next start: a transport looks once per table
 	t.Cleanup(func() { _ = again.Close() })
 	subscribeGroup(t, again, "Audit", topic)
@@ -141,22 +139,4 @@ func TestAnOffsetsTableItCannotAlterIsSaid(t *testing.T) {
 		" AND TABLE_NAME = ? AND COLUMN_NAME = 'consumer_group'", offsets).Scan(&column).Error)
 	require.Equal(t, "varbinary", column)
 	require.Contains(t, logs.String(), `msg="sql: made the consumer groups of a topic case sensitive`)
-}
-
-// logBuffer is a log's text, safe for a logger and a reader at once.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
