@@ -13,6 +13,7 @@ import (
 
 	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/internal/pgdriver"
+	"github.com/postroom/postroom/internal/sqlitedriver"
 )
 
 // MaxIdleConnsDefault is how many idle connections a PostgreSQL or MySQL
@@ -77,6 +78,20 @@ func openPostgres(dsn string, cfg *gorm.Config) (*gorm.DB, error) {
 	return db, err
 }
 
+// openSQLitePool opens SQLite through internal/sqlitedriver, whose
+// transactions end when their COMMIT fails.
+func openSQLitePool(path string, cfg *gorm.Config) (*gorm.DB, error) {
+	sqlDB, err := sqlitedriver.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	db, err := gorm.Open(sqlite.Dialector{DriverName: "sqlite", DSN: path, Conn: sqlDB}, cfg)
+	if err != nil {
+		_ = sqlDB.Close()
+	}
+	return db, err
+}
+
 // Close closes db's connection pool.
 func Close(db *gorm.DB) error {
 	sqlDB, err := db.DB()
@@ -111,10 +126,10 @@ func openSQLite(dsn string, cfg *gorm.Config) (*gorm.DB, error) {
 	// Switching a new file to WAL takes its lock without SQLite's busy
 	// handler: processes opening one file at once can get SQLITE_BUSY here,
 	// so the open is tried again for as long as the busy timeout.
-	db, err := gorm.Open(sqlite.Open(path), cfg)
+	db, err := openSQLitePool(path, cfg)
 	for deadline := time.Now().Add(BusyTimeoutDefault); err != nil && strings.Contains(err.Error(), "SQLITE_BUSY") && time.Now().Before(deadline); {
 		time.Sleep(20 * time.Millisecond)
-		db, err = gorm.Open(sqlite.Open(path), cfg)
+		db, err = openSQLitePool(path, cfg)
 	}
 	if err != nil {
 		return db, err

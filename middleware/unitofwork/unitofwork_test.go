@@ -226,19 +226,20 @@ func TestBatchOfOneMessageAtATimeDoesNotWait(t *testing.T) {
 	require.EqualValues(t, 3, n)
 }
 
-// TestATransactionThatDoesNotCommitIsNotAcked, on PostgreSQL and MariaDB,
-// a transaction per message and a batch alike: when the COMMIT fails (a
-// deferred constraint PostgreSQL checks only then) or the connection dies
+// TestATransactionThatDoesNotCommitIsNotAcked, on every store, a
+// transaction per message and a batch alike: when the COMMIT fails (a
+// deferred constraint PostgreSQL and SQLite check only then) or the
+// connection dies
 // after the handler's writes, the handler chain returns the error, so the
 // message is not acked and its redelivery writes the effect once. A
 // failure taken for success would ack a message whose effects were never
 // written.
 func TestATransactionThatDoesNotCommitIsNotAcked(t *testing.T) {
-	for _, database := range testenv.ServerDatabases {
-		breaks := []string{"connection killed"}
-		if database.Name == "postgres" {
-			breaks = append(breaks, "deferred constraint")
-		}
+	for _, database := range testenv.Databases {
+		// MySQL checks every constraint at once, and SQLite's connection
+		// is a file handle no other session can end.
+		breaks := map[string][]string{"postgres": {"connection killed", "deferred constraint"},
+			"mariadb": {"connection killed"}, "sqlite": {"deferred constraint"}}[database.Name]
 		for _, breaking := range breaks {
 			for _, batch := range []int{1, 4} {
 				t.Run(fmt.Sprintf("%s/%s/batch size %d", database.Name, breaking, batch), func(t *testing.T) {

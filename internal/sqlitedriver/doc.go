@@ -1,0 +1,13 @@
+// Package sqlitedriver opens SQLite through glebarez/go-sqlite (pure Go)
+// with one fix: a transaction whose COMMIT fails ends there.
+//
+// SQLite keeps a transaction open when its COMMIT fails (a deferred
+// foreign key still violated, say), while database/sql takes the
+// transaction as ended and hands the connection out again: the next
+// BEGIN on it failed ("cannot start a transaction within a transaction"),
+// and what else ran on it ran inside the failed transaction, which saw
+// the failed message's writes. mattn/go-sqlite3 rolls back after a COMMIT
+// that failed with SQLITE_BUSY; glebarez/go-sqlite (v1.21.2) does not.
+// Here every failed COMMIT is followed by a ROLLBACK on its connection,
+// and a connection the ROLLBACK cannot clean is discarded.
+package sqlitedriver

@@ -1,0 +1,91 @@
+package sqlitedriver
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"fmt"
+	"strings"
+
+	_ "github.com/glebarez/go-sqlite" // registers the driver "sqlite"
+)
+
+// Open opens a connection pool on the SQLite database dsn names
+// (glebarez/go-sqlite's DSN: a path, then its query parameters).
+func Open(dsn string) (*sql.DB, error) {
+	probe, err := sql.Open("sqlite", "")
+	if err != nil {
+		return nil, err
+	}
+	drv := probe.Driver()
+	if err := probe.Close(); err != nil {
+		return nil, err
+	}
+	return sql.OpenDB(connector{dsn: dsn, drv: drv}), nil
+}
+
+// connector makes glebarez/go-sqlite's connections conns.
+type connector struct {
+	dsn string
+	drv driver.Driver
+}
+
+func (c connector) Connect(context.Context) (driver.Conn, error) {
+	dc, err := c.drv.Open(c.dsn)
+	if err != nil {
+		return nil, err
+	}
+	sc, ok := dc.(sqliteConn)
+	if !ok {
+		_ = dc.Close()
+		return nil, fmt.Errorf("sqlitedriver: the driver's connection is a %T, without the methods it is wrapped for", dc)
+	}
+	return &conn{sc}, nil
+}
+
+func (c connector) Driver() driver.Driver { return c.drv }
+
+// sqliteConn is what glebarez/go-sqlite's connection does; conn has it all,
+// so that database/sql takes the same paths as with the driver alone.
+type sqliteConn interface {
+	driver.Conn
+	driver.ConnBeginTx
+	driver.ConnPrepareContext
+	driver.ExecerContext
+	driver.QueryerContext
+	driver.Pinger
+}
+
+// conn is a connection whose transactions end when their COMMIT fails.
+type conn struct{ sqliteConn }
+
+func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	t, err := c.sqliteConn.BeginTx(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &tx{Tx: t, conn: c.sqliteConn}, nil
+}
+
+// Begin is BeginTx with the default options (driver.Conn's older method).
+func (c *conn) Begin() (driver.Tx, error) { return c.BeginTx(context.Background(), driver.TxOptions{}) }
+
+// tx rolls back on its connection when its COMMIT fails.
+type tx struct {
+	driver.Tx
+	conn sqliteConn
+}
+
+func (t *tx) Commit() error {
+	err := t.Tx.Commit()
+	if err == nil {
+		return nil
+	}
+	_, rbErr := t.conn.ExecContext(context.Background(), "ROLLBACK", nil)
+	if rbErr == nil || strings.Contains(rbErr.Error(), "no transaction is active") {
+		return err // ended: SQLite rolled it back itself, or the ROLLBACK did
+	}
+	// Not known to be ended: database/sql discards a connection whose
+	// error is driver.ErrBadConn.
+	return fmt.Errorf("%w (and the ROLLBACK after it: %v): %w", err, rbErr, driver.ErrBadConn)
+}
