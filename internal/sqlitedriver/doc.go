@@ -7,7 +7,8 @@
 // BEGIN on it failed ("cannot start a transaction within a transaction"),
 // and what else ran on it ran inside the failed transaction, which saw
 // the failed message's writes. mattn/go-sqlite3 rolls back after a COMMIT
-// that failed with SQLITE_BUSY; glebarez/go-sqlite (v1.21.2) does not.
-// Here every failed COMMIT is followed by a ROLLBACK on its connection,
-// and a connection the ROLLBACK cannot clean is discarded.
+// that failed; glebarez/go-sqlite (v1.21.2) does not. Here every failed
+// COMMIT is followed by a ROLLBACK on its connection, and a connection the
+// ROLLBACK cannot clean is closed (for an in-memory database, its only
+// connection: the database with it).
 package sqlitedriver

@@ -4,8 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	_ "github.com/glebarez/go-sqlite" // registers the driver "sqlite"
 )
@@ -40,7 +42,7 @@ func (c connector) Connect(context.Context) (driver.Conn, error) {
 		_ = dc.Close()
 		return nil, fmt.Errorf("sqlitedriver: the driver's connection is a %T, without the methods it is wrapped for", dc)
 	}
-	return &conn{sc}, nil
+	return &conn{sqliteConn: sc}, nil
 }
 
 func (c connector) Driver() driver.Driver { return c.drv }
@@ -57,15 +59,25 @@ type sqliteConn interface {
 }
 
 // conn is a connection whose transactions end when their COMMIT fails.
-type conn struct{ sqliteConn }
+type conn struct {
+	sqliteConn
+	bad atomic.Bool // a failed COMMIT left its transaction in an unknown state
+}
 
 func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
 	t, err := c.sqliteConn.BeginTx(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
-	return &tx{Tx: t, conn: c.sqliteConn}, nil
+	return &tx{Tx: t, conn: c}, nil
 }
+
+// IsValid is false once a failed COMMIT's transaction could not be ended:
+// database/sql then closes the connection instead of handing it out again
+// (driver.Validator). Not an error wrapping driver.ErrBadConn, which the
+// bus would take for a database out of reach and wait out, when the
+// COMMIT's own error (a constraint) says otherwise.
+func (c *conn) IsValid() bool { return !c.bad.Load() }
 
 // Begin is BeginTx with the default options (driver.Conn's older method).
 func (c *conn) Begin() (driver.Tx, error) { return c.BeginTx(context.Background(), driver.TxOptions{}) }
@@ -73,7 +85,7 @@ func (c *conn) Begin() (driver.Tx, error) { return c.BeginTx(context.Background(
 // tx rolls back on its connection when its COMMIT fails.
 type tx struct {
 	driver.Tx
-	conn sqliteConn
+	conn *conn
 }
 
 func (t *tx) Commit() error {
@@ -81,11 +93,10 @@ func (t *tx) Commit() error {
 	if err == nil {
 		return nil
 	}
-	_, rbErr := t.conn.ExecContext(context.Background(), "ROLLBACK", nil)
+	_, rbErr := t.conn.sqliteConn.ExecContext(context.Background(), "ROLLBACK", nil)
 	if rbErr == nil || strings.Contains(rbErr.Error(), "no transaction is active") {
 		return err // ended: SQLite rolled it back itself, or the ROLLBACK did
 	}
-	// Not known to be ended: database/sql discards a connection whose
-	// error is driver.ErrBadConn.
-	return fmt.Errorf("%w (and the ROLLBACK after it: %v): %w", err, rbErr, driver.ErrBadConn)
+	t.conn.bad.Store(true) // not known to be ended: the connection goes
+	return errors.Join(err, fmt.Errorf("sqlitedriver: the ROLLBACK after it: %w", rbErr))
 }
