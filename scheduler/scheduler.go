@@ -197,12 +197,17 @@ func (s *Scheduler) state(ctx context.Context, name string) (next time.Time, pau
 	return next, paused, err
 }
 
-// Run calls Define, then Tick every PollInterval until ctx is done. Tick
-// errors are logged and retried on the next tick.
+// Run calls Define, then Tick every PollInterval until ctx is done, and
+// then returns nil: a stop is not an error, also when it comes while Run
+// starts (as bus.Run). Tick errors are logged and retried on the next
+// tick.
 func (s *Scheduler) Run(ctx context.Context) error {
 	// Slots are DATETIME columns on MySQL: a connection in another zone
 	// would shift them (and lose one at a change of clocks).
 	if err := store.CheckTimeZone(ctx, s.cfg.DB); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting
+		}
 		return fmt.Errorf("scheduler: %w", err)
 	}
 	if skew, err := store.ClockSkew(ctx, s.cfg.DB, time.Now); err == nil && (skew > store.ClockSkewWarning || skew < -store.ClockSkewWarning) {
@@ -212,10 +217,13 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 	if err := s.Define(ctx); err != nil {
 		if ctx.Err() != nil {
-			// Stopped while defining: SQLite reports a query cut short as
-			// "interrupted (9)", which does not wrap ctx's error (a CI
-			// run's bus Run failed so when stopped right after starting).
-			return ctx.Err()
+			// Stopped while defining: not an error. (SQLite reports a
+			// query cut short as "interrupted (9)", which does not wrap
+			// ctx's error: a CI run's bus Run failed so when stopped right
+			// after starting. Returning ctx's error instead failed the
+			// getting-started program of docs/ when its Ctrl-C came while
+			// the scheduler waited for SQLite's one connection.)
+			return nil
 		}
 		return err
 	}
