@@ -200,3 +200,15 @@ func TestInboxSummaryPerConsumer(t *testing.T) {
 		})
 	}
 }
+
+// TestAMySQLAddressWithoutItsProtocolIsABadDSN: user@host:3306/db (no
+// tcp(…)) is refused with the form to write, not the driver's "default
+// addr for network '127.0.0.1:3306' unknown".
+func TestAMySQLAddressWithoutItsProtocolIsABadDSN(t *testing.T) {
+	for _, dsn := range []string{"mysql://root@127.0.0.1:3306/app", "mysql://app:s3cret@db.example.com:3306/app"} {
+		_, err := store.Open(dsn)
+		require.ErrorIs(t, err, store.ErrBadDSN, dsn)
+		require.ErrorContains(t, err, "the MySQL address needs its protocol, as in user@tcp(host:3306)/db", dsn)
+		require.NotContains(t, err.Error(), "s3cret")
+	}
+}
