@@ -62,13 +62,13 @@ func (s *strandedDelayed) check(ctx context.Context, b *Bus) {
 	if rows.Close() != nil || rows.Err() != nil {
 		return
 	}
+	mine, _ := dialect.DelayedRelay(b.delayedRelay())
 	for _, r := range groups {
 		if at, ok := s.said[r.targetGroup]; ok && now.Sub(at) < strandedRepeat {
 			continue
 		}
 		s.said[r.targetGroup] = now
 		relay, _ := dialect.DelayedRelay(r.targetGroup)
-		mine, _ := dialect.DelayedRelay(b.delayedRelay())
 		overdue := "?"
 		if oldest, err := d.ParseTime(r.oldest); err == nil {
 			overdue = now.Sub(oldest).Round(time.Second).String()

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"database/sql"
 	"fmt"
 	"strings"
 	"time"
@@ -71,8 +72,14 @@ func openPostgres(dsn string, cfg *gorm.Config) (*gorm.DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	db, err := gorm.Open(postgres.New(postgres.Config{Conn: sqlDB}), cfg)
-	if err != nil && db == nil {
+	return openOn(sqlDB, postgres.New(postgres.Config{Conn: sqlDB}), cfg)
+}
+
+// openOn opens gorm with dialector on the pool sqlDB of postroom's own
+// driver, closing the pool if that fails.
+func openOn(sqlDB *sql.DB, dialector gorm.Dialector, cfg *gorm.Config) (*gorm.DB, error) {
+	db, err := gorm.Open(dialector, cfg)
+	if err != nil {
 		_ = sqlDB.Close()
 	}
 	return db, err
@@ -85,11 +92,7 @@ func openSQLitePool(path string, cfg *gorm.Config) (*gorm.DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	db, err := gorm.Open(sqlite.Dialector{DriverName: "sqlite", DSN: path, Conn: sqlDB}, cfg)
-	if err != nil {
-		_ = sqlDB.Close()
-	}
-	return db, err
+	return openOn(sqlDB, sqlite.Dialector{DriverName: "sqlite", DSN: path, Conn: sqlDB}, cfg)
 }
 
 // Close closes db's connection pool.

@@ -146,14 +146,7 @@ func TestErrorsReplayAllOnceEach(t *testing.T) {
 // review).
 func TestErrorsReplayKeepsWhatItCannotReplay(t *testing.T) {
 	url, tr, errorTopic, b := billingOnRabbitMQ(t)
-	var failing atomic.Bool
-	failing.Store(true)
-	require.NoError(t, bus.Handle(b, func(ctx context.Context, m *Invoice) error {
-		if failing.Load() {
-			return errors.New("tax service down")
-		}
-		return nil
-	}))
+	failing := failingUntilFixed(t, b)
 	ctx := testbus.Run(t, b)
 	c := b.Counters()
 	require.NoError(t, bus.Send(ctx, b, &Invoice{N: 1}, bus.To(b.Endpoint())))
@@ -232,14 +225,7 @@ func TestErrorsWarnOfAnErrorQueueWithoutDeliveryLimit(t *testing.T) {
 // "replayed 999" and left 216 behind.
 func TestErrorsSayWhatTheLimitLeftOut(t *testing.T) {
 	url, _, errorTopic, b := billingOnRabbitMQ(t)
-	var broken atomic.Bool
-	broken.Store(true)
-	require.NoError(t, bus.Handle(b, func(ctx context.Context, m *Invoice) error {
-		if broken.Load() {
-			return errors.New("tax service down")
-		}
-		return nil
-	}))
+	broken := failingUntilFixed(t, b)
 	ctx := testbus.Run(t, b)
 	c := b.Counters()
 	for n := range 5 {
@@ -263,4 +249,19 @@ func TestErrorsSayWhatTheLimitLeftOut(t *testing.T) {
 	require.NoError(t, err, "the two left, under the limit")
 	require.Contains(t, out, "replayed 2\n")
 	waitUntil(t, func() bool { return c.Total(metrics.Handled) == 5 })
+}
+
+// failingUntilFixed registers b's Invoice handler, which fails with "tax
+// service down" until the returned flag is set to false.
+func failingUntilFixed(t *testing.T, b *bus.Bus) *atomic.Bool {
+	t.Helper()
+	var failing atomic.Bool
+	failing.Store(true)
+	require.NoError(t, bus.Handle(b, func(ctx context.Context, m *Invoice) error {
+		if failing.Load() {
+			return errors.New("tax service down")
+		}
+		return nil
+	}))
+	return &failing
 }

@@ -20,17 +20,10 @@ import (
 func TestAFailedCommitEndsTheTransaction(t *testing.T) {
 	db, err := sqlitedriver.Open(filepath.Join(t.TempDir(), "t.db") + "?_pragma=foreign_keys(1)")
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
-	db.SetMaxOpenConns(1) // one connection: the failed transaction's
 	ctx := context.Background()
-	for _, q := range []string{
-		"CREATE TABLE parents (id TEXT PRIMARY KEY)",
-		"CREATE TABLE children (parent TEXT REFERENCES parents (id) DEFERRABLE INITIALLY DEFERRED)",
-		"CREATE TABLE effects (id TEXT NOT NULL)",
-	} {
-		_, err := db.ExecContext(ctx, q)
-		require.NoError(t, err)
-	}
+	deferredForeignKey(t, db)
+	_, err = db.ExecContext(ctx, "CREATE TABLE effects (id TEXT NOT NULL)")
+	require.NoError(t, err)
 	tx, err := db.BeginTx(ctx, nil)
 	require.NoError(t, err)
 	_, err = tx.ExecContext(ctx, "INSERT INTO effects (id) VALUES ('failed')")
@@ -65,16 +58,8 @@ func TestAFailedCommitEndsTheTransaction(t *testing.T) {
 func TestWithoutTheFixTheTransactionStaysOpen(t *testing.T) {
 	db, err := sql.Open("sqlite", filepath.Join(t.TempDir(), "t.db")+"?_pragma=foreign_keys(1)")
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
-	db.SetMaxOpenConns(1)
 	ctx := context.Background()
-	for _, q := range []string{
-		"CREATE TABLE parents (id TEXT PRIMARY KEY)",
-		"CREATE TABLE children (parent TEXT REFERENCES parents (id) DEFERRABLE INITIALLY DEFERRED)",
-	} {
-		_, err := db.ExecContext(ctx, q)
-		require.NoError(t, err)
-	}
+	deferredForeignKey(t, db)
 	tx, err := db.BeginTx(ctx, nil)
 	require.NoError(t, err)
 	_, err = tx.ExecContext(ctx, "INSERT INTO children (parent) VALUES ('none')")
@@ -82,4 +67,20 @@ func TestWithoutTheFixTheTransactionStaysOpen(t *testing.T) {
 	require.Error(t, tx.Commit())
 	_, err = db.BeginTx(ctx, nil)
 	require.ErrorContains(t, err, "cannot start a transaction within a transaction")
+}
+
+// deferredForeignKey gives db one connection (the failed transaction's),
+// closed when the test ends, and a table children whose foreign key SQLite
+// checks only at COMMIT.
+func deferredForeignKey(t *testing.T, db *sql.DB) {
+	t.Helper()
+	t.Cleanup(func() { _ = db.Close() })
+	db.SetMaxOpenConns(1)
+	for _, q := range []string{
+		"CREATE TABLE parents (id TEXT PRIMARY KEY)",
+		"CREATE TABLE children (parent TEXT REFERENCES parents (id) DEFERRABLE INITIALLY DEFERRED)",
+	} {
+		_, err := db.ExecContext(context.Background(), q)
+		require.NoError(t, err)
+	}
 }
