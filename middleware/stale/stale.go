@@ -42,7 +42,10 @@ type Config struct {
 	MaxSkew time.Duration
 	// Recorder counts stale updates per handler. Defaults to metrics.Discard.
 	Recorder metrics.Recorder
-	// Logger logs stale updates at debug level. Defaults to slog.Default().
+	// Logger logs stale updates at debug level, and at warn an update
+	// skipped for a tie: the applied one has the same version (at most
+	// every 10 minutes per consumer and message type). Defaults to
+	// slog.Default().
 	Logger *slog.Logger
 	// Now is the clock for the skew check and updated_at. Defaults to time.Now.
 	Now func() time.Time
@@ -91,6 +94,7 @@ func New(cfg Config) (message.HandlerMiddleware, error) {
 		return nil, fmt.Errorf("stale: %w", err)
 	}
 	upsert := d.Native(d.WatermarkUpsert(cfg.Table))
+	ties := newTies(cfg.Table, cfg.Logger)
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		check := func(msg *message.Message) ([]*message.Message, error) {
 			ctx := msg.Context()
@@ -116,6 +120,9 @@ func New(cfg Config) (message.HandlerMiddleware, error) {
 				return nil, fmt.Errorf("stale: upsert watermark: %w", err)
 			}
 			if rows == 0 {
+				if err := ties.check(ctx, consumer, messageType, v, msg.UUID, now); err != nil {
+					return nil, err
+				}
 				unitofwork.RollbackOnly(ctx)
 				cfg.Recorder.Record(consumer, metrics.Stale)
 				cfg.Logger.DebugContext(ctx, "stale: older update skipped", "consumer", consumer,

@@ -3,6 +3,7 @@ package stale_test
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -270,5 +271,52 @@ func TestLowerCaseTAndZAreRFC3339(t *testing.T) {
 		v, err := stale.MetadataVersion(msg)
 		require.NoError(t, err, raw)
 		require.True(t, want.Equal(v.At), "%s: %s", raw, v.At)
+	}
+}
+
+// TestATieThatSkipsAnUpdateIsSaid: two updates of one entity with the same
+// version (an AMQP timestamp header carries whole seconds) keep the one
+// with the greater message ID, which need not be the later update; the
+// skip is said at warn, at most every 10 minutes per consumer and message
+// type. An older update, or the applied one again, is not a tie.
+func TestATieThatSkipsAnUpdateIsSaid(t *testing.T) {
+	for _, store := range testenv.Databases {
+		t.Run(store.Name, func(t *testing.T) {
+			t.Parallel()
+			db := store.Open(t)
+			logger, logs := testenv.CapturedLogger(slog.LevelWarn)
+			now := base.Add(time.Hour)
+			mw, err := stale.New(stale.Config{DB: db, Consumer: "addresses", Logger: logger, Now: func() time.Time { return now }})
+			require.NoError(t, err)
+			var applied []string
+			h := mw(func(msg *message.Message) ([]*message.Message, error) {
+				applied = append(applied, msg.UUID)
+				return nil, nil
+			})
+			handle := func(msg *message.Message) {
+				t.Helper()
+				_, err := h(msg)
+				require.NoError(t, err)
+			}
+			second := base.Add(time.Second)
+			handle(update("zzzz-older", "c-1", second))
+			handle(update("zzzz-older", "c-1", second)) // the applied one again
+			handle(update("aaaa-older-still", "c-1", base))
+			require.Empty(t, logs.String(), "neither a redelivery nor an older update is a tie")
+
+			handle(update("aaaa-newer", "c-1", second))
+			said := logs.String()
+			require.Contains(t, said, "same version")
+			require.Contains(t, said, "skipped_message_id=aaaa-newer")
+			require.Contains(t, said, "applied_message_id=zzzz-older")
+
+			handle(update("bbbb", "c-1", second))
+			handle(update("cccc", "c-1", second))
+			require.Equal(t, said, logs.String(), "said again only after 10 minutes")
+			now = now.Add(11 * time.Minute)
+			handle(update("dddd", "c-1", second))
+			require.Contains(t, logs.String(), "ties_not_said_since_the_last_warning=2")
+			require.Equal(t, []string{"zzzz-older"}, applied)
+		})
 	}
 }

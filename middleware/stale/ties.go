@@ -1,0 +1,85 @@
+package stale
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/postroom/postroom/middleware/unitofwork"
+)
+
+// tieRepeat is how often, at most, ties of one consumer and message type
+// are said again.
+const tieRepeat = 10 * time.Minute
+
+// ties says, at warn, when an update was skipped because the applied one
+// carries the same version: the tie went to the greater message ID, which
+// need not be the later update. Versions of whole seconds (an AMQP
+// timestamp header, RFC 3339 without fractions) tie for two updates of one
+// entity within a second, and the newer one can be the one dropped.
+type ties struct {
+	table  string
+	logger *slog.Logger
+
+	mu    sync.Mutex
+	since map[tieKey]*tieCount
+}
+
+type tieKey struct{ consumer, messageType string }
+
+type tieCount struct {
+	said   time.Time // zero: never said
+	unsaid int       // ties since the last warning
+}
+
+func newTies(table string, logger *slog.Logger) *ties {
+	return &ties{table: table, logger: logger, since: map[tieKey]*tieCount{}}
+}
+
+// check reads the watermark that made the update in ctx's transaction
+// stale; when it carries the same version under another message ID, the
+// skip was a tie, and is said (at most every tieRepeat per consumer and
+// message type, with how many were not said in between).
+func (t *ties) check(ctx context.Context, consumer, messageType string, v Version, messageID string, now time.Time) error {
+	var storedAt int64
+	var storedID string
+	row := unitofwork.Tx(ctx).Raw("SELECT version_at, message_id FROM "+t.table+
+		" WHERE consumer = ? AND message_type = ? AND entity_id = ?", consumer, messageType, v.EntityID).Row()
+	if err := row.Scan(&storedAt, &storedID); err != nil {
+		return fmt.Errorf("stale: read the watermark of a skipped update: %w", err)
+	}
+	if storedAt != v.At.UnixNano() || storedID == messageID {
+		return nil
+	}
+	n, say := t.count(tieKey{consumer, messageType}, now)
+	if !say {
+		return nil
+	}
+	t.logger.WarnContext(ctx, "stale: an update was skipped because the applied one has the same version; "+
+		"the tie goes to the greater message ID, not to the later update. If the two are different updates, "+
+		"their versions lack precision (an AMQP timestamp header and RFC 3339 without fractions carry whole seconds): "+
+		"send postroom-version as RFC 3339 with nanoseconds",
+		"consumer", consumer, "message_type", messageType, "entity_id", v.EntityID, "version", v.At,
+		"skipped_message_id", messageID, "applied_message_id", storedID, "ties_not_said_since_the_last_warning", n)
+	return nil
+}
+
+// count counts a tie and reports whether to say it, with the ties not said
+// since the last warning.
+func (t *ties) count(k tieKey, now time.Time) (unsaid int, say bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c, ok := t.since[k]
+	if !ok {
+		c = &tieCount{}
+		t.since[k] = c
+	}
+	if !c.said.IsZero() && now.Sub(c.said) < tieRepeat {
+		c.unsaid++
+		return 0, false
+	}
+	unsaid, c.unsaid, c.said = c.unsaid, 0, now
+	return unsaid, true
+}
