@@ -197,8 +197,8 @@ type selection struct {
 }
 
 func selectionOf(r *http.Request) (selection, error) {
-	s := selection{ID: r.FormValue("id"), Copy: r.FormValue("copy"), Handler: r.FormValue("handler"), Reason: r.FormValue("reason"),
-		All: r.FormValue("all") == "1"}
+	s := selection{ID: lineFeeds(r.FormValue("id")), Copy: r.FormValue("copy"), Handler: lineFeeds(r.FormValue("handler")),
+		Reason: lineFeeds(r.FormValue("reason")), All: r.FormValue("all") == "1"}
 	if s.ID == "" && s.Copy == "" && !s.All && s.Handler == "" && s.Reason == "" {
 		return s, errors.New("choose a message, a failure group or all")
 	}
@@ -210,12 +210,23 @@ func (s selection) match(msg *message.Message) bool {
 	case s.All:
 		return true
 	case s.ID != "":
-		return msg.UUID == s.ID
+		return lineFeeds(msg.UUID) == s.ID
 	case s.Copy != "":
 		return copyKey(msg) == s.Copy
 	default:
-		return msg.Metadata.Get(metadata.ErrorHandler) == s.Handler && reasonOf(msg) == s.Reason
+		return lineFeeds(msg.Metadata.Get(metadata.ErrorHandler)) == s.Handler && lineFeeds(reasonOf(msg)) == s.Reason
 	}
+}
+
+// lineFeeds writes every line break of s as one LF. A browser submits a
+// form's line breaks as CRLF, whatever the page held (WHATWG's form
+// encoding): a reason of several lines (errors.Join) came back unequal to
+// itself, and its group's Retry and Delete found nothing (a cold trial).
+func lineFeeds(s string) string {
+	if !strings.ContainsRune(s, '\r') {
+		return s
+	}
+	return strings.ReplaceAll(strings.ReplaceAll(s, "\r\n", "\n"), "\r", "\n")
 }
 
 func (s selection) String() string {

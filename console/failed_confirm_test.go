@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -264,6 +265,45 @@ func TestFailedRetryKeepsWhatItCannotRetry(t *testing.T) {
 			e.settle(t, 1)
 			require.Equal(t, []string{"stray-1"}, e.f.failedIDs(t))
 			e.clear(t)
+		})
+	}
+}
+
+// TestAGroupOfAReasonOfSeveralLinesIsTaken: a browser submits a form's line
+// breaks as CRLF (WHATWG's form encoding), whatever the page held, so a
+// failure group whose reason has several lines (errors.Join) came back
+// unequal to itself: its Delete found nothing and said the messages had
+// gone (a cold trial). The form is posted here as a browser posts it.
+func TestAGroupOfAReasonOfSeveralLinesIsTaken(t *testing.T) {
+	for _, tc := range errorTopics {
+		if tc.unsupported != "" {
+			continue
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := tc.open(t)
+			reason := "charge: declined\ncard expired"
+			for _, id := range []string{"m-1", "m-2"} {
+				msg := message.NewMessage(id, []byte(`{"N":1}`))
+				msg.Metadata = message.Metadata{metadata.ErrorHandler: "test.Charge", metadata.ErrorReason: reason,
+					metadata.ErrorTopic: e.retryTopic, metadata.ErrorGroup: e.group,
+					metadata.ErrorAt: time.Now().UTC().Format(time.RFC3339Nano)}
+				e.publish(t, msg)
+			}
+			e.settle(t, 2)
+			query := url.Values{"action": {"delete"}, "handler": {"test.Charge"}, "reason": {reason}}.Encode()
+			form := e.f.confirm(t, "/failed/confirm?"+query, "Delete 2")
+			require.Equal(t, reason, form.Get("reason"))
+			for name, values := range form {
+				for i, v := range values {
+					form[name][i] = strings.ReplaceAll(v, "\n", "\r\n")
+				}
+			}
+			e.settle(t, 2)
+			status, body, _ := e.f.do(t, "POST", "/failed/delete", form, e.f.origin())
+			require.Equal(t, http.StatusSeeOther, status, body)
+			e.settle(t, 0)
+			require.Empty(t, e.f.failedIDs(t))
 		})
 	}
 }
