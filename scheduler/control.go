@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -139,17 +140,18 @@ func (e *PausedError) Is(target error) bool { return target == ErrPaused }
 // paused reads whether the schedule name is paused: an error if there is
 // none of that name.
 func (c *Control) paused(ctx context.Context, name string) (bool, error) {
-	var found []struct {
-		NextRunAt any
-		Paused    bool
-	}
-	if err := c.db.WithContext(ctx).Raw(c.stmts.State, name).Scan(&found).Error; err != nil {
+	// Scanned by database/sql, not into a struct by gorm: gorm's schema
+	// parse of a field of type any printed "[error] failed to parse field:
+	// NextRunAt" at each pause, resume and trigger (a cold trial).
+	var next any
+	var paused bool
+	if err := c.db.WithContext(ctx).Raw(c.stmts.State, name).Row().Scan(&next, &paused); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return false, fmt.Errorf("scheduler: no schedule named %q", name)
+		}
 		return false, fmt.Errorf("scheduler: %q: %w", name, err)
 	}
-	if len(found) == 0 {
-		return false, fmt.Errorf("scheduler: no schedule named %q", name)
-	}
-	return found[0].Paused, nil
+	return paused, nil
 }
 
 // one checks the update res of the schedule name: an error unless it

@@ -2,13 +2,16 @@ package scheduler_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
 
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/scheduler"
@@ -132,4 +135,50 @@ func TestAPauseBeforeTheClaimStopsTheFire(t *testing.T) {
 			require.Equal(t, 1, n, "resumed, the slot fires")
 		})
 	}
+}
+
+// TestPauseAndTriggerLogNoGormError on every store: pausing a paused
+// schedule (MySQL then reads it back) and triggering a paused one read its
+// state into a struct gorm could not parse, and gorm printed "[error]
+// failed to parse field: NextRunAt" through its global logger each time,
+// though the command did what it should (a cold trial). Not parallel:
+// it swaps gorm's global logger.
+func TestPauseAndTriggerLogNoGormError(t *testing.T) {
+	var said strings.Builder
+	var mu sync.Mutex
+	before := logger.Default
+	logger.Default = logger.New(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return said.Write(p)
+	}), logger.Config{LogLevel: logger.Warn})
+	t.Cleanup(func() { logger.Default = before })
+	for _, store := range testenv.Databases {
+		t.Run(store.Name, func(t *testing.T) {
+			db := store.Open(t)
+			emitsTable(t, db)
+			c := &clock{}
+			c.Set(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
+			newScheduler(t, db, c, "a", scheduler.Schedule{Name: "daily", Every: 24 * time.Hour})
+			ctl, err := scheduler.NewControl(db, "")
+			require.NoError(t, err)
+			ctx := context.Background()
+			require.NoError(t, ctl.Pause(ctx, "daily"))
+			require.NoError(t, ctl.Pause(ctx, "daily"))
+			require.ErrorIs(t, ctl.Trigger(ctx, "daily", c.Now()), scheduler.ErrPaused)
+			require.NoError(t, ctl.Resume(ctx, "daily"))
+			require.NoError(t, ctl.Resume(ctx, "daily"))
+			require.ErrorContains(t, ctl.Pause(ctx, "nope"), `no schedule named "nope"`)
+			mu.Lock()
+			defer mu.Unlock()
+			require.Empty(t, said.String())
+		})
+	}
+}
+
+type writerFunc func(p []byte) (int, error)
+
+// Printf is gorm's logger.Writer.
+func (w writerFunc) Printf(format string, args ...any) {
+	_, _ = w([]byte(fmt.Sprintf(format, args...) + "\n"))
 }
