@@ -20,7 +20,7 @@
 //     application's memory: not shown.
 //   - Unresolved external effects: the claims whose outcome is unknown,
 //     with their idempotency key; resolve as done or release.
-//   - Schedules: next and last slot; trigger, pause, resume.
+//   - Schedules: next slot and when it last fired; trigger, pause, resume.
 //   - Inbox lookup: which consumers hold a key for a message ID, when it
 //     was received and how many duplicates were skipped.
 //

@@ -89,8 +89,10 @@ func (v Version) Check() error {
 	switch {
 	case v.EntityID == "":
 		return &VersionError{Reason: "entity ID is missing: " + whereVersionsComeFrom}
-	case len(v.EntityID) > MaxEntityIDLength || !dialect.ExactText(v.EntityID):
-		return &VersionError{Reason: fmt.Sprintf("entity ID must be valid UTF-8 without NUL bytes, of at most %d bytes", MaxEntityIDLength)}
+	case len(v.EntityID) > MaxEntityIDLength:
+		return &VersionError{Reason: fmt.Sprintf("entity ID has %d bytes: at most %d", len(v.EntityID), MaxEntityIDLength)}
+	case !dialect.ExactText(v.EntityID):
+		return &VersionError{Reason: "entity ID must be valid UTF-8 without NUL bytes"}
 	case v.At.IsZero():
 		return &VersionError{Reason: "version is missing: " + whereVersionsComeFrom}
 	case v.At.Year() < 1678 || v.At.Year() > 2261:
@@ -109,8 +111,10 @@ func (v Version) validate(messageType, messageID string, now time.Time, maxSkew 
 			v.At.Format(time.RFC3339Nano), maxSkew, now.UTC().Format(time.RFC3339Nano))}
 	case messageType == "":
 		return &VersionError{Reason: "message type is missing: set metadata postroom-message-type or Config.MessageType"}
-	case len(messageType) > 255 || !dialect.ExactText(messageType):
-		return &VersionError{Reason: "message type must be valid UTF-8 without NUL bytes, of at most 255 bytes"}
+	case len(messageType) > 255:
+		return &VersionError{Reason: fmt.Sprintf("message type has %d bytes: at most 255", len(messageType))}
+	case !dialect.ExactText(messageType):
+		return &VersionError{Reason: "message type must be valid UTF-8 without NUL bytes"}
 	case messageID == "" || len(messageID) > 200 || !dialect.ExactText(messageID):
 		return &VersionError{Reason: "message ID must be set, valid UTF-8 without NUL bytes, and at most 200 bytes (it breaks ties between equal versions)"}
 	}
