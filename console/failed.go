@@ -34,13 +34,6 @@ type failedMessage struct {
 	Payload                                  string
 }
 
-// failureGroup is the failed messages of one handler with one reason
-// (ServicePulse's failure group).
-type failureGroup struct {
-	Handler, Reason string
-	Messages        []failedMessage
-}
-
 func failedOf(msg *message.Message, full bool) failedMessage {
 	f := failedMessage{
 		ID: msg.UUID, Handler: msg.Metadata.Get(metadata.ErrorHandler), Topic: msg.Metadata.Get(metadata.ErrorTopic),
@@ -146,20 +139,6 @@ func (c *Console) browse(ctx context.Context, full bool) ([]failedMessage, strin
 	return list, warning, err
 }
 
-func groupFailed(list []failedMessage) []failureGroup {
-	var groups []failureGroup
-	for _, f := range list {
-		i := slices.IndexFunc(groups, func(g failureGroup) bool { return g.Handler == f.Handler && g.Reason == f.Reason })
-		if i < 0 {
-			groups = append(groups, failureGroup{Handler: f.Handler, Reason: f.Reason})
-			i = len(groups) - 1
-		}
-		groups[i].Messages = append(groups[i].Messages, f)
-	}
-	slices.SortStableFunc(groups, func(a, b failureGroup) int { return cmp.Compare(len(b.Messages), len(a.Messages)) })
-	return groups
-}
-
 func (c *Console) failedList(w http.ResponseWriter, r *http.Request) {
 	list, warning, err := c.browse(r.Context(), false)
 	p := page{Title: "Failed messages", Data: map[string]any{"Groups": groupFailed(list), "Total": len(list), "Limit": c.cfg.Limit,
@@ -214,7 +193,7 @@ func (s selection) match(msg *message.Message) bool {
 	case s.Copy != "":
 		return copyKey(msg) == s.Copy
 	default:
-		return lineFeeds(msg.Metadata.Get(metadata.ErrorHandler)) == s.Handler && lineFeeds(reasonOf(msg)) == s.Reason
+		return lineFeeds(msg.Metadata.Get(metadata.ErrorHandler)) == s.Handler && reasonShape(reasonOf(msg)) == reasonShape(s.Reason)
 	}
 }
 
@@ -238,7 +217,7 @@ func (s selection) String() string {
 	case s.Copy != "":
 		return "the message without an ID (" + s.Copy + ")"
 	default:
-		return fmt.Sprintf("the messages of %s failed with %q", cmp.Or(s.Handler, "(no handler)"), s.Reason)
+		return fmt.Sprintf("the messages of %s that failed like %q", cmp.Or(s.Handler, "(no handler)"), reasonShape(s.Reason))
 	}
 }
 
