@@ -323,3 +323,34 @@ func TestATieThatSkipsAnUpdateIsSaid(t *testing.T) {
 		})
 	}
 }
+
+// TestWatermarksAreKeptPerMessageType on every store: one entity's
+// watermark is kept per message type, so an update of another kind with an
+// older version is not stale. A mutation audit found nothing caught an
+// upsert that ignored the message type.
+func TestWatermarksAreKeptPerMessageType(t *testing.T) {
+	for _, store := range testenv.Databases {
+		t.Run(store.Name, func(t *testing.T) {
+			t.Parallel()
+			db := store.Open(t)
+			counters := &metrics.Counters{}
+			var applied []string
+			h := newStale(t, db, counters)(func(msg *message.Message) ([]*message.Message, error) {
+				applied = append(applied, msg.UUID)
+				return nil, nil
+			})
+			address := update("m-2", "c-1", base.Add(2*time.Second))
+			email := update("m-1", "c-1", base.Add(time.Second))
+			email.Metadata.Set(metadata.MessageType, "crm.CustomerEmailChanged")
+			for _, msg := range []*message.Message{address, email} {
+				_, err := h(msg)
+				require.NoError(t, err)
+			}
+			require.Equal(t, []string{"m-2", "m-1"}, applied)
+			require.Zero(t, counters.Total(metrics.Stale))
+			var rows int64
+			require.NoError(t, db.Raw("SELECT COUNT(*) FROM postroom_stale_watermarks WHERE entity_id = ?", "c-1").Scan(&rows).Error)
+			require.EqualValues(t, 2, rows)
+		})
+	}
+}
