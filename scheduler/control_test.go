@@ -182,3 +182,40 @@ type writerFunc func(p []byte) (int, error)
 func (w writerFunc) Printf(format string, args ...any) {
 	_, _ = w([]byte(fmt.Sprintf(format, args...) + "\n"))
 }
+
+// TestAChangedTimingIsStoredAtDefine on every store: a schedule defined
+// again with another timing (a deploy changed it from hourly to daily)
+// keeps its name and takes the new spec and the new timing's next slot;
+// the old timing's slots no longer fire. A mutation audit found nothing
+// caught a Define that kept the stored timing.
+func TestAChangedTimingIsStoredAtDefine(t *testing.T) {
+	for _, store := range testenv.Databases {
+		t.Run(store.Name, func(t *testing.T) {
+			t.Parallel()
+			db := store.Open(t)
+			emitsTable(t, db)
+			c := &clock{}
+			c.Set(time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC))
+			newScheduler(t, db, c, "a", scheduler.Schedule{Name: "job", Every: time.Hour})
+			c.Advance(30 * time.Minute)
+			s := newScheduler(t, db, c, "b", scheduler.Schedule{Name: "job", Every: 24 * time.Hour})
+			ctl, err := scheduler.NewControl(db, "")
+			require.NoError(t, err)
+			ctx := context.Background()
+			list, err := ctl.List(ctx)
+			require.NoError(t, err)
+			require.Len(t, list, 1)
+			require.Equal(t, "every 24h0m0s", list[0].Spec)
+			require.Equal(t, time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC), list[0].NextRunAt)
+
+			c.Set(time.Date(2026, 3, 1, 11, 0, 0, 0, time.UTC)) // the hourly slot
+			n, err := s.Tick(ctx)
+			require.NoError(t, err)
+			require.Zero(t, n)
+			c.Set(time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC))
+			n, err = s.Tick(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 1, n)
+		})
+	}
+}
