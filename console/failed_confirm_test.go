@@ -348,3 +348,36 @@ func TestReasonsThatNameTheirMessageAreOneGroup(t *testing.T) {
 		})
 	}
 }
+
+// TestAnActionTakesAsManyIdenticalCopiesAsItConfirmed: copies alike in ID,
+// body and metadata have one digest, so the form counts them; a copy
+// alike that failed after the confirmation stays in the error topic. A
+// mutation audit found nothing caught an action that took every copy of a
+// digest it had confirmed once.
+func TestAnActionTakesAsManyIdenticalCopiesAsItConfirmed(t *testing.T) {
+	for _, tc := range errorTopics {
+		if tc.unsupported != "" {
+			continue
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := tc.open(t)
+			at := time.Now().UTC().Format(time.RFC3339Nano)
+			publish := func() {
+				msg := message.NewMessage("same-1", []byte(`{"N":1}`))
+				msg.Metadata = message.Metadata{metadata.ErrorHandler: "test.Charge", metadata.ErrorReason: "down",
+					metadata.ErrorTopic: e.retryTopic, metadata.ErrorGroup: e.group, metadata.ErrorAt: at}
+				e.publish(t, msg)
+			}
+			publish()
+			e.settle(t, 1)
+			form := e.f.confirm(t, "/failed/confirm?action=delete&id=same-1", "Delete 1")
+			publish() // the same again, after the confirmation
+			e.settle(t, 2)
+			status, body, _ := e.f.do(t, "POST", "/failed/delete", form, e.f.origin())
+			require.Equal(t, http.StatusSeeOther, status, body)
+			e.settle(t, 1)
+			require.Equal(t, []string{"same-1"}, e.f.failedIDs(t), "one copy taken, one left")
+		})
+	}
+}

@@ -119,11 +119,11 @@ func (q *sqlErrorQueue) Browse(ctx context.Context, limit int, visit func(*messa
 	})
 }
 
-// Replay stores msg in the delayed table, due now, for its handler's
-// group alone; it runs within Browse.
 // DeliveryLimitWarning is "": a table has no delivery limit.
 func (q *sqlErrorQueue) DeliveryLimitWarning() string { return "" }
 
+// Replay stores msg in the delayed table, due now, for its handler's
+// group alone; it runs within Browse, in its transaction.
 func (q *sqlErrorQueue) Replay(ctx context.Context, msg *message.Message) (string, error) {
 	if q.tx == nil {
 		return "", fmt.Errorf("console: replay %s outside a browse", msg.UUID)

@@ -2,7 +2,9 @@ package console_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,6 +92,45 @@ func TestFailedOnTheSQLTransport(t *testing.T) {
 			var n int64
 			require.NoError(t, db.Raw("SELECT COUNT(*) FROM postroom_delayed WHERE message_id = 'm-2'").Scan(&n).Error)
 			require.Zero(t, n, "a deleted message is not retried")
+		})
+	}
+}
+
+// TestARetryOnTheSQLTransportIsOneTransaction on PostgreSQL and MariaDB: a
+// retry of several messages on the SQL transport writes each to the
+// delayed table and takes it from the error topic in one transaction, so a
+// message the delayed table refuses (its topic longer than the column)
+// stops the action with nothing retried: the message before it is neither
+// in the delayed table nor gone from the error topic. A mutation audit
+// found nothing caught a retry written outside that transaction, which
+// would have sent the first message now and again at the next retry.
+func TestARetryOnTheSQLTransportIsOneTransaction(t *testing.T) {
+	for _, store := range testenv.Databases {
+		if store.Name == "sqlite" { // no SQL transport
+			continue
+		}
+		t.Run(store.Name, func(t *testing.T) {
+			t.Parallel()
+			db := store.Open(t)
+			tr, err := sqltransport.New(sqltransport.Config{DB: db})
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, tr.Close()) })
+			errorTopic := testenv.Name("error_")
+			for i, topic := range []string{"billing.cmd.test.Charge", strings.Repeat("t", 300)} { // in this order
+				msg := message.NewMessage(fmt.Sprintf("one-tx-%d", i+1), []byte(`{"N":1}`))
+				msg.Metadata = message.Metadata{metadata.MessageType: "test.Charge", metadata.ErrorHandler: "test.Charge",
+					metadata.ErrorReason: "tax service down", metadata.ErrorTopic: topic, metadata.ErrorGroup: bus.GroupOf("billing", "test.Charge"),
+					metadata.ErrorAt: time.Now().UTC().Format(time.RFC3339Nano)}
+				require.NoError(t, tr.Publisher().Publish(errorTopic, msg))
+			}
+			f := newFixture(t, db, console.Config{ErrorTopic: errorTopic})
+			status, body, _ := f.do(t, "POST", "/failed/retry", f.confirm(t, "/failed/confirm?action=retry&all=1", "Retry 2"), f.origin())
+			require.Equal(t, http.StatusConflict, status)
+			require.Contains(t, body, "nothing was retried (the action is one transaction, rolled back)")
+			var delayed int64
+			require.NoError(t, db.Raw("SELECT COUNT(*) FROM postroom_delayed WHERE message_id LIKE 'one-tx-%'").Scan(&delayed).Error)
+			require.Zero(t, delayed, "nothing retried")
+			require.ElementsMatch(t, []string{"one-tx-1", "one-tx-2"}, f.failedIDs(t), "both still in the error topic")
 		})
 	}
 }
