@@ -354,3 +354,34 @@ func TestWatermarksAreKeptPerMessageType(t *testing.T) {
 		})
 	}
 }
+
+// TestWatermarksAreKeptPerConsumer on every store: two consumers of one
+// update stream (two handlers, or two endpoints on one database) each keep
+// their own watermark, so what one applied does not make the other's
+// older update stale. Before, only the bus's conformance checks caught an
+// upsert that ignored the consumer (a mutation audit).
+func TestWatermarksAreKeptPerConsumer(t *testing.T) {
+	for _, store := range testenv.Databases {
+		t.Run(store.Name, func(t *testing.T) {
+			t.Parallel()
+			db := store.Open(t)
+			var applied []string
+			for _, step := range []struct {
+				consumer string
+				msg      *message.Message
+			}{
+				{"billing", update("m-2", "c-1", base.Add(2*time.Second))},
+				{"shipping", update("m-1", "c-1", base.Add(time.Second))},
+			} {
+				mw, err := stale.New(stale.Config{DB: db, Consumer: step.consumer, Now: func() time.Time { return base.Add(time.Hour) }})
+				require.NoError(t, err)
+				_, err = mw(func(msg *message.Message) ([]*message.Message, error) {
+					applied = append(applied, step.consumer+"/"+msg.UUID)
+					return nil, nil
+				})(step.msg)
+				require.NoError(t, err)
+			}
+			require.Equal(t, []string{"billing/m-2", "shipping/m-1"}, applied)
+		})
+	}
+}
