@@ -14,6 +14,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/postroom/postroom/internal/logsink"
+	"github.com/postroom/postroom/metadata"
 )
 
 // TestNoDeliveryHandedOnAfterTheContextEnds: a delivery read when the
@@ -178,3 +179,62 @@ func TestGivenBackAtTheLimitIsLogged(t *testing.T) {
 		t.Fatalf("no error line for the drop; logs:\n%s", logs.String())
 	}
 }
+
+// TestAnAckThatRacesTheCloseCounts: a message the handler acked as the
+// subscriber began to close is acked, not given back, whichever of the two
+// deliver sees first. The race is forced: the warning deliver logs between
+// handing the message out and waiting for its settlement holds deliver
+// until the test has acked the message and closed the subscriber, so both
+// are ready when deliver looks. Without the check of the ack in Close's
+// case, about half the runs gave the acked message back (RabbitMQ would
+// deliver it again: a handler without an inbox ran twice); a mutation
+// audit found nothing caught that.
+func TestAnAckThatRacesTheCloseCounts(t *testing.T) {
+	for range 100 {
+		s := testSubscriber()
+		s.wcfg.Marshaler = transportErrorMarshaler{}
+		gate := &gateHandler{reached: make(chan struct{}), proceed: make(chan struct{})}
+		s.log = logsink.New(slog.New(gate))
+		out := make(chan *message.Message)
+		ack := &acknowledger{}
+		ended := make(chan outcome)
+		go func() { ended <- s.deliver(context.Background(), newConsumer(nil, ""), delivery(ack), "t", "q", out) }()
+		msg := <-out
+		<-gate.reached // deliver is held between handing out and waiting
+		msg.Ack()
+		close(s.closing)
+		close(gate.proceed)
+		<-ended
+		if got := ack.settled(); got != "ack" {
+			t.Fatalf("a message acked as the subscriber closed was settled with %q, want its ack", got)
+		}
+	}
+}
+
+// transportErrorMarshaler reads every delivery as a message the transport
+// could not read in full, so that deliver logs its warning.
+type transportErrorMarshaler struct{ Marshaler }
+
+func (transportErrorMarshaler) Unmarshal(d amqp091.Delivery) (*message.Message, error) {
+	msg := message.NewMessage(d.MessageId, d.Body)
+	msg.Metadata.Set(metadata.TransportError, "test")
+	return msg, nil
+}
+
+// gateHandler holds the first record it handles until proceed is closed,
+// saying so on reached.
+type gateHandler struct {
+	reached, proceed chan struct{}
+	once             sync.Once
+}
+
+func (g *gateHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (g *gateHandler) Handle(context.Context, slog.Record) error {
+	g.once.Do(func() {
+		close(g.reached)
+		<-g.proceed
+	})
+	return nil
+}
+func (g *gateHandler) WithAttrs([]slog.Attr) slog.Handler { return g }
+func (g *gateHandler) WithGroup(string) slog.Handler      { return g }
