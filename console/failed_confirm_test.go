@@ -53,6 +53,19 @@ func (e errorTopic) settle(t *testing.T, n int) {
 	require.Equal(t, n, got, "messages ready in the error queue")
 }
 
+// fail puts in the error topic what the bus moves there after a last
+// failed attempt of test.Charge at at (RFC 3339).
+func (e errorTopic) fail(t *testing.T, id, reason, at string) {
+	t.Helper()
+	msg := message.NewMessage(id, []byte(`{"N":1}`))
+	msg.Metadata = message.Metadata{metadata.ErrorHandler: "test.Charge", metadata.ErrorReason: reason,
+		metadata.ErrorTopic: e.retryTopic, metadata.ErrorGroup: e.group, metadata.ErrorAt: at}
+	e.publish(t, msg)
+}
+
+// failedNow is the time of a failure now, as the bus writes it.
+func failedNow() string { return time.Now().UTC().Format(time.RFC3339Nano) }
+
 // errorTopics are the error topics the failed-messages pages read: the SQL
 // transport's table on PostgreSQL and MariaDB, and RabbitMQ's error queue,
 // classic and quorum (which counts each read in the delivery count of the
@@ -174,13 +187,7 @@ func TestFailedActionsTakeOnlyWhatWasConfirmed(t *testing.T) {
 				return
 			}
 			e := tc.open(t)
-			failed := func(id, reason string) {
-				msg := message.NewMessage(id, []byte(`{"N":1}`))
-				msg.Metadata = message.Metadata{metadata.ErrorHandler: "test.Charge", metadata.ErrorReason: reason,
-					metadata.ErrorTopic: e.retryTopic, metadata.ErrorGroup: e.group,
-					metadata.ErrorAt: time.Now().UTC().Format(time.RFC3339Nano)}
-				e.publish(t, msg)
-			}
+			failed := func(id, reason string) { e.fail(t, id, reason, failedNow()) }
 			for _, action := range []struct{ path, button, done string }{
 				{"delete", "Delete", "deleted"},
 				{"retry", "Retry", "retried"},
@@ -283,13 +290,8 @@ func TestAGroupOfAReasonOfSeveralLinesIsTaken(t *testing.T) {
 			t.Parallel()
 			e := tc.open(t)
 			reason := "charge: declined\ncard expired"
-			for _, id := range []string{"m-1", "m-2"} {
-				msg := message.NewMessage(id, []byte(`{"N":1}`))
-				msg.Metadata = message.Metadata{metadata.ErrorHandler: "test.Charge", metadata.ErrorReason: reason,
-					metadata.ErrorTopic: e.retryTopic, metadata.ErrorGroup: e.group,
-					metadata.ErrorAt: time.Now().UTC().Format(time.RFC3339Nano)}
-				e.publish(t, msg)
-			}
+			e.fail(t, "m-1", reason, failedNow())
+			e.fail(t, "m-2", reason, failedNow())
 			e.settle(t, 2)
 			query := url.Values{"action": {"delete"}, "handler": {"test.Charge"}, "reason": {reason}}.Encode()
 			form := e.f.confirm(t, "/failed/confirm?"+query, "Delete 2")
@@ -325,11 +327,7 @@ func TestReasonsThatNameTheirMessageAreOneGroup(t *testing.T) {
 				"m-1": "customer 17 has no VAT number", "m-2": "customer 42 has no VAT number",
 				"m-3": "customer 0198c7a2-5b1e-7c3d-9f00-1234567890ab has no VAT number", "m-4": "tax service down",
 			} {
-				msg := message.NewMessage(id, []byte(`{"N":1}`))
-				msg.Metadata = message.Metadata{metadata.ErrorHandler: "test.Charge", metadata.ErrorReason: reason,
-					metadata.ErrorTopic: e.retryTopic, metadata.ErrorGroup: e.group,
-					metadata.ErrorAt: time.Now().UTC().Format(time.RFC3339Nano)}
-				e.publish(t, msg)
+				e.fail(t, id, reason, failedNow())
 			}
 			e.settle(t, 4)
 			_, body, _ := e.f.do(t, "GET", "/failed", nil, nil)
@@ -362,13 +360,8 @@ func TestAnActionTakesAsManyIdenticalCopiesAsItConfirmed(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := tc.open(t)
-			at := time.Now().UTC().Format(time.RFC3339Nano)
-			publish := func() {
-				msg := message.NewMessage("same-1", []byte(`{"N":1}`))
-				msg.Metadata = message.Metadata{metadata.ErrorHandler: "test.Charge", metadata.ErrorReason: "down",
-					metadata.ErrorTopic: e.retryTopic, metadata.ErrorGroup: e.group, metadata.ErrorAt: at}
-				e.publish(t, msg)
-			}
+			at := failedNow()
+			publish := func() { e.fail(t, "same-1", "down", at) }
 			publish()
 			e.settle(t, 1)
 			form := e.f.confirm(t, "/failed/confirm?action=delete&id=same-1", "Delete 1")
