@@ -3,12 +3,15 @@ package bus_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/transport/gochannel"
@@ -71,6 +74,40 @@ func TestADeadlockVictimIsRetriedWithoutSpendingARetry(t *testing.T) {
 			require.Equal(t, 4, sum, "each message's two updates applied once")
 		})
 	}
+}
+
+// TestContentionRetriesAreBounded: a handler that loses to another
+// transaction at every attempt (here it returns serialization failure
+// 40001 each time) is retried without spending a retry only
+// MaxContentionRetries times; the next failure spends retries like any
+// other, and with none the message reaches the error topic after
+// MaxContentionRetries+1 attempts. It caught the bound dropped from the
+// contention check: the message was then retried for ever and never
+// reached the error topic.
+func TestContentionRetriesAreBounded(t *testing.T) {
+	t.Parallel()
+	contended := &pgconn.PgError{Code: "40001", Message: "could not serialize access due to concurrent update"}
+	require.True(t, dialect.Contention(contended), "the handler's error is a contention")
+	errorTopic := testenv.Name("error_")
+	b, err := bus.New(bus.Config{Endpoint: testenv.Name("ep"), Transport: gochannel.New(gochannel.Config{}), DB: testenv.SQLite(t),
+		ErrorTopic: errorTopic, Retry: bus.RetryPolicy{NoRetries: true},
+		Logger: testenv.Logger(t), Cleanup: bus.CleanupSchedule{Disabled: true}})
+	require.NoError(t, err)
+	var attempts atomic.Int32
+	require.NoError(t, bus.Handle(b, func(context.Context, *ConfCmd) error {
+		attempts.Add(1)
+		return contended
+	}))
+	ep := start(t, b, errorTopic)
+	require.NoError(t, bus.Send(context.Background(), b, &ConfCmd{N: 1}, bus.To(b.Endpoint())))
+	want := bus.MaxContentionRetries + 1
+	select {
+	case failed := <-ep.errors:
+		require.Equal(t, want, bus.ErrorAttempts(failed), "the attempts of %s", failed.Metadata)
+	case <-time.After(10 * time.Second): // the pauses of MaxContentionRetries retries take under 3 s
+		t.Fatalf("the message did not reach the error topic after %d contended attempts", attempts.Load())
+	}
+	require.EqualValues(t, want, attempts.Load())
 }
 
 // waitGroupOrTimeout waits for wg, at most d.
