@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
@@ -133,7 +134,9 @@ func TestDelayedDeliveriesArePublishedByTheirSender(t *testing.T) {
 // statement under its lease, so that a crash cannot leave both rows.
 // Before, the next retry was a new row, and the claimed one was deleted
 // after it: a process killed in between ran the message's remaining
-// retries twice (found by a review).
+// retries twice (found by a review). The next retry is due after its own
+// delay, not the first one's again (caught a mutation that waited
+// delays[0] before every delayed retry).
 func TestADelayedRetryThatFailsAgainBecomesTheNext(t *testing.T) {
 	db := testenv.SQLite(t)
 	b, err := bus.New(bus.Config{Endpoint: testenv.Name("ep"), Transport: gochannel.New(gochannel.Config{}), DB: db,
@@ -149,21 +152,31 @@ func TestADelayedRetryThatFailsAgainBecomesTheNext(t *testing.T) {
 	require.NoError(t, bus.Send(context.Background(), b, &CreateInvoice{}, bus.To(b.Endpoint())))
 	type row struct {
 		ID       int64
+		DueAt    string // SQLite's text
 		Metadata string
 	}
 	rows := func() []row {
 		var rs []row
-		require.NoError(t, db.Raw("SELECT id, metadata FROM postroom_delayed").Scan(&rs).Error)
+		require.NoError(t, db.Raw("SELECT id, due_at, metadata FROM postroom_delayed").Scan(&rs).Error)
 		return rs
 	}
 	waitFor(t, "the first delayed retry", func() bool { return len(rows()) == 1 })
 	first := rows()[0]
 	require.Contains(t, first.Metadata, `"postroom-delayed-retries":"1"`)
+	var second row
 	waitFor(t, "the second delayed retry scheduled", func() bool {
 		rs := rows()
-		return len(rs) == 1 && strings.Contains(rs[0].Metadata, `"postroom-delayed-retries":"2"`)
+		if len(rs) == 1 && strings.Contains(rs[0].Metadata, `"postroom-delayed-retries":"2"`) {
+			second = rs[0]
+			return true
+		}
+		return false
 	})
-	require.Equal(t, first.ID, rows()[0].ID, "the same row, rescheduled in place")
+	require.Equal(t, first.ID, second.ID, "the same row, rescheduled in place")
+	due, err := dialect.SQLite.ParseTime(second.DueAt)
+	require.NoError(t, err)
+	require.False(t, due.Before(time.Now().Add(59*time.Minute)),
+		"the second delayed retry waits its own delay (1 h), not the first's: due at %s", due)
 	require.EqualValues(t, 4, attempts.Load(), "two attempts, then two in the first delayed retry")
 }
 
