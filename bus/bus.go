@@ -186,6 +186,9 @@ func (b *Bus) Run(ctx context.Context) error {
 		if err := store.CheckTimeZone(ctx, b.cfg.DB); err != nil {
 			return fmt.Errorf("bus: %w", err)
 		}
+		if warning := store.SQLiteCommitWarning(b.cfg.DB); warning != "" {
+			b.cfg.Logger.WarnContext(ctx, "bus: "+warning)
+		}
 	}
 	for _, c := range consumers {
 		if err := store.AdoptLegacyKeys(ctx, b.cfg.DB, store.Tables{}, c.name, c.legacyInbox, c.watermarks); err != nil {

@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/glebarez/sqlite"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
@@ -446,4 +448,38 @@ func TestWithVersionIsCheckedAtSend(t *testing.T) {
 	require.ErrorContains(t, bus.Publish(ctx, b, &OrderPlaced{}, bus.WithVersion("", time.Now())), "WithVersion: stale: bad version: entity ID is missing")
 	require.ErrorContains(t, bus.Publish(ctx, b, &OrderPlaced{}, bus.WithVersion("order-1", time.Time{})), "WithVersion: stale: bad version: version \"0001-01-01T00:00:00Z\" is out of range")
 	require.ErrorIs(t, bus.Send(ctx, b, &CreateInvoice{}, bus.WithVersion("", time.Now())), stale.ErrBadVersion)
+}
+
+// TestASQLiteDBNotOpenedByStoreOpenIsSaid: a SQLite *gorm.DB opened with
+// gorm and the driver alone keeps a transaction open after its COMMIT
+// failed (store.Open's pool rolls it back), so the bus says at Run that it
+// lacks the fix; one from store.Open is not warned about.
+func TestASQLiteDBNotOpenedByStoreOpenIsSaid(t *testing.T) {
+	dsn := testenv.SQLiteDSN(t)
+	for _, tc := range []struct {
+		name   string
+		open   func() (*gorm.DB, error)
+		warned bool
+	}{
+		{"store.Open", func() (*gorm.DB, error) { return store.Open(dsn) }, false},
+		{"gorm and the driver", func() (*gorm.DB, error) { return gorm.Open(sqlite.Open(dsn), &gorm.Config{}) }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db, err := tc.open()
+			require.NoError(t, err)
+			t.Cleanup(func() { store.Close(db) })
+			logger, logs := testenv.CapturedLogger(slog.LevelWarn)
+			b, err := bus.New(bus.Config{Endpoint: "sqlite", DB: db, Migrate: true, Logger: logger})
+			require.NoError(t, err)
+			require.NoError(t, bus.Handle(b, func(context.Context, *OrderPlaced) error { return nil }, bus.WithInbox()))
+			ctx, stop := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- b.Run(ctx) }()
+			<-b.Running()
+			stop()
+			require.NoError(t, <-done)
+			require.NoError(t, b.Close())
+			require.Equal(t, tc.warned, strings.Contains(logs.String(), "was not opened by store.Open"), logs.String())
+		})
+	}
 }

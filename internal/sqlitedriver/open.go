@@ -45,7 +45,19 @@ func (c connector) Connect(context.Context) (driver.Conn, error) {
 	return &conn{sqliteConn: sc}, nil
 }
 
-func (c connector) Driver() driver.Driver { return c.drv }
+// Driver is the driver, marked as wrapped (see Opened).
+func (c connector) Driver() driver.Driver { return wrapped{c.drv} }
+
+// wrapped marks the driver of a pool Open opened.
+type wrapped struct{ driver.Driver }
+
+// Opened reports whether db was opened by Open: a SQLite pool opened
+// otherwise keeps glebarez/go-sqlite's transaction open after a failed
+// COMMIT.
+func Opened(db *sql.DB) bool {
+	_, ok := db.Driver().(wrapped)
+	return ok
+}
 
 // sqliteConn is what glebarez/go-sqlite's connection does; conn has it all,
 // so that database/sql takes the same paths as with the driver alone.
