@@ -16,6 +16,20 @@ func (d Dialect) InboxInsertMany(table string, n int) string {
 	return "INSERT INTO " + table + " (" + inboxColumns + ") VALUES " + strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?), ", n), ", ") + d.onConflictSkip()
 }
 
+// WatermarkRead returns the read of one stale-update watermark, for a
+// transaction whose WatermarkUpsert found it newer: locking on MySQL and
+// PostgreSQL, so that it reads the row the upsert locked, not a snapshot
+// taken before another instance wrote it (MySQL's REPEATABLE READ).
+// Arguments: consumer, message_type, entity_id. Columns: version_at,
+// message_id.
+func (d Dialect) WatermarkRead(table string) string {
+	read := "SELECT version_at, message_id FROM " + table + " WHERE consumer = ? AND message_type = ? AND entity_id = ?"
+	if d == SQLite { // one writer: nothing to lock
+		return read
+	}
+	return read + " FOR UPDATE"
+}
+
 // WatermarkUpsert returns the conditional upsert of a stale-update
 // watermark. It affects at least one row when the incoming version is newer
 // than the stored one (ties broken by message ID) and none otherwise.

@@ -94,7 +94,7 @@ func New(cfg Config) (message.HandlerMiddleware, error) {
 		return nil, fmt.Errorf("stale: %w", err)
 	}
 	upsert := d.Native(d.WatermarkUpsert(cfg.Table))
-	ties := newTies(cfg.Table, cfg.Logger)
+	ties := newTies(d.Native(d.WatermarkRead(cfg.Table)), cfg.Logger)
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		check := func(msg *message.Message) ([]*message.Message, error) {
 			ctx := msg.Context()
@@ -120,9 +120,7 @@ func New(cfg Config) (message.HandlerMiddleware, error) {
 				return nil, fmt.Errorf("stale: upsert watermark: %w", err)
 			}
 			if rows == 0 {
-				if err := ties.check(ctx, consumer, messageType, v, msg.UUID, now); err != nil {
-					return nil, err
-				}
+				ties.check(ctx, consumer, messageType, v, msg.UUID, now)
 				unitofwork.RollbackOnly(ctx)
 				cfg.Recorder.Record(consumer, metrics.Stale)
 				cfg.Logger.DebugContext(ctx, "stale: older update skipped", "consumer", consumer,

@@ -1,6 +1,7 @@
 package stale_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -316,10 +317,64 @@ func TestATieThatSkipsAnUpdateIsSaid(t *testing.T) {
 			handle(update("bbbb", "c-1", second))
 			handle(update("cccc", "c-1", second))
 			require.Equal(t, said, logs.String(), "said again only after 10 minutes")
+			email := func(id string) *message.Message {
+				msg := update(id, "c-1", second)
+				msg.Metadata.Set(metadata.MessageType, "crm.CustomerEmailChanged")
+				return msg
+			}
+			handle(email("zzzz-email"))
+			handle(email("aaaa-email"))
+			require.Contains(t, logs.String(), "skipped_message_id=aaaa-email", "another message type's tie is said at once")
+			said = logs.String()
 			now = now.Add(11 * time.Minute)
 			handle(update("dddd", "c-1", second))
 			require.Contains(t, logs.String(), "ties_not_said_since_the_last_warning=2")
+			require.Equal(t, []string{"zzzz-older", "zzzz-email"}, applied)
+		})
+	}
+}
+
+// TestATieIsToldInATransactionThatReadBefore on PostgreSQL and MariaDB:
+// the tie is told from the watermark the upsert found, not from a snapshot
+// of the transaction taken before another instance wrote it. MariaDB's
+// REPEATABLE READ reads from the transaction's first read on (a batch
+// member's handler before it, a check of an earlier member); without a
+// locking read the watermark was not there, and the check failed the
+// message (a review).
+func TestATieIsToldInATransactionThatReadBefore(t *testing.T) {
+	for _, store := range testenv.Databases {
+		if store.Name == "sqlite" { // one writer: no other instance writes in between
+			continue
+		}
+		t.Run(store.Name, func(t *testing.T) {
+			t.Parallel()
+			db := store.Open(t)
+			logger, logs := testenv.CapturedLogger(slog.LevelWarn)
+			mw, err := stale.New(stale.Config{DB: db, Consumer: "addresses", Logger: logger, Now: func() time.Time { return base.Add(time.Hour) }})
+			require.NoError(t, err)
+			var applied []string
+			h := mw(func(msg *message.Message) ([]*message.Message, error) {
+				applied = append(applied, msg.UUID)
+				return nil, nil
+			})
+			second := base.Add(time.Second)
+			msg := update("aaaa-newer", "c-1", second)
+			msg.SetContext(context.Background())
+			_, err = unitofwork.Run(db, msg, func(msg *message.Message) ([]*message.Message, error) {
+				var n int64
+				if err := unitofwork.Tx(msg.Context()).Raw("SELECT COUNT(*) FROM postroom_stale_watermarks").Scan(&n).Error; err != nil {
+					return nil, err
+				}
+				other := update("zzzz-older", "c-1", second) // another instance, its own transaction
+				other.SetContext(context.Background())
+				if _, err := h(other); err != nil {
+					return nil, err
+				}
+				return h(msg)
+			})
+			require.NoError(t, err)
 			require.Equal(t, []string{"zzzz-older"}, applied)
+			require.Contains(t, logs.String(), "applied_message_id=zzzz-older")
 		})
 	}
 }

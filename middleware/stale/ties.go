@@ -2,7 +2,6 @@ package stale
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -14,13 +13,18 @@ import (
 // are said again.
 const tieRepeat = 10 * time.Minute
 
+// tieKeysMax is how many consumer and message type pairs the counts keep
+// before those quiet for tieRepeat are dropped (message types come from
+// producers).
+const tieKeysMax = 1000
+
 // ties says, at warn, when an update was skipped because the applied one
 // carries the same version: the tie went to the greater message ID, which
 // need not be the later update. Versions of whole seconds (an AMQP
 // timestamp header, RFC 3339 without fractions) tie for two updates of one
 // entity within a second, and the newer one can be the one dropped.
 type ties struct {
-	table  string
+	read   string // dialect.WatermarkRead, native
 	logger *slog.Logger
 
 	mu    sync.Mutex
@@ -34,28 +38,34 @@ type tieCount struct {
 	unsaid int       // ties since the last warning
 }
 
-func newTies(table string, logger *slog.Logger) *ties {
-	return &ties{table: table, logger: logger, since: map[tieKey]*tieCount{}}
+func newTies(read string, logger *slog.Logger) *ties {
+	return &ties{read: read, logger: logger, since: map[tieKey]*tieCount{}}
 }
 
 // check reads the watermark that made the update in ctx's transaction
 // stale; when it carries the same version under another message ID, the
 // skip was a tie, and is said (at most every tieRepeat per consumer and
-// message type, with how many were not said in between).
-func (t *ties) check(ctx context.Context, consumer, messageType string, v Version, messageID string, now time.Time) error {
+// message type, with how many were not said in between). It only says:
+// a read that fails is logged at debug and the update is skipped as
+// before.
+func (t *ties) check(ctx context.Context, consumer, messageType string, v Version, messageID string, now time.Time) {
 	var storedAt int64
 	var storedID string
-	row := unitofwork.Tx(ctx).Raw("SELECT version_at, message_id FROM "+t.table+
-		" WHERE consumer = ? AND message_type = ? AND entity_id = ?", consumer, messageType, v.EntityID).Row()
-	if err := row.Scan(&storedAt, &storedID); err != nil {
-		return fmt.Errorf("stale: read the watermark of a skipped update: %w", err)
+	row, err := unitofwork.QueryRow(ctx, t.read, consumer, messageType, v.EntityID)
+	if err == nil {
+		err = row.Scan(&storedAt, &storedID)
+	}
+	if err != nil {
+		t.logger.DebugContext(ctx, "stale: could not read the watermark of a skipped update to tell a tie", "consumer", consumer,
+			"message_type", messageType, "entity_id", v.EntityID, "message_id", messageID, "error", err)
+		return
 	}
 	if storedAt != v.At.UnixNano() || storedID == messageID {
-		return nil
+		return
 	}
 	n, say := t.count(tieKey{consumer, messageType}, now)
 	if !say {
-		return nil
+		return
 	}
 	t.logger.WarnContext(ctx, "stale: an update was skipped because the applied one has the same version; "+
 		"the tie goes to the greater message ID, not to the later update. If the two are different updates, "+
@@ -63,7 +73,6 @@ func (t *ties) check(ctx context.Context, consumer, messageType string, v Versio
 		"send postroom-version as RFC 3339 with nanoseconds",
 		"consumer", consumer, "message_type", messageType, "entity_id", v.EntityID, "version", v.At,
 		"skipped_message_id", messageID, "applied_message_id", storedID, "ties_not_said_since_the_last_warning", n)
-	return nil
 }
 
 // count counts a tie and reports whether to say it, with the ties not said
@@ -73,6 +82,13 @@ func (t *ties) count(k tieKey, now time.Time) (unsaid int, say bool) {
 	defer t.mu.Unlock()
 	c, ok := t.since[k]
 	if !ok {
+		if len(t.since) >= tieKeysMax {
+			for key, other := range t.since {
+				if now.Sub(other.said) >= tieRepeat {
+					delete(t.since, key) // its next tie is said at once anyway
+				}
+			}
+		}
 		c = &tieCount{}
 		t.since[k] = c
 	}

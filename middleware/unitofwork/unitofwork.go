@@ -3,6 +3,7 @@ package unitofwork
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"sync"
@@ -270,6 +271,22 @@ func IsRollbackOnly(ctx context.Context) bool {
 
 // ErrNoUnit is returned by Exec when ctx carries no unit of work.
 var ErrNoUnit = errors.New("unitofwork: no unit of work in the context: wrap the handler with the unit-of-work middleware")
+
+// QueryRow runs one query in the transaction of the unit of work in ctx,
+// straight on the driver, as Exec does, and returns its first row.
+func QueryRow(ctx context.Context, query string, args ...any) (*sql.Row, error) {
+	u, ok := ctx.Value(unitKey{}).(*unit)
+	if !ok {
+		return nil, ErrNoUnit
+	}
+	u.mu.Lock()
+	conn, err := u.begin()
+	u.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("unitofwork: begin: %w", err)
+	}
+	return conn.QueryRowContext(ctx, query, args...), nil
+}
 
 // Exec runs one statement in the transaction of the unit of work in ctx,
 // straight on the driver, without gorm's statement builder: the per-message
