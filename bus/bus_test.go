@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
+	gormlogger "gorm.io/gorm/logger"
 
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/internal/amqptest"
@@ -462,7 +463,9 @@ func TestASQLiteDBNotOpenedByStoreOpenIsSaid(t *testing.T) {
 		warned bool
 	}{
 		{"store.Open", func() (*gorm.DB, error) { return store.Open(dsn) }, false},
-		{"gorm and the driver", func() (*gorm.DB, error) { return gorm.Open(sqlite.Open(dsn), &gorm.Config{}) }, true},
+		{"gorm and the driver", func() (*gorm.DB, error) {
+			return gorm.Open(sqlite.Open(dsn), &gorm.Config{Logger: gormlogger.Discard})
+		}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			db, err := tc.open()

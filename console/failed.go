@@ -176,8 +176,8 @@ type selection struct {
 }
 
 func selectionOf(r *http.Request) (selection, error) {
-	s := selection{ID: lineFeeds(r.FormValue("id")), Copy: r.FormValue("copy"), Handler: lineFeeds(r.FormValue("handler")),
-		Reason: lineFeeds(r.FormValue("reason")), All: r.FormValue("all") == "1"}
+	s := selection{ID: asPosted(r.FormValue("id")), Copy: r.FormValue("copy"), Handler: asPosted(r.FormValue("handler")),
+		Reason: asPosted(r.FormValue("reason")), All: r.FormValue("all") == "1"}
 	if s.ID == "" && s.Copy == "" && !s.All && s.Handler == "" && s.Reason == "" {
 		return s, errors.New("choose a message, a failure group or all")
 	}
@@ -189,23 +189,47 @@ func (s selection) match(msg *message.Message) bool {
 	case s.All:
 		return true
 	case s.ID != "":
-		return lineFeeds(msg.UUID) == s.ID
+		return asPosted(msg.UUID) == s.ID
 	case s.Copy != "":
 		return copyKey(msg) == s.Copy
 	default:
-		return lineFeeds(msg.Metadata.Get(metadata.ErrorHandler)) == s.Handler && reasonShape(reasonOf(msg)) == reasonShape(s.Reason)
+		if asPosted(msg.Metadata.Get(metadata.ErrorHandler)) != s.Handler {
+			return false
+		}
+		if reasonShape(s.Reason) != s.Reason { // an exact reason (a form of before, a script): that reason alone
+			return asPosted(reasonOf(msg)) == s.Reason
+		}
+		return reasonShape(reasonOf(msg)) == s.Reason
 	}
 }
 
-// lineFeeds writes every line break of s as one LF. A browser submits a
-// form's line breaks as CRLF, whatever the page held (WHATWG's form
-// encoding): a reason of several lines (errors.Join) came back unequal to
-// itself, and its group's Retry and Delete found nothing (a cold trial).
-func lineFeeds(s string) string {
-	if !strings.ContainsRune(s, '\r') {
+// asPosted is s as a browser posts it back from a page that held it in a
+// form: every line break as one LF (a browser submits CRLF, whatever the
+// page held: WHATWG's form encoding), NUL and bytes that are not UTF-8 as
+// U+FFFD (html/template writes NUL so, and a browser decodes the page so),
+// a run of U+FFFD as one (a browser and Go may read one bad sequence as a
+// different number of them). Before, a reason of several lines (errors.Join)
+// came back unequal to itself, and its group's Retry and Delete found
+// nothing (a cold trial).
+func asPosted(s string) string {
+	if !strings.ContainsAny(s, "\r\x00\uFFFD") && utf8.ValidString(s) {
 		return s
 	}
-	return strings.ReplaceAll(strings.ReplaceAll(s, "\r\n", "\n"), "\r", "\n")
+	s = strings.ReplaceAll(strings.ReplaceAll(s, "\r\n", "\n"), "\r", "\n")
+	var b strings.Builder
+	bad := false
+	for _, r := range strings.ReplaceAll(s, "\x00", "\uFFFD") { // invalid bytes range as U+FFFD
+		if r == utf8.RuneError {
+			if !bad {
+				b.WriteRune(r)
+			}
+			bad = true
+			continue
+		}
+		bad = false
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 func (s selection) String() string {

@@ -32,11 +32,14 @@ func groupFailed(list []failedMessage) []failureGroup {
 
 // What varies from one message to the next in an error's text: UUIDs,
 // other hexadecimal IDs of 8 or more characters with a digit, and numbers
-// standing alone ("order-42", "1.5 s"; not the 64 of "int64").
+// standing alone ("order-42", "1.5 s"; not the 64 of "int64"), except a
+// number after status, code, error, errno, SQLSTATE or HTTP ("status 503"
+// and "status 400" are failures of different kinds).
 var (
 	uuidPattern   = regexp.MustCompile(`(?i)\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b`)
 	hexIDPattern  = regexp.MustCompile(`(?i)\b[0-9a-f]*[0-9][0-9a-f]*\b`)
-	numberPattern = regexp.MustCompile(`\b[0-9]+(?:[.,][0-9]+)*\b`)
+	numberPattern = regexp.MustCompile(`(?i)((?:\b(?:status|code|error|errno|sqlstate|http)\W{0,2})?)\b[0-9]+(?:[.,][0-9]+)*\b`)
+	codePattern   = regexp.MustCompile(`(?i)^\b(?:status|code|error|errno|sqlstate|http)\W{0,2}[0-9]`)
 )
 
 // reasonShape is a reason with what varies per message written as "…":
@@ -44,9 +47,9 @@ var (
 // one failure group, "customer … has no VAT number". Grouped by the exact
 // text, a reason that names its message made a group per message (a cold
 // trial: 491 groups for 1,000 failures). Line breaks count as LF (see
-// lineFeeds).
+// asPosted).
 func reasonShape(reason string) string {
-	s := lineFeeds(reason)
+	s := asPosted(reason)
 	s = uuidPattern.ReplaceAllString(s, "…")
 	s = hexIDPattern.ReplaceAllStringFunc(s, func(m string) string {
 		if len(m) >= 8 {
@@ -54,5 +57,10 @@ func reasonShape(reason string) string {
 		}
 		return m
 	})
-	return numberPattern.ReplaceAllString(s, "…")
+	return numberPattern.ReplaceAllStringFunc(s, func(m string) string {
+		if codePattern.MatchString(m) { // a status or error code tells failures apart
+			return m
+		}
+		return numberPattern.FindStringSubmatch(m)[1] + "…"
+	})
 }

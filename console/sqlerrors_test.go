@@ -101,7 +101,9 @@ func TestFailedOnTheSQLTransport(t *testing.T) {
 // delayed table and takes it from the error topic in one transaction, so a
 // message the delayed table refuses (its topic longer than the column)
 // stops the action with nothing retried: the message before it is neither
-// in the delayed table nor gone from the error topic. A mutation audit
+// in the delayed table nor gone from the error topic. (It takes MariaDB's
+// strict sql_mode, its default since 10.2.4, which refuses a value too
+// long for its column instead of cutting it.) A mutation audit
 // found nothing caught a retry written outside that transaction, which
 // would have sent the first message now and again at the next retry.
 func TestARetryOnTheSQLTransportIsOneTransaction(t *testing.T) {

@@ -145,7 +145,12 @@ func (c *Control) paused(ctx context.Context, name string) (bool, error) {
 	// NextRunAt" at each pause, resume and trigger (a cold trial).
 	var next any
 	var paused bool
-	if err := c.db.WithContext(ctx).Raw(c.stmts.State, name).Row().Scan(&next, &paused); err != nil {
+	query := c.db.WithContext(ctx).Raw(c.stmts.State, name)
+	row := query.Row()
+	if row == nil { // gorm returns none when the handle carries an error
+		return false, fmt.Errorf("scheduler: %q: %w", name, query.Error)
+	}
+	if err := row.Scan(&next, &paused); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return false, fmt.Errorf("scheduler: no schedule named %q", name)
 		}

@@ -172,6 +172,7 @@ func TestPauseAndTriggerLogNoGormError(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			require.Empty(t, said.String())
+			said.Reset() // each store says its own
 		})
 	}
 }
