@@ -486,3 +486,12 @@ func TestASQLiteDBNotOpenedByStoreOpenIsSaid(t *testing.T) {
 		})
 	}
 }
+
+// TestANegativeRedeliveryWindowIsRefused: a negative window shortened the
+// horizon the inbox retention is checked against, so a retention of 1 ms
+// passed and keys were purged before their redeliveries came (a cold
+// trial).
+func TestANegativeRedeliveryWindowIsRefused(t *testing.T) {
+	_, err := bus.New(bus.Config{Endpoint: "negative", RedeliveryWindow: -time.Hour})
+	require.ErrorContains(t, err, "Config.RedeliveryWindow -1h0m0s is negative")
+}

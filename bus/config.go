@@ -306,5 +306,8 @@ func (c Config) validate() error {
 	if c.Retry.MaxRetries < 0 || c.Retry.InitialBackoff < 0 || c.Retry.MaxBackoff < 0 || c.Retry.Multiplier < 1 {
 		errs = append(errs, errors.New("bus: Config.Retry: retries and backoffs must not be negative and the multiplier at least 1"))
 	}
+	if c.RedeliveryWindow < 0 { // it would shorten the horizon the inbox retention is checked against (a cold trial)
+		errs = append(errs, fmt.Errorf("bus: Config.RedeliveryWindow %s is negative", c.RedeliveryWindow))
+	}
 	return errors.Join(errs...)
 }
