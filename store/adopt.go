@@ -3,8 +3,11 @@ package store
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"gorm.io/gorm"
+
+	"github.com/postroom/postroom/internal/dialect"
 )
 
 // AdoptLegacyKeys carries keys written before a consumer named its
@@ -21,14 +24,37 @@ func AdoptLegacyKeys(ctx context.Context, db *gorm.DB, tables Tables, consumer, 
 	}
 	db = db.WithContext(ctx)
 	if legacyInbox != "" {
-		if err := db.Exec(d.InboxAdopt(names.Inbox), consumer, legacyInbox, consumer).Error; err != nil {
+		if err := adopt(ctx, db, d.InboxAdopt(names.Inbox), consumer, legacyInbox, consumer); err != nil {
 			return fmt.Errorf("store: adopt inbox keys of %q for %q: %w", legacyInbox, consumer, err)
 		}
 	}
 	if watermarks {
-		if err := db.Exec(d.WatermarkAdopt(names.Watermarks), consumer, consumer).Error; err != nil {
+		if err := adopt(ctx, db, d.WatermarkAdopt(names.Watermarks), consumer, consumer); err != nil {
 			return fmt.Errorf("store: adopt watermarks for %q: %w", consumer, err)
 		}
 	}
 	return nil
+}
+
+// adoptAttempts is how many times a copy that lost to another instance's
+// (a deadlock, a serialization failure) is tried.
+const adoptAttempts = 5
+
+// adopt runs one copy, again when it lost to contention: instances of a
+// rollout starting together copy the same keys, and on MariaDB two of
+// three exited at start with a deadlock (a cold trial). Once one copy has
+// committed, the others copy nothing.
+func adopt(ctx context.Context, db *gorm.DB, query string, args ...any) error {
+	var err error
+	for attempt := 1; attempt <= adoptAttempts; attempt++ {
+		if err = db.Exec(query, args...).Error; err == nil || !dialect.Contention(err) {
+			return err
+		}
+		select {
+		case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
+		case <-ctx.Done():
+			return err
+		}
+	}
+	return err
 }
