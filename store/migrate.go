@@ -115,9 +115,31 @@ func Migrate(ctx context.Context, db *gorm.DB, names Tables) ([]int, error) {
 				applied = append(applied, m.Version)
 			}
 		}
-		return nil
+		return widenIDs(conn, d)
 	})
 	return applied, err
+}
+
+// widenIDs widens the ID column of every SQL-transport topic table that
+// still has watermill-sql's 36 bytes (MySQL, a table created before
+// postroom widened it): a longer ID (an outbox event's, an EDI control
+// number) refused there stopped the outbox relay behind it after an
+// upgrade (a cold trial). Tables already wide are not touched.
+func widenIDs(conn *gorm.DB, d dialect.Dialect) error {
+	q := d.NarrowIDTables()
+	if q == "" {
+		return nil
+	}
+	var narrow []string
+	if err := conn.Raw(q).Scan(&narrow).Error; err != nil {
+		return fmt.Errorf("store: list the topic tables with a narrow ID column: %w", err)
+	}
+	for _, table := range narrow {
+		if err := conn.Exec(d.WidenID(table)).Error; err != nil {
+			return fmt.Errorf("store: widen the ID column of %s: %w", table, err)
+		}
+	}
+	return nil
 }
 
 // alreadyApplied reports an error that a rerun of a MySQL step cut short

@@ -279,8 +279,15 @@ func ReplayCopy(msg *message.Message) (topic, group string, out *message.Message
 	}
 	topic, group = msg.Metadata.Get(metadata.ErrorTopic), msg.Metadata.Get(metadata.ErrorGroup)
 	if topic == "" || group == "" {
-		return "", "", nil, fmt.Errorf("%w: amqpqueue: message %s has no %s or %s metadata: it was not moved by a postroom bus that records them", ErrNotReplayable, msg.UUID,
-			metadata.ErrorTopic, metadata.ErrorGroup)
+		var missing []string
+		for _, k := range []string{metadata.ErrorTopic, metadata.ErrorGroup} {
+			if msg.Metadata.Get(k) == "" {
+				missing = append(missing, k)
+			}
+		}
+		return "", "", nil, fmt.Errorf("%w: amqpqueue: message %s has no %s metadata, which names where it goes back to: "+
+			"it was moved by a postroom before 2026-12-03 (no %s) or not by postroom; send it to its queue yourself, or delete it",
+			ErrNotReplayable, msg.UUID, strings.Join(missing, " or "), metadata.ErrorGroup)
 	}
 	out = message.NewMessage(msg.UUID, msg.Payload)
 	for k, v := range msg.Metadata {

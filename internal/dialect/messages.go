@@ -210,6 +210,31 @@ func (d Dialect) messageTables(topic string) (messages, offsets string) {
 	return "", ""
 }
 
+// NarrowIDTables returns the query that lists watermill-sql's message
+// tables (watermill_<topic>) whose ID column is narrower than
+// MessageIDColumnLength, on MySQL: tables an older postroom or
+// watermill-sql created, which its schema adapter does not widen (MySQL
+// has no conditional DDL); "" elsewhere (PostgreSQL widens a topic's
+// table when it is initialised; SQLite has no SQL transport). Column:
+// the table's name.
+func (d Dialect) NarrowIDTables() string {
+	if d != MySQL {
+		return ""
+	}
+	return fmt.Sprintf("SELECT table_name FROM information_schema.columns WHERE table_schema = DATABASE()"+
+		" AND column_name = 'uuid' AND table_name LIKE 'watermill\\_%%' AND character_maximum_length < %d ORDER BY table_name",
+		MessageIDColumnLength)
+}
+
+// WidenID returns the statement that widens the ID column of the message
+// table named table (unquoted; one NarrowIDTables listed).
+func (d Dialect) WidenID(table string) string {
+	if d == MySQL {
+		return d.widenID("`" + strings.ReplaceAll(table, "`", "``") + "`")
+	}
+	return d.widenID(`"` + strings.ReplaceAll(table, `"`, `""`) + `"`)
+}
+
 // widenID widens the ID column of a quoted message table if it is
 // narrower than MessageIDColumnLength (a table created by watermill-sql
 // itself, or by an older postroom).

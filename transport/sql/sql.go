@@ -52,7 +52,7 @@ type Transport struct {
 	db        wsql.Beginner
 	schema    wsql.SchemaAdapter
 	offsets   wsql.OffsetsAdapter
-	publisher *wsql.Publisher
+	publisher publisher
 
 	groupsChecked sync.Map // offsets tables whose group column binaryGroups looked at
 
@@ -90,10 +90,11 @@ func New(cfg Config) (*Transport, error) {
 		return nil, fmt.Errorf("sql: the SQL transport needs PostgreSQL or MySQL: use the gochannel transport with SQLite: %w", err)
 	}
 	t.db = wsql.BeginnerFromStdSQL(sqlDB)
-	t.publisher, err = wsql.NewPublisher(t.db, wsql.PublisherConfig{SchemaAdapter: t.schema, AutoInitializeSchema: true}, t.log.Watermill())
+	wp, err := wsql.NewPublisher(t.db, wsql.PublisherConfig{SchemaAdapter: t.schema, AutoInitializeSchema: true}, t.log.Watermill())
 	if err != nil {
 		return nil, fmt.Errorf("sql: publisher: %w", err)
 	}
+	t.publisher = publisher{wp}
 	return t, nil
 }
 
