@@ -38,8 +38,7 @@ func groupFailed(list []failedMessage) []failureGroup {
 var (
 	uuidPattern   = regexp.MustCompile(`(?i)\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b`)
 	hexIDPattern  = regexp.MustCompile(`(?i)\b[0-9a-f]*[0-9][0-9a-f]*\b`)
-	numberPattern = regexp.MustCompile(`(?i)((?:\b(?:status|code|error|errno|sqlstate|http)\W{0,2})?)\b[0-9]+(?:[.,][0-9]+)*\b`)
-	codePattern   = regexp.MustCompile(`(?i)^\b(?:status|code|error|errno|sqlstate|http)\W{0,2}[0-9]`)
+	numberPattern = regexp.MustCompile(`(?i)(?:\b(?:status|code|error|errno|sqlstate|http)\W{0,2})?\b[0-9]+(?:[.,][0-9]+)*\b`)
 )
 
 // reasonShape is a reason with what varies per message written as "…":
@@ -58,9 +57,9 @@ func reasonShape(reason string) string {
 		return m
 	})
 	return numberPattern.ReplaceAllStringFunc(s, func(m string) string {
-		if codePattern.MatchString(m) { // a status or error code tells failures apart
+		if m[0] < '0' || m[0] > '9' { // after status, error…: a code tells failures apart
 			return m
 		}
-		return numberPattern.FindStringSubmatch(m)[1] + "…"
+		return "…"
 	})
 }
