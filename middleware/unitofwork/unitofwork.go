@@ -275,15 +275,9 @@ var ErrNoUnit = errors.New("unitofwork: no unit of work in the context: wrap the
 // QueryRow runs one query in the transaction of the unit of work in ctx,
 // straight on the driver, as Exec does, and returns its first row.
 func QueryRow(ctx context.Context, query string, args ...any) (*sql.Row, error) {
-	u, ok := ctx.Value(unitKey{}).(*unit)
-	if !ok {
-		return nil, ErrNoUnit
-	}
-	u.mu.Lock()
-	conn, err := u.begin()
-	u.mu.Unlock()
+	conn, err := begun(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("unitofwork: begin: %w", err)
+		return nil, err
 	}
 	return conn.QueryRowContext(ctx, query, args...), nil
 }
@@ -294,19 +288,29 @@ func QueryRow(ctx context.Context, query string, args ...any) (*sql.Row, error) 
 // driver's own placeholders ($1 on PostgreSQL, ? elsewhere). It returns the
 // number of rows affected.
 func Exec(ctx context.Context, query string, args ...any) (int64, error) {
-	u, ok := ctx.Value(unitKey{}).(*unit)
-	if !ok {
-		return 0, ErrNoUnit
-	}
-	u.mu.Lock()
-	conn, err := u.begin()
-	u.mu.Unlock()
+	conn, err := begun(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("unitofwork: begin: %w", err)
+		return 0, err
 	}
 	res, err := conn.ExecContext(ctx, query, args...)
 	if err != nil {
 		return 0, err
 	}
 	return res.RowsAffected()
+}
+
+// begun returns the transaction of the unit of work in ctx, begun on first
+// use: what Exec and QueryRow run on.
+func begun(ctx context.Context) (gorm.ConnPool, error) {
+	u, ok := ctx.Value(unitKey{}).(*unit)
+	if !ok {
+		return nil, ErrNoUnit
+	}
+	u.mu.Lock()
+	conn, err := u.begin()
+	u.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("unitofwork: begin: %w", err)
+	}
+	return conn, nil
 }
