@@ -105,19 +105,22 @@ func TestSchedulesCommands(t *testing.T) {
 
 	out, err = run(t, "schedules", "pause", "cleanup", "--dsn", dsn)
 	require.NoError(t, err)
-	require.Equal(t, "cleanup: done\n", out)
+	require.Equal(t, "cleanup: paused: it fires no more until `postroom schedules resume cleanup`\n", out)
 	out, err = run(t, "schedules", "trigger", "cleanup", "--dsn", dsn)
 	require.EqualError(t, err, `scheduler: schedule "cleanup" is paused: resume it first`, "a paused schedule would not fire")
-	require.NotContains(t, out, "done")
-	for _, action := range []string{"resume", "trigger"} {
-		out, err = run(t, "schedules", action, "cleanup", "--dsn", dsn)
-		require.NoError(t, err, action)
-		require.Equal(t, "cleanup: done\n", out)
-	}
+	require.NotContains(t, out, "due")
+	out, err = run(t, "schedules", "resume", "cleanup", "--dsn", dsn)
+	require.NoError(t, err)
+	require.Equal(t, fmt.Sprintf("cleanup: resumed: next run at %s (slots missed while paused follow its missed-slot policy)\n", list[0].NextRunAt.Format(time.RFC3339)), out,
+		"the next run it says is the stored one")
+	out, err = run(t, "schedules", "trigger", "cleanup", "--dsn", dsn)
+	require.NoError(t, err)
+	said := out
 	out, err = run(t, "schedules", "list", "--json", "--dsn", dsn)
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal([]byte(out), &list))
 	require.WithinDuration(t, time.Now(), list[0].NextRunAt, 10*time.Second, "triggered: due now")
+	require.Equal(t, fmt.Sprintf("cleanup: due since %s: the next tick of a running instance fires it\n", list[0].NextRunAt.Format(time.RFC3339)), said)
 	_, err = run(t, "schedules", "pause", "nope", "--dsn", dsn)
 	require.ErrorContains(t, err, `no schedule named "nope"`)
 }

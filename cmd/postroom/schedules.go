@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"time"
 
@@ -18,25 +19,41 @@ func newSchedules(opts *options) *cobra.Command {
 	for _, action := range []struct {
 		use, short string
 		run        func(c *scheduler.Control, cmd *cobra.Command, name string) error
+		said       func(name string, s scheduler.Stored) string // what now holds, from the stored schedule
 	}{
 		{"trigger NAME", "Make a schedule due now: the next tick of any instance fires it (a paused one is refused: resume it first)", func(c *scheduler.Control, cmd *cobra.Command, name string) error {
 			return c.Trigger(cmd.Context(), name, time.Now())
+		}, func(name string, s scheduler.Stored) string {
+			return fmt.Sprintf("%s: due since %s: the next tick of a running instance fires it", name, s.NextRunAt.Format(time.RFC3339))
 		}},
 		{"pause NAME", "Stop a schedule from firing until resumed", func(c *scheduler.Control, cmd *cobra.Command, name string) error {
 			return c.Pause(cmd.Context(), name)
+		}, func(name string, _ scheduler.Stored) string {
+			return fmt.Sprintf("%s: paused: it fires no more until `postroom schedules resume %s`", name, name)
 		}},
 		{"resume NAME", "Let a paused schedule fire again", func(c *scheduler.Control, cmd *cobra.Command, name string) error {
 			return c.Resume(cmd.Context(), name)
+		}, func(name string, s scheduler.Stored) string {
+			return fmt.Sprintf("%s: resumed: next run at %s (slots missed while paused follow its missed-slot policy)", name, s.NextRunAt.Format(time.RFC3339))
 		}},
 	} {
 		cmd.AddCommand(opts.databaseFlags(&cobra.Command{
 			Use: action.use, Short: action.short, Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				return opts.withControl(func(c *scheduler.Control) error {
-					if err := action.run(c, cmd, args[0]); err != nil {
+					name := args[0]
+					if err := action.run(c, cmd, name); err != nil {
 						return err
 					}
-					fmt.Fprintf(cmd.OutOrStdout(), "%s: done\n", args[0])
+					list, err := c.List(cmd.Context())
+					if err != nil {
+						return err
+					}
+					i := slices.IndexFunc(list, func(s scheduler.Stored) bool { return s.Name == name })
+					if i < 0 { // deleted right after the action
+						return fmt.Errorf("scheduler: no schedule named %q", name)
+					}
+					fmt.Fprintln(cmd.OutOrStdout(), action.said(name, list[i]))
 					return nil
 				})
 			},
