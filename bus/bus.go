@@ -38,6 +38,9 @@ type Bus struct {
 	registry *prometheus.Registry
 	// unsettled counts the deliveries nacked, for the poison-loop guard.
 	unsettled unsettled
+	// redeliveries counts, in the database, the redeliveries the
+	// transport did not count; nil without Config.DB.
+	redeliveries *redeliveries
 	// drain ends Config.StopTimeout after the bus began to stop (stopOnce):
 	// then the handlers still running have their context cancelled.
 	drain    context.Context
@@ -97,6 +100,9 @@ func New(cfg Config) (*Bus, error) {
 		delayedAttempts: map[int64]int{}}
 	b.drain, b.endDrain = context.WithCancel(context.Background())
 	b.stopping = make(chan struct{})
+	if b.redeliveries, err = newRedeliveries(cfg.DB); err != nil {
+		return nil, err
+	}
 	if cfg.MetricsAddr != "" {
 		b.addRouterMetrics()
 	}

@@ -47,6 +47,7 @@ func (b *Bus) newCleanup() (*scheduler.Scheduler, error) {
 		res, err := cleanup.Purge(ctx, *m)
 		b.add(metrics.CleanupDeleted(tables.Inbox), float64(res.Inbox))
 		b.add(metrics.CleanupDeleted(tables.Watermarks), float64(res.Watermarks))
+		b.add(metrics.CleanupDeleted(tables.Deliveries), float64(res.Deliveries))
 		if b.outbox != nil {
 			b.add(metrics.CleanupDeleted(outboxTable), float64(res.Outbox))
 		}

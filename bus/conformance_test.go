@@ -776,10 +776,19 @@ func errorQueue(t *testing.T, c *confCase) <-chan *message.Message {
 func checkPoisonLoop(t *testing.T, c *confCase) {
 	const maxDeliveries = 3
 	var poisonDeliveries atomic.Int32
+	var mu sync.Mutex
+	var counted []int64 // the poison message's count in the database at each redelivery counted there
 	nackPoison := func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
 			if msg.Metadata.Get("conf-poison") != "" {
 				poisonDeliveries.Add(1)
+				if msg.Metadata.Get(metadata.Redelivered) == "true" {
+					var n int64
+					require.NoError(t, c.db.Raw("SELECT deliveries FROM postroom_deliveries WHERE message_id = ?", msg.UUID).Row().Scan(&n))
+					mu.Lock()
+					counted = append(counted, n)
+					mu.Unlock()
+				}
 				return nil, errors.New("middleware: refused")
 			}
 			return h(msg)
@@ -808,6 +817,14 @@ func checkPoisonLoop(t *testing.T, c *confCase) {
 	settled(t, b, "conf.Cmd", 4)
 	require.Len(t, effects(t, c), 3, "the messages behind the poison message were handled")
 	require.EqualValues(t, maxDeliveries, poisonDeliveries.Load(), "delivered MaxDeliveries times, then moved")
+	if c.transport.name == "amqp" { // classic queues: the broker says redelivered, and counts nothing
+		mu.Lock()
+		require.Equal(t, []int64{1, 2}, counted, "each redelivery counted in the database before it is handled, so that a crash counts too")
+		mu.Unlock()
+	}
+	var left int64
+	require.NoError(t, c.db.Raw("SELECT COUNT(*) FROM postroom_deliveries WHERE message_id = ?", poison).Row().Scan(&left))
+	require.Zero(t, left, "the count of a message moved aside is forgotten")
 }
 
 type ConfUnheard struct{}

@@ -63,6 +63,7 @@ func (b *Bus) retryLater(handler, topic string, msg *message.Message, reason err
 	}
 	again := msg.Copy()
 	delete(again.Metadata, metadata.DeliveryCount)
+	delete(again.Metadata, metadata.Redelivered)
 	again.Metadata.Set(metadata.DelayedRetries, strconv.Itoa(done+1))
 	again.Metadata.Set(metadata.ErrorReason, reason.Error())
 	out := outgoing{topic: topic, msg: again, at: b.cfg.Now().Add(delays[done]), group: b.group(handler)}

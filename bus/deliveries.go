@@ -110,19 +110,45 @@ func (u *unsettled) settle(group, id string, nacked bool) {
 // Config.MaxDeliveries times without being settled goes to the error topic
 // on its next delivery, so that it stops blocking the messages behind it
 // and using the broker and the consumer in a loop. While the error topic
-// cannot take it, it is handled as usual.
+// cannot take it, it is handled as usual. A redelivery the transport did
+// not count is counted in the database first (redeliveries): so are the
+// deliveries that ended with their process.
 func (b *Bus) guarded(handler, topic string, delivery message.HandlerFunc) func(*message.Message) error {
-	group := b.group(handler)
+	group, consumer := b.group(handler), b.consumer(handler)
 	return func(msg *message.Message) error {
-		if n := b.unsettled.previous(group, msg); n >= b.cfg.MaxDeliveries {
+		n := b.unsettled.previous(group, msg)
+		counted := b.redeliveries.counts(msg)
+		if counted {
+			if c, err := b.redeliveries.count(msg.Context(), consumer, msg, b.cfg.Now()); err != nil {
+				b.cfg.Logger.Warn("bus: the poison-loop guard could not count a redelivery; it counts this process's deliveries only",
+					"handler", handler, "message_id", msg.UUID, "error", err)
+				counted = false
+			} else {
+				n = max(n, c)
+			}
+		}
+		settled := func() {
+			b.unsettled.settle(group, msg.UUID, false)
+			if counted {
+				if err := b.redeliveries.forget(msg.Context(), consumer, msg.UUID); err != nil {
+					// Kept, it counts on if the message comes again; cleanup purges it.
+					b.cfg.Logger.Warn("bus: "+err.Error(), "handler", handler)
+				}
+			}
+		}
+		if n >= b.cfg.MaxDeliveries {
 			reason := fmt.Errorf("bus: delivered %d times without being handled (Config.MaxDeliveries %d): moved aside so that the messages behind it are handled", n, b.cfg.MaxDeliveries)
 			if err := b.moveToErrorTopic(handler, topic, msg, 0, reason); err == nil {
-				b.unsettled.settle(group, msg.UUID, false)
+				settled()
 				return nil
 			}
 		}
 		_, err := delivery(msg)
-		b.unsettled.settle(group, msg.UUID, err != nil)
+		if err != nil {
+			b.unsettled.settle(group, msg.UUID, true)
+		} else {
+			settled()
+		}
 		return err
 	}
 }

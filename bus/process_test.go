@@ -401,7 +401,14 @@ func TestPoisonMessageThatKillsItsConsumer(t *testing.T) {
 			if why, ok := poisonUncounted[combo.transport]; ok {
 				t.Skip(why)
 			}
-			poisonKillsItsConsumer(t, combo)
+			// Quorum queues count the deliveries (x-delivery-count);
+			// on classic queues the bus counts the redeliveries in the
+			// database (postroom_deliveries).
+			for _, quorum := range []bool{true, false} {
+				t.Run(map[bool]string{true: "quorum", false: "classic"}[quorum], func(t *testing.T) {
+					poisonKillsItsConsumer(t, combo, quorum)
+				})
+			}
 		})
 	}
 }
@@ -415,8 +422,8 @@ var poisonUncounted = map[string]string{
 }
 
 // poisonKillsItsConsumer is TestPoisonMessageThatKillsItsConsumer on one
-// store with RabbitMQ.
-func poisonKillsItsConsumer(t *testing.T, combo processCombo) {
+// store with RabbitMQ's quorum or classic queues.
+func poisonKillsItsConsumer(t *testing.T, combo processCombo, quorum bool) {
 	p := newProcessSetupOn(t, combo).withSender(t)
 	errSub, err := p.newTransport(t).Subscriber(testenv.Name("errors_"))
 	require.NoError(t, err)
@@ -426,7 +433,10 @@ func poisonKillsItsConsumer(t *testing.T, combo processCombo) {
 	errorTopic := testenv.Name("error_")
 	deleteErrorQueue(t, errorTopic)
 	require.NoError(t, errSub.(message.SubscribeInitializer).SubscribeInitialize(errorTopic))
-	env := []string{childPoison + "=0", childMaxDel + "=2", childQuorum + "=1", childErrors + "=" + errorTopic}
+	env := []string{childPoison + "=0", childMaxDel + "=2", childErrors + "=" + errorTopic}
+	if quorum {
+		env = append(env, childQuorum+"=1")
+	}
 
 	first := p.start(t, "consumer", 0, env...)
 	for n := range 4 { // Work 0 is the poison message, 1 to 3 wait behind it
@@ -452,6 +462,9 @@ func poisonKillsItsConsumer(t *testing.T, combo processCombo) {
 		msg.Ack()
 		if msg.UUID == workID(0) {
 			require.Contains(t, msg.Metadata.Get(metadata.ErrorReason), "delivered 2 times without being handled")
+			var counts int64
+			require.NoError(t, p.db.Raw("SELECT COUNT(*) FROM postroom_deliveries WHERE SUBSTR(consumer, 1, ?) = ?", len(p.endpoint)+1, p.endpoint+"/").Row().Scan(&counts))
+			require.Zero(t, counts, "the counts of messages settled (handled, or moved aside) are forgotten")
 			return
 		}
 	}

@@ -369,6 +369,7 @@ func (b *Bus) moveToErrorTopic(handler, topic string, msg *message.Message, atte
 		}
 	}
 	delete(failed.Metadata, metadata.DeliveryCount) // a replay starts counting again
+	delete(failed.Metadata, metadata.Redelivered)
 	failed.Metadata.Set(metadata.ErrorReason, strings.ToValidUTF8(reason.Error(), "\uFFFD"))
 	failed.Metadata.Set(metadata.ErrorHandler, handler)
 	failed.Metadata.Set(metadata.ErrorAttempts, strconv.Itoa(attempts))

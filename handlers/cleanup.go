@@ -21,7 +21,8 @@ const (
 )
 
 // CleanupStore asks for the inbox and watermark rows older than a cut-off
-// to be deleted, and the outbox rows relayed before it.
+// to be deleted, and the outbox rows relayed before it, and the
+// redelivery counts not updated since.
 type CleanupStore struct {
 	// Before is the cut-off; when zero, now minus Retention.
 	Before time.Time
@@ -45,8 +46,11 @@ type CleanupResult struct {
 	Inbox      int64
 	Watermarks int64
 	// Outbox counts the relayed outbox rows deleted (with OutboxTopic).
-	Outbox  int64
-	Batches int
+	Outbox int64
+	// Deliveries counts the redelivery counts deleted: messages counted
+	// (store.Tables.Deliveries) and not delivered since.
+	Deliveries int64
+	Batches    int
 }
 
 // CleanupConfig configures the CleanupStore handler.
@@ -115,8 +119,9 @@ type target struct {
 	args []any
 }
 
-// targets returns the inbox and watermark targets of m (and the outbox's,
-// with an outbox), and its cut-off.
+// targets returns the targets of m, in the order of CleanupResult's
+// counts (inbox, watermarks, outbox, deliveries; the outbox's Table is ""
+// without an outbox), and its cut-off.
 func (c *Cleanup) targets(m CleanupStore) ([]target, time.Time, error) {
 	if m.Retention < 0 || m.BatchSize < 0 {
 		return nil, time.Time{}, fmt.Errorf("handlers: CleanupStore: negative retention %s or batch size %d", m.Retention, m.BatchSize)
@@ -128,11 +133,14 @@ func (c *Cleanup) targets(m CleanupStore) ([]target, time.Time, error) {
 	targets := []target{
 		{c.stmts.Inbox, []any{c.d.Time(cutoff), c.d.Time(c.cfg.Now())}},
 		{c.stmts.Watermarks, []any{c.d.Time(cutoff)}},
+		{dialect.PurgeTarget{}, nil}, // the outbox's, below
+		{c.stmts.Deliveries, []any{c.d.Time(cutoff)}},
 	}
 	if p := c.cfg.ConsumerPrefix; p != "" {
 		targets[0].PurgeTarget = c.stmts.InboxOf
 		targets[1].PurgeTarget = c.stmts.WatermarksOf
-		for i := range targets {
+		targets[3].PurgeTarget = c.stmts.DeliveriesOf
+		for _, i := range []int{0, 1, 3} {
 			targets[i].args = append(targets[i].args, len(p), p)
 		}
 	}
@@ -140,7 +148,7 @@ func (c *Cleanup) targets(m CleanupStore) ([]target, time.Time, error) {
 		// The outbox's created_at is the database's clock: the cut-off
 		// goes as an age in seconds.
 		age := int64(c.cfg.Now().Sub(cutoff) / time.Second)
-		targets = append(targets, target{c.stmts.Outbox, []any{age}})
+		targets[2] = target{c.stmts.Outbox, []any{age}}
 	}
 	return targets, cutoff, nil
 }
@@ -153,15 +161,22 @@ func (c *Cleanup) Purge(ctx context.Context, m CleanupStore) (CleanupResult, err
 	}
 	res := CleanupResult{Cutoff: cutoff}
 	batch := cmp.Or(m.BatchSize, BatchSizeDefault)
-	counts := []*int64{&res.Inbox, &res.Watermarks, &res.Outbox}
 	for i, t := range targets {
-		if *counts[i], err = c.purge(ctx, t, batch, m.Pause, &res.Batches); err != nil {
+		if t.Table == "" {
+			continue
+		}
+		if *res.count(i), err = c.purge(ctx, t, batch, m.Pause, &res.Batches); err != nil {
 			return res, err
 		}
 	}
 	c.cfg.Logger.InfoContext(ctx, "cleanup: purged", "cutoff", res.Cutoff, "inbox_rows", res.Inbox,
-		"watermark_rows", res.Watermarks, "outbox_rows", res.Outbox, "batches", res.Batches)
+		"watermark_rows", res.Watermarks, "outbox_rows", res.Outbox, "delivery_counts", res.Deliveries, "batches", res.Batches)
 	return res, nil
+}
+
+// count is the count of the i-th target (see targets).
+func (r *CleanupResult) count(i int) *int64 {
+	return [...]*int64{&r.Inbox, &r.Watermarks, &r.Outbox, &r.Deliveries}[i]
 }
 
 // Pending counts the rows Purge would delete for m, deleting nothing.
@@ -171,9 +186,11 @@ func (c *Cleanup) Pending(ctx context.Context, m CleanupStore) (CleanupResult, e
 		return CleanupResult{}, err
 	}
 	res := CleanupResult{Cutoff: cutoff}
-	counts := []*int64{&res.Inbox, &res.Watermarks, &res.Outbox}
 	for i, t := range targets {
-		if err := c.cfg.DB.WithContext(ctx).Raw(t.Count, t.args...).Row().Scan(counts[i]); err != nil {
+		if t.Table == "" {
+			continue
+		}
+		if err := c.cfg.DB.WithContext(ctx).Raw(t.Count, t.args...).Row().Scan(res.count(i)); err != nil {
 			return res, fmt.Errorf("handlers: count %s: %w", t.Table, err)
 		}
 	}

@@ -43,6 +43,8 @@ func TestCleanupDeletesExactlyTheOldRowsInBatches(t *testing.T) {
 	cutoff := now.Add(-240 * time.Hour)
 	onEachDatabase(t, func(t *testing.T, db *gorm.DB, d dialect.Dialect) {
 		// 23 old and 7 recent rows in each table; one exactly at the cut-off (kept).
+		deliveries, err := d.Deliveries("postroom_deliveries")
+		require.NoError(t, err)
 		for i := range 30 {
 			at := cutoff.Add(-time.Duration(i+1) * time.Minute)
 			if i >= 23 {
@@ -50,6 +52,7 @@ func TestCleanupDeletesExactlyTheOldRowsInBatches(t *testing.T) {
 			}
 			require.NoError(t, db.Exec(d.InboxInsert("postroom_inbox"), "c", "s", fmt.Sprint(i), "t", d.Time(at)).Error)
 			require.NoError(t, db.Exec(d.WatermarkUpsert("postroom_stale_watermarks"), "c", "t", fmt.Sprint(i), 1, "m", d.Time(at)).Error)
+			require.NoError(t, db.Exec(deliveries.Count, "c", fmt.Sprint(i), d.Time(at)).Error)
 		}
 		c, err := handlers.NewCleanup(handlers.CleanupConfig{DB: db, Now: func() time.Time { return now }, Logger: testenv.Logger(t)})
 		require.NoError(t, err)
@@ -57,14 +60,16 @@ func TestCleanupDeletesExactlyTheOldRowsInBatches(t *testing.T) {
 		require.NoError(t, err)
 		require.EqualValues(t, 23, res.Inbox)
 		require.EqualValues(t, 23, res.Watermarks)
-		require.Equal(t, 10, res.Batches, "5 batches of 5 rows and a short one per table")
+		require.EqualValues(t, 23, res.Deliveries, "redelivery counts not updated since the cut-off")
+		require.Equal(t, 15, res.Batches, "5 batches of 5 rows and a short one per table")
 		require.EqualValues(t, 7, count(t, db, "SELECT COUNT(*) FROM postroom_inbox"))
 		require.EqualValues(t, 7, count(t, db, "SELECT COUNT(*) FROM postroom_stale_watermarks"))
+		require.EqualValues(t, 7, count(t, db, "SELECT COUNT(*) FROM postroom_deliveries"))
 		require.Zero(t, count(t, db, "SELECT COUNT(*) FROM postroom_inbox WHERE CAST(message_id AS INTEGER) < 23"), "every old row went, no recent one")
 
 		again, err := c.Purge(context.Background(), handlers.CleanupStore{Before: cutoff})
 		require.NoError(t, err)
-		require.Zero(t, again.Inbox+again.Watermarks, "a repeat deletes nothing more")
+		require.Zero(t, again.Inbox+again.Watermarks+again.Deliveries, "a repeat deletes nothing more")
 	})
 }
 

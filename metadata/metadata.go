@@ -72,3 +72,10 @@ const CommandTo = "postroom-command-to"
 // delivered before this delivery without being settled. The bus's
 // poison-loop guard (bus.Config.MaxDeliveries) adds it to its own count.
 const DeliveryCount = "postroom-delivery-count"
+
+// Redelivered is set to "true" by a transport on a message its broker
+// delivered before (RabbitMQ's redelivered flag) when the broker does not
+// count deliveries (classic queues: no DeliveryCount). The bus then counts
+// the delivery in the database (store.Tables.Deliveries), so that a
+// message that kills its process each time still reaches the error topic.
+const Redelivered = "postroom-redelivered"

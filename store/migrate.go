@@ -27,6 +27,11 @@ type Tables struct {
 	// Delayed holds messages sent for later delivery (bus.DeliverAt).
 	// Defaults to "postroom_delayed".
 	Delayed string
+	// Deliveries counts the redeliveries of messages on a transport that
+	// does not count them itself (RabbitMQ's classic queues), so that a
+	// message that kills its process each time reaches the error topic.
+	// Defaults to "postroom_deliveries".
+	Deliveries string
 }
 
 // WithDefaults returns t with every unset name filled in.

@@ -69,7 +69,7 @@ func newInboxPurge(opts *options) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "purge --older-than 240h",
-		Short: "Delete inbox keys and stale watermarks older than a duration, in batches",
+		Short: "Delete inbox keys, stale watermarks and redelivery counts older than a duration, in batches",
 		Long: `purge runs the same batched delete as the CleanupStore handler, with a
 progress bar on a terminal and a line a second otherwise.
 
@@ -108,14 +108,14 @@ yourself (the bus refuses an InboxRetention below it).`,
 				return err
 			}
 			tables := opts.tables.WithDefaults()
-			progress.pending = map[string]int64{tables.Inbox: pending.Inbox, tables.Watermarks: pending.Watermarks}
+			progress.pending = map[string]int64{tables.Inbox: pending.Inbox, tables.Watermarks: pending.Watermarks, tables.Deliveries: pending.Deliveries}
 			res, err := c.Purge(cmd.Context(), m)
 			progress.done()
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(out, "purged %d inbox keys and %d watermarks older than %s in %d batches\n",
-				res.Inbox, res.Watermarks, res.Cutoff.Format(time.RFC3339), res.Batches)
+			fmt.Fprintf(out, "purged %d inbox keys, %d watermarks and %d redelivery counts older than %s in %d batches\n",
+				res.Inbox, res.Watermarks, res.Deliveries, res.Cutoff.Format(time.RFC3339), res.Batches)
 			return nil
 		},
 	}

@@ -24,7 +24,7 @@ func TestMigrateAgainstPostgres(t *testing.T) {
 	dsn := testenv.PostgresSchemaDSN(t)
 	out, err := run(t, "migrate", "--dsn", dsn)
 	require.NoError(t, err)
-	require.Equal(t, "migrate: applied versions [1 2 3 4 5 6 7 8]\n", out)
+	require.Equal(t, "migrate: applied versions [1 2 3 4 5 6 7 8 9]\n", out)
 	out, err = run(t, "migrate", "--dsn", dsn)
 	require.NoError(t, err)
 	require.Equal(t, "migrate: up to date\n", out)
@@ -72,7 +72,7 @@ func TestMigrateRefusesUnclearDSNs(t *testing.T) {
 
 	out, err := run(t, "migrate", "--dsn", "sqlite:app.sqlite")
 	require.NoError(t, err)
-	require.Equal(t, "migrate: applied versions [1 2 3 4 5 6 7 8]\n", out)
+	require.Equal(t, "migrate: applied versions [1 2 3 4 5 6 7 8 9]\n", out)
 	_, err = os.Stat("app.sqlite")
 	require.NoError(t, err, "the file named with its scheme")
 }

@@ -25,6 +25,10 @@ type CleanupStatements struct {
 	// whose names start with a prefix (an endpoint's, "billing/"):
 	// arguments as theirs, then the prefix's length and the prefix.
 	InboxOf, WatermarksOf PurgeTarget
+	// Deliveries: redelivery counts updated before the cut-off (a message
+	// counted and never delivered again: its queue purged or deleted).
+	// Argument: cut-off. DeliveriesOf narrows it as InboxOf does.
+	Deliveries, DeliveriesOf PurgeTarget
 	// Outbox: messages relayed (at or below the relay's acked offset) and
 	// created more than a number of seconds ago, by the database's own
 	// clock. Argument: that age in seconds. Its Table is "" without an
@@ -44,6 +48,8 @@ func (d Dialect) Cleanup(t Tables, outboxTopic string) (CleanupStatements, error
 		Watermarks:   d.purgeTarget(t.Watermarks, "updated_at < ?"),
 		InboxOf:      d.purgeTarget(t.Inbox, inboxExpired+consumerPrefix),
 		WatermarksOf: d.purgeTarget(t.Watermarks, "updated_at < ?"+consumerPrefix),
+		Deliveries:   d.purgeTarget(t.Deliveries, "updated_at < ?"),
+		DeliveriesOf: d.purgeTarget(t.Deliveries, "updated_at < ?"+consumerPrefix),
 	}
 	if outboxTopic != "" {
 		if err := ValidateIdentifier(outboxTopic); err != nil {

@@ -19,6 +19,9 @@ type Tables struct {
 	Migrations string
 	// Delayed holds messages sent for later delivery. Defaults to "postroom_delayed".
 	Delayed string
+	// Deliveries counts the redeliveries of messages on a transport that
+	// does not count them itself. Defaults to "postroom_deliveries".
+	Deliveries string
 }
 
 // Default table names.
@@ -28,6 +31,7 @@ const (
 	SchedulesTableDefault  = "postroom_schedules"
 	MigrationsTableDefault = "postroom_migrations"
 	DelayedTableDefault    = "postroom_delayed"
+	DeliveriesTableDefault = "postroom_deliveries"
 )
 
 // WithDefaults returns t with every unset name filled in.
@@ -38,6 +42,7 @@ func (t Tables) WithDefaults() Tables {
 		Schedules:  cmp.Or(t.Schedules, SchedulesTableDefault),
 		Migrations: cmp.Or(t.Migrations, MigrationsTableDefault),
 		Delayed:    cmp.Or(t.Delayed, DelayedTableDefault),
+		Deliveries: cmp.Or(t.Deliveries, DeliveriesTableDefault),
 	}
 }
 
@@ -50,6 +55,7 @@ func (t Tables) Validate() error {
 		ValidateIdentifier(t.Schedules),
 		ValidateIdentifier(t.Migrations),
 		ValidateIdentifier(t.Delayed),
+		ValidateIdentifier(t.Deliveries),
 	)
 }
 
@@ -135,6 +141,9 @@ func (d Dialect) Migrations(t Tables) []Migration {
 			d.serial()+", due_at "+ts+" NOT NULL, topic VARCHAR(255) NOT NULL, target_group VARCHAR(255) NOT NULL DEFAULT '', message_id VARCHAR(255) NOT NULL, payload "+d.blob()+" NULL, metadata TEXT NOT NULL, created_at "+ts+" NOT NULL",
 			"due_at", false)},
 		{Version: 8, Name: "outbox rows acked one by one on MySQL", Statements: d.OutboxAckedRows(OutboxTopicDefault)},
+		{Version: 9, Name: "redeliveries counted across processes", Statements: d.tableWithIndex(t.Deliveries,
+			"consumer "+d.exactKey(200)+" NOT NULL, message_id "+d.exactKey(200)+" NOT NULL, deliveries INTEGER NOT NULL, updated_at "+ts+" NOT NULL, PRIMARY KEY (consumer, message_id)",
+			"updated_at", false)},
 	}
 }
 
@@ -183,6 +192,19 @@ func (d Dialect) exactKeys(t Tables) []string {
 			"ALTER TABLE " + next + " RENAME TO " + unqualified(wm),
 			"CREATE INDEX IF NOT EXISTS " + indexName(wm, "updated_at") + " ON " + wm + " (updated_at)",
 		}
+	}
+}
+
+// exactKey is the type of a key column that compares bytes exactly, as
+// exactKeys makes them.
+func (d Dialect) exactKey(n int) string {
+	switch d {
+	case Postgres:
+		return "VARCHAR(" + strconv.Itoa(n) + ") COLLATE \"C\""
+	case MySQL:
+		return "VARBINARY(" + strconv.Itoa(n) + ")"
+	default:
+		return "VARCHAR(" + strconv.Itoa(n) + ")"
 	}
 }
 

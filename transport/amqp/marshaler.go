@@ -121,9 +121,12 @@ func (Marshaler) Unmarshal(d amqp091.Delivery) (*message.Message, error) {
 	// set (a message replayed from the error topic) would move the message
 	// aside at once.
 	delete(md, metadata.DeliveryCount)
+	delete(md, metadata.Redelivered)
 	if c, ok := md[deliveryCountHeader]; ok { // moved, so a copy sent on does not carry it
 		md[metadata.DeliveryCount] = c
 		delete(md, deliveryCountHeader)
+	} else if d.Redelivered { // a classic queue: the bus counts it
+		md[metadata.Redelivered] = "true"
 	}
 
 	// Only this read's problems count, as for the delivery count: the key

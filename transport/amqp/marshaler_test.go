@@ -163,3 +163,25 @@ func TestUnmarshalIgnoresATransportErrorHeader(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, amqp.ErrorNoID, msg.Metadata.Get(metadata.TransportError), "the transport's own reason, not the header's")
 }
+
+// TestUnmarshalRedelivered: the broker's redelivered flag becomes
+// metadata.Redelivered where the broker counts nothing (classic queues),
+// and only there; the header set by a producer (or kept by a copy moved
+// and replayed) is not trusted, or every delivery of it would count.
+func TestUnmarshalRedelivered(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		d    amqp091.Delivery
+		want string
+	}{
+		{"first delivery", amqp091.Delivery{MessageId: "m"}, ""},
+		{"redelivered, classic queue", amqp091.Delivery{MessageId: "m", Redelivered: true}, "true"},
+		{"redelivered, quorum queue: its count says it", amqp091.Delivery{MessageId: "m", Redelivered: true, Headers: amqp091.Table{"x-delivery-count": int64(1)}}, ""},
+		{"a producer's header", amqp091.Delivery{MessageId: "m", Headers: amqp091.Table{metadata.Redelivered: "true"}}, ""},
+	} {
+		msg, err := amqp.Marshaler{}.Unmarshal(c.d)
+		require.NoError(t, err, c.name)
+		require.Equal(t, c.want, msg.Metadata.Get(metadata.Redelivered), c.name)
+	}
+}

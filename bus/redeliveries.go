@@ -1,0 +1,78 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"gorm.io/gorm"
+
+	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/metadata"
+)
+
+// redeliveries counts in the database, per consumer and message ID, the
+// redeliveries of messages whose transport does not count deliveries
+// itself but says that a delivery is a redelivery (RabbitMQ's classic
+// queues: metadata.Redelivered). The poison-loop guard's own count lives
+// in the process; a message whose handling kills the process (out of
+// memory, a fatal error in C code, a watchdog's SIGKILL) was delivered to
+// each restarted process forever (a cold trial; docs/guarantees.md). Only
+// redeliveries pay the two statements, each in its own commit before the
+// handler runs; a first delivery costs nothing.
+type redeliveries struct {
+	db    *gorm.DB
+	d     dialect.Dialect
+	stmts dialect.DeliveriesStatements
+}
+
+// newRedeliveries returns the counter of db; nil without a database (the
+// guard then counts what this process saw only).
+func newRedeliveries(db *gorm.DB) (*redeliveries, error) {
+	if db == nil {
+		return nil, nil
+	}
+	d, err := dialect.Of(db)
+	if err != nil {
+		return nil, fmt.Errorf("bus: %w", err)
+	}
+	stmts, err := d.Deliveries(dialect.DeliveriesTableDefault)
+	if err != nil {
+		return nil, fmt.Errorf("bus: %w", err)
+	}
+	return &redeliveries{db: db, d: d, stmts: stmts}, nil
+}
+
+// counts reports whether a delivery of msg is counted in the database: a
+// redelivery that its transport did not count.
+func (r *redeliveries) counts(msg *message.Message) bool {
+	return r != nil && msg.Metadata.Get(metadata.Redelivered) == "true" && msg.Metadata.Get(metadata.DeliveryCount) == ""
+}
+
+// count adds this redelivery of msg to consumer's count and returns the
+// deliveries before it: the first delivery and the redeliveries counted
+// before this one, none of them settled (a settled message is acked, and
+// its count forgotten).
+func (r *redeliveries) count(ctx context.Context, consumer string, msg *message.Message, now time.Time) (int, error) {
+	var n int
+	err := r.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Exec(r.stmts.Count, consumer, msg.UUID, r.d.Time(now)).Error; err != nil {
+			return err
+		}
+		return tx.Raw(r.stmts.Read, consumer, msg.UUID).Row().Scan(&n)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("bus: count the redelivery of message %s (has `postroom migrate` run? the table %s came with migration 9): %w",
+			msg.UUID, dialect.DeliveriesTableDefault, err)
+	}
+	return n, nil
+}
+
+// forget deletes the count of a message that was settled.
+func (r *redeliveries) forget(ctx context.Context, consumer, id string) error {
+	if err := r.db.WithContext(ctx).Exec(r.stmts.Forget, consumer, id).Error; err != nil {
+		return fmt.Errorf("bus: forget the redelivery count of message %s: %w", id, err)
+	}
+	return nil
+}

@@ -1,0 +1,32 @@
+package dialect
+
+// DeliveriesStatements count the redeliveries of messages per consumer
+// group on a transport that does not count them itself: the poison-loop
+// guard's count across processes and crashes.
+type DeliveriesStatements struct {
+	// Count adds one to a message's count, 1 for its first row.
+	// Arguments: consumer, message_id, updated_at.
+	Count string
+	// Read reads a message's count. Arguments: consumer, message_id.
+	Read string
+	// Forget deletes a message's count. Arguments: consumer, message_id.
+	Forget string
+}
+
+// Deliveries returns the statements of the deliveries table.
+func (d Dialect) Deliveries(table string) (DeliveriesStatements, error) {
+	if err := ValidateIdentifier(table); err != nil {
+		return DeliveriesStatements{}, err
+	}
+	count := "INSERT INTO " + table + " (consumer, message_id, deliveries, updated_at) VALUES (?, ?, 1, ?)"
+	if d == MySQL {
+		count += " ON DUPLICATE KEY UPDATE deliveries = deliveries + 1, updated_at = VALUES(updated_at)"
+	} else {
+		count += " ON CONFLICT (consumer, message_id) DO UPDATE SET deliveries = " + table + ".deliveries + 1, updated_at = excluded.updated_at"
+	}
+	return DeliveriesStatements{
+		Count:  count,
+		Read:   "SELECT deliveries FROM " + table + " WHERE consumer = ? AND message_id = ?",
+		Forget: "DELETE FROM " + table + " WHERE consumer = ? AND message_id = ?",
+	}, nil
+}
