@@ -495,3 +495,53 @@ func TestANegativeRedeliveryWindowIsRefused(t *testing.T) {
 	_, err := bus.New(bus.Config{Endpoint: "negative", RedeliveryWindow: -time.Hour})
 	require.ErrorContains(t, err, "Config.RedeliveryWindow -1h0m0s is negative")
 }
+
+// TestNegativeSettingsAreRefused: negative settings that mean nothing are
+// refused by New and Handle. Before (a cold trial), a negative
+// DelayedPollInterval or GaugeInterval made Run panic (a ticker of a
+// negative interval), a negative MaxPayloadBytes sent every message to the
+// error topic, a negative Cleanup.Interval failed Run naming a scheduler
+// field, a negative delayed retry delay scheduled retries in the past,
+// WithConcurrency(0) was quietly 1, WithBatch(0, 0) quietly no batch, and
+// a nil handler function panicked at every delivery.
+func TestNegativeSettingsAreRefused(t *testing.T) {
+	for name, tc := range map[string]struct {
+		cfg  bus.Config
+		says string
+	}{
+		"DelayedPollInterval": {bus.Config{DelayedPollInterval: -time.Second}, "Config.DelayedPollInterval -1s is negative"},
+		"GaugeInterval":       {bus.Config{GaugeInterval: -time.Second}, "Config.GaugeInterval -1s is negative"},
+		"InboxRetention":      {bus.Config{InboxRetention: -time.Hour}, "Config.InboxRetention -1h0m0s is negative"},
+		"RateLimit.MaxWait":   {bus.Config{RateLimit: bus.RateLimit{MaxWait: -time.Second}}, "Config.RateLimit.MaxWait -1s is negative"},
+		"Cleanup.Interval":    {bus.Config{Cleanup: bus.CleanupSchedule{Interval: -time.Hour}}, "Config.Cleanup.Interval -1h0m0s is negative"},
+		"MaxPayloadBytes":     {bus.Config{MaxPayloadBytes: -5}, "Config.MaxPayloadBytes -5 is negative"},
+		"Cleanup.BatchSize":   {bus.Config{Cleanup: bus.CleanupSchedule{BatchSize: -3}}, "Config.Cleanup.BatchSize -3 is negative"},
+		"DelayedRetries":      {bus.Config{DelayedRetries: bus.DelayedRetries{Delays: []time.Duration{time.Second, -time.Second}}}, "Config.DelayedRetries: delay -1s is negative"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			tc.cfg.Endpoint = "negative"
+			_, err := bus.New(tc.cfg)
+			require.ErrorContains(t, err, tc.says)
+		})
+	}
+
+	b, err := bus.New(bus.Config{Endpoint: "negative", DB: testenv.SQLite(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	ok := func(context.Context, *OrderPlaced) error { return nil }
+	for opt, says := range map[string]struct {
+		o    bus.HandlerOption
+		says string
+	}{
+		"WithConcurrency(0)":      {bus.WithConcurrency(0), "WithConcurrency 0: must be at least 1"},
+		"WithConcurrency(-2)":     {bus.WithConcurrency(-2), "WithConcurrency -2: must be at least 1"},
+		"WithBatch(0, 0)":         {bus.WithBatch(0, 0), "WithBatch size 0: must be 1 to 1000"},
+		"WithDelayedRetries(-1s)": {bus.WithDelayedRetries(-time.Second), "WithDelayedRetries delay -1s is negative"},
+	} {
+		require.ErrorContains(t, bus.Handle(b, ok, says.o), says.says, opt)
+	}
+	require.ErrorContains(t, bus.Handle[OrderPlaced](b, nil), "must not be nil")
+	require.ErrorContains(t, bus.Handle(nil, ok), "must not be nil")
+	require.ErrorContains(t, bus.HandleBatch[OrderPlaced](b, nil), "must not be nil")
+	require.NoError(t, bus.Handle(b, ok, bus.WithConcurrency(2)), "a failed Handle leaves the name free")
+}

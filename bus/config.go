@@ -141,8 +141,9 @@ type Config struct {
 	// error topic with the reason "delivered N times without being
 	// handled", so that a poison message stops looping and blocking the
 	// messages behind it. Nacks are counted in this process; on RabbitMQ
-	// quorum queues also across processes and crashes (x-delivery-count).
-	// Defaults to 10.
+	// also across processes and crashes (quorum queues: x-delivery-count;
+	// classic queues: each redelivery counted in the database, table
+	// postroom_deliveries, with DB). Defaults to 10.
 	MaxDeliveries int
 	// StopTimeout is how long a stop (Run's context ending, or Close)
 	// lets the messages being handled finish: the bus takes no new
@@ -283,7 +284,7 @@ func (c Config) withDefaults() Config {
 func (c Config) validate() error {
 	var errs []error
 	if !endpointName.MatchString(c.Endpoint) {
-		errs = append(errs, fmt.Errorf("bus: Config.Endpoint %q: use 1 to 40 letters, digits, '-', '_' or '.'", c.Endpoint))
+		errs = append(errs, fmt.Errorf("bus: Config.Endpoint %q: use 1 to 40 letters, digits, '-', '_' or '.', starting with a letter or digit", c.Endpoint))
 	}
 	if !topicName.MatchString(c.ErrorTopic) {
 		errs = append(errs, fmt.Errorf("bus: Config.ErrorTopic %q: use letters, digits, '-', '_' or '.'", c.ErrorTopic))
@@ -308,6 +309,33 @@ func (c Config) validate() error {
 	}
 	if c.RedeliveryWindow < 0 { // it would shorten the horizon the inbox retention is checked against (a cold trial)
 		errs = append(errs, fmt.Errorf("bus: Config.RedeliveryWindow %s is negative", c.RedeliveryWindow))
+	}
+	// Negative values that meant nothing: two made Run panic (a ticker of
+	// a negative interval), the others failed every message or named
+	// another setting (a cold trial).
+	for _, d := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"DelayedPollInterval", c.DelayedPollInterval}, {"GaugeInterval", c.GaugeInterval}, {"InboxRetention", c.InboxRetention},
+		{"RateLimit.MaxWait", c.RateLimit.MaxWait}, {"Cleanup.Interval", c.Cleanup.Interval},
+	} {
+		if d.d < 0 {
+			errs = append(errs, fmt.Errorf("bus: Config.%s %s is negative: set a positive duration, or 0 for the default", d.name, d.d))
+		}
+	}
+	for _, n := range []struct {
+		name string
+		n    int
+	}{{"MaxPayloadBytes", c.MaxPayloadBytes}, {"Cleanup.BatchSize", c.Cleanup.BatchSize}} {
+		if n.n < 0 {
+			errs = append(errs, fmt.Errorf("bus: Config.%s %d is negative: set a positive size, or 0 for the default", n.name, n.n))
+		}
+	}
+	for _, d := range c.DelayedRetries.Delays {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("bus: Config.DelayedRetries: delay %s is negative", d))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -39,6 +39,7 @@ type handlerConfig struct {
 	checksum    bool
 	payload     bool
 	delays      *[]time.Duration // nil: Config.DelayedRetries
+	batched     bool             // WithBatch was given
 	batchSize   int              // 0: a transaction per message
 	batchWait   time.Duration
 	inFlight    func() int   // the handler's deliveries being handled
@@ -138,10 +139,10 @@ func WithDelayedRetries(delays ...time.Duration) HandlerOption {
 // Implies WithTransaction; not with WithExternalEffects, whose claim
 // commits before its handler runs.
 func WithBatch(size int, maxWait time.Duration) HandlerOption {
-	return func(c *handlerConfig) { c.transaction, c.batchSize, c.batchWait = true, size, maxWait }
+	return func(c *handlerConfig) { c.transaction, c.batched, c.batchSize, c.batchWait = true, true, size, maxWait }
 }
 
-// WithConcurrency overrides Config.Concurrency for this handler.
+// WithConcurrency overrides Config.Concurrency for this handler: at least 1.
 func WithConcurrency(n int) HandlerOption { return func(c *handlerConfig) { c.concurrency = n } }
 
 // HandlerFunc handles one message of type T. Returning an error rolls back
@@ -151,6 +152,9 @@ type HandlerFunc[T any] func(ctx context.Context, m *T) error
 // Handle registers fn for messages of type T: commands sent to this
 // endpoint and events published by anyone. Call it before Run.
 func Handle[T any](b *Bus, fn HandlerFunc[T], opts ...HandlerOption) error {
+	if b == nil || fn == nil {
+		return fmt.Errorf("bus: Handle of %s: the bus and the handler function must not be nil", MessageName[T]())
+	}
 	return handle(b, fn, false, opts...)
 }
 
@@ -172,6 +176,9 @@ func (b *Bus) register(name string, byRun bool, opts []HandlerOption, build func
 	hc := handlerConfig{name: name, messageName: name, concurrency: b.cfg.Concurrency}
 	for _, o := range opts {
 		o(&hc)
+	}
+	if err := hc.validate(); err != nil {
+		return err
 	}
 	if s, ok := b.cfg.Transport.(transport.Sequential); ok && s.Sequential() && hc.batchSize > 1 {
 		b.cfg.Logger.Info("bus: the transport hands out one message of a handler at a time: WithBatch commits each message alone", "handler", hc.name)
@@ -338,6 +345,9 @@ func (b *Bus) reserve(name string, byRun bool) error {
 	case name == "" || !utf8.ValidString(name) || strings.ContainsRune(name, 0):
 		// It names the handler's consumer in the inbox and the watermarks:
 		// such a name would fail every message on the database.
+		if name == "" {
+			return errors.New("bus: handler name is empty: name it (bus.Named) or leave the default, its message name")
+		}
 		return fmt.Errorf("bus: handler name %q: use valid UTF-8 without NUL (bus.Named)", name)
 	case b.running && !byRun:
 		return fmt.Errorf("bus: handler %s registered after Run: register every handler first", name)
@@ -451,12 +461,28 @@ func (b *Bus) inUnitOfWork(hc handlerConfig, h message.HandlerFunc) (message.Han
 	return mw(h), nil
 }
 
+// validate checks the options that every handler shape takes.
+func (hc handlerConfig) validate() error {
+	var errs []error
+	if hc.concurrency < 1 {
+		errs = append(errs, fmt.Errorf("bus: handler %s: WithConcurrency %d: must be at least 1", hc.name, hc.concurrency))
+	}
+	if hc.delays != nil {
+		for _, d := range *hc.delays {
+			if d < 0 {
+				errs = append(errs, fmt.Errorf("bus: handler %s: WithDelayedRetries delay %s is negative", hc.name, d))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // batchSizeMax bounds WithBatch's size: a batch holds its messages'
 // broker deliveries and one transaction's locks until it commits.
 const batchSizeMax = 1000
 
 func (hc handlerConfig) validateBatch() error {
-	if hc.batchSize == 0 && hc.batchWait == 0 {
+	if !hc.batched {
 		return nil
 	}
 	var errs []error

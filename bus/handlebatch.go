@@ -57,6 +57,9 @@ const batchSizeDefault = 100
 // WithBatch) nor WithMessageLog. On a transport that hands out one message
 // at a time (the SQL transport), batches hold one message.
 func HandleBatch[T any](b *Bus, fn BatchFunc[T], opts ...HandlerOption) error {
+	if b == nil || fn == nil {
+		return fmt.Errorf("bus: HandleBatch of %s: the bus and the handler function must not be nil", MessageName[T]())
+	}
 	opts = append([]HandlerOption{WithBatch(batchSizeDefault, 0)}, opts...) // the caller's WithBatch wins
 	return b.register(MessageName[T](), false, opts, func(hc handlerConfig) (message.HandlerFunc, error) {
 		return batched(b, hc, fn)

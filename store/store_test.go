@@ -12,9 +12,12 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
+	"github.com/postroom/postroom/handlers"
 	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/scheduler"
 	"github.com/postroom/postroom/store"
 )
 
@@ -75,6 +78,18 @@ func TestBadTableNamesAreRefused(t *testing.T) {
 	require.ErrorContains(t, err, `bad table name "1bad"`)
 	_, err = store.Migrate(context.Background(), db, store.Tables{Inbox: "app.inbox"})
 	require.Error(t, err, "SQLite has no schema app")
+}
+
+// TestANilDBIsAnError: a nil *gorm.DB given to the store, the scheduler's
+// control or cleanup is an error, not a nil dereference (a cold trial:
+// store.Migrate and scheduler.NewControl panicked).
+func TestANilDBIsAnError(t *testing.T) {
+	_, err := store.Migrate(context.Background(), nil, store.Tables{})
+	require.ErrorContains(t, err, "the *gorm.DB is nil")
+	_, err = scheduler.NewControl(nil, "")
+	require.ErrorContains(t, err, "the *gorm.DB is nil")
+	_, err = handlers.NewCleanup(handlers.CleanupConfig{DB: &gorm.DB{Config: &gorm.Config{}}})
+	require.ErrorContains(t, err, "the *gorm.DB is nil")
 }
 
 func TestPlanNamesTheDialect(t *testing.T) {

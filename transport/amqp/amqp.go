@@ -83,7 +83,9 @@ func (c Config) withDefaults() Config {
 func (c Config) validate() error {
 	var errs []error
 	if c.URL == "" {
-		errs = append(errs, errors.New("amqp: Config.URL is empty: set POSTROOM_AMQP_URL, e.g. amqp://guest:guest@127.0.0.1:5672/"))
+		errs = append(errs, errors.New("amqp: Config.URL is empty: set it, e.g. amqp://guest:guest@127.0.0.1:5672/"))
+	} else if _, err := amqp091.ParseURI(c.URL); err != nil { // its errors never repeat the URL (a password)
+		errs = append(errs, fmt.Errorf("amqp: Config.URL: %w: use amqp://user:password@host:5672/vhost or amqps://…", err))
 	}
 	switch c.QueueType {
 	case QueueClassic:

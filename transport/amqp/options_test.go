@@ -25,6 +25,10 @@ func TestConfigValidate(t *testing.T) {
 	require.ErrorContains(t, err, `Config.QueueType "lazy" is unknown`)
 	require.ErrorContains(t, err, "Config.Prefetch -1 is negative")
 
+	_, err = amqp.New(amqp.Config{URL: "http://guest:secret@x/"})
+	require.ErrorContains(t, err, "amqp: Config.URL: AMQP scheme must be either 'amqp://' or 'amqps://'", "an address of another scheme is refused at New, not at the first dial")
+	require.NotContains(t, err.Error(), "secret")
+
 	_, err = amqp.New(amqp.Config{URL: "amqp://x/", DeliveryLimit: 5})
 	require.ErrorContains(t, err, "applies to quorum queues only")
 	_, err = amqp.New(amqp.Config{URL: "amqp://x/", QueueType: amqp.QueueQuorum, DeliveryLimit: -1})
