@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"sync"
@@ -32,10 +33,13 @@ type unsettled struct {
 	seq   uint64
 }
 
-// unsettledCount is a message's count and the slot of order that holds it.
+// unsettledCount is a message's count and the slot of order that holds it;
+// stored: the bus counted one of its deliveries in the database as well
+// (redeliveries), whose row goes when the message is settled.
 type unsettledCount struct {
-	n   int
-	seq uint64
+	n      int
+	seq    uint64
+	stored bool
 }
 
 type unsettledSlot struct {
@@ -63,10 +67,11 @@ func (u *unsettled) previous(group string, msg *message.Message) int {
 }
 
 // settle records the outcome of a delivery: nack (another delivery will
-// come) or settled.
-func (u *unsettled) settle(group, id string, nacked bool) {
+// come) or settled; stored marks a nacked delivery counted in the database.
+// Settled, it reports whether a delivery of the message was so marked.
+func (u *unsettled) settle(group, id string, nacked, stored bool) (wasStored bool) {
 	if !nacked && u.tracked.Load() == 0 {
-		return
+		return false
 	}
 	key := unsettledKey(group, id)
 	u.mu.Lock()
@@ -75,8 +80,9 @@ func (u *unsettled) settle(group, id string, nacked bool) {
 		u.mu.Unlock()
 	}()
 	if !nacked {
+		c, ok := u.count[key]
 		delete(u.count, key) // its slot in order is skipped when reached
-		return
+		return ok && c.stored
 	}
 	if u.count == nil {
 		u.count = map[string]unsettledCount{}
@@ -103,7 +109,9 @@ func (u *unsettled) settle(group, id string, nacked bool) {
 		}
 	}
 	c.n++
+	c.stored = c.stored || stored
 	u.count[key] = c
+	return false
 }
 
 // guarded wraps a delivery with the poison-loop guard: a message delivered
@@ -127,10 +135,13 @@ func (b *Bus) guarded(handler, topic string, delivery message.HandlerFunc) func(
 				n = max(n, c)
 			}
 		}
-		settled := func() {
-			b.unsettled.settle(group, msg.UUID, false)
-			if counted {
-				if err := b.redeliveries.forget(msg.Context(), consumer, msg.UUID); err != nil {
+		// A message settled has its count in the database forgotten if
+		// this process counted it there, or moved it aside (a replay
+		// starts counting again; another process may have counted it).
+		settled := func(moved bool) {
+			if wasStored := b.unsettled.settle(group, msg.UUID, false, false); b.redeliveries != nil && (counted || wasStored || moved) {
+				// Also when the message's context ended with the settling (a stop).
+				if err := b.redeliveries.forget(context.WithoutCancel(msg.Context()), consumer, msg.UUID); err != nil {
 					// Kept, it counts on if the message comes again; cleanup purges it.
 					b.cfg.Logger.Warn("bus: "+err.Error(), "handler", handler)
 				}
@@ -139,15 +150,15 @@ func (b *Bus) guarded(handler, topic string, delivery message.HandlerFunc) func(
 		if n >= b.cfg.MaxDeliveries {
 			reason := fmt.Errorf("bus: delivered %d times without being handled (Config.MaxDeliveries %d): moved aside so that the messages behind it are handled", n, b.cfg.MaxDeliveries)
 			if err := b.moveToErrorTopic(handler, topic, msg, 0, reason); err == nil {
-				settled()
+				settled(true)
 				return nil
 			}
 		}
 		_, err := delivery(msg)
 		if err != nil {
-			b.unsettled.settle(group, msg.UUID, true)
+			b.unsettled.settle(group, msg.UUID, true, counted)
 		} else {
-			settled()
+			settled(false)
 		}
 		return err
 	}

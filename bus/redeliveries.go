@@ -14,8 +14,8 @@ import (
 
 // redeliveries counts in the database, per consumer and message ID, the
 // redeliveries of messages whose transport does not count deliveries
-// itself but says that a delivery is a redelivery (RabbitMQ's classic
-// queues: metadata.Redelivered). The poison-loop guard's own count lives
+// itself but says that a delivery is, or may be, a redelivery
+// (metadata.Redelivered: RabbitMQ's classic queues, the SQL transport). The poison-loop guard's own count lives
 // in the process; a message whose handling kills the process (out of
 // memory, a fatal error in C code, a watchdog's SIGKILL) was delivered to
 // each restarted process forever (a cold trial; docs/guarantees.md). Only
@@ -44,16 +44,24 @@ func newRedeliveries(db *gorm.DB) (*redeliveries, error) {
 	return &redeliveries{db: db, d: d, stmts: stmts}, nil
 }
 
-// counts reports whether a delivery of msg is counted in the database: a
-// redelivery that its transport did not count.
+// counts reports whether a delivery of msg is counted in the database: one
+// that may repeat a delivery that ended with its process, which its
+// transport did not count.
 func (r *redeliveries) counts(msg *message.Message) bool {
-	return r != nil && msg.Metadata.Get(metadata.Redelivered) == "true" && msg.Metadata.Get(metadata.DeliveryCount) == ""
+	if r == nil || msg.Metadata.Get(metadata.DeliveryCount) != "" {
+		return false
+	}
+	v := msg.Metadata.Get(metadata.Redelivered)
+	return v == metadata.RedeliveredYes || v == metadata.RedeliveredFirstRead
 }
 
-// count adds this redelivery of msg to consumer's count and returns the
-// deliveries before it: the first delivery and the redeliveries counted
-// before this one, none of them settled (a settled message is acked, and
-// its count forgotten).
+// count adds this delivery of msg to consumer's count and returns the
+// deliveries before it that were not settled (a settled message is acked,
+// and its count forgotten). A redelivery's count is that number: the
+// first delivery, which was not counted, and the redeliveries before this
+// one. A first read (the SQL transport) may be a message's first delivery:
+// its count less one, so that an innocent message is never counted early
+// (a message that ended a process it did not reach first counts one less).
 func (r *redeliveries) count(ctx context.Context, consumer string, msg *message.Message, now time.Time) (int, error) {
 	var n int
 	err := r.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -65,6 +73,9 @@ func (r *redeliveries) count(ctx context.Context, consumer string, msg *message.
 	if err != nil {
 		return 0, fmt.Errorf("bus: count the redelivery of message %s (has `postroom migrate` run? the table %s came with migration 9): %w",
 			msg.UUID, dialect.DeliveriesTableDefault, err)
+	}
+	if msg.Metadata.Get(metadata.Redelivered) == metadata.RedeliveredFirstRead {
+		n--
 	}
 	return n, nil
 }

@@ -247,8 +247,10 @@ func (s selection) String() string {
 
 // copyKey identifies one copy in the error topic, as the confirmation
 // page showed it: a digest of its ID, body and metadata. The delivery count
-// is left out, since RabbitMQ raises it each time a page reads the error
-// queue. Two copies with the same key are the same message, failed at the
+// and the redelivered mark are left out, since they change each time a
+// page reads the error queue (RabbitMQ raises the count on quorum queues
+// and marks a message redelivered on classic ones once a read returned it;
+// the SQL transport marks a process's first read). Two copies with the same key are the same message, failed at the
 // same instant for the same reason: a confirmation counts them, and an
 // action takes as many as were counted.
 func copyKey(msg *message.Message) string {
@@ -260,7 +262,7 @@ func copyKey(msg *message.Message) string {
 	field(msg.UUID)
 	field(string(msg.Payload))
 	for _, k := range slices.Sorted(maps.Keys(msg.Metadata)) {
-		if k != metadata.DeliveryCount {
+		if k != metadata.DeliveryCount && k != metadata.Redelivered {
 			field(k)
 			field(msg.Metadata[k])
 		}

@@ -73,9 +73,19 @@ const CommandTo = "postroom-command-to"
 // poison-loop guard (bus.Config.MaxDeliveries) adds it to its own count.
 const DeliveryCount = "postroom-delivery-count"
 
-// Redelivered is set to "true" by a transport on a message its broker
-// delivered before (RabbitMQ's redelivered flag) when the broker does not
-// count deliveries (classic queues: no DeliveryCount). The bus then counts
-// the delivery in the database (store.Tables.Deliveries), so that a
+// Redelivered is set by a transport whose broker does not count
+// deliveries (no DeliveryCount) on a delivery that may repeat one that
+// ended with its process: RedeliveredYes on a message the broker delivered
+// before (RabbitMQ's classic queues: its redelivered flag),
+// RedeliveredFirstRead on the first message of a topic a process reads
+// (the SQL transport, where a group reads a topic in order: a message
+// that ended its process is the next one's first read). The bus counts
+// such deliveries in the database (store.Tables.Deliveries), so that a
 // message that kills its process each time still reaches the error topic.
 const Redelivered = "postroom-redelivered"
+
+// Values of Redelivered.
+const (
+	RedeliveredYes       = "true"
+	RedeliveredFirstRead = "first-read"
+)

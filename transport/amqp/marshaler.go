@@ -126,7 +126,7 @@ func (Marshaler) Unmarshal(d amqp091.Delivery) (*message.Message, error) {
 		md[metadata.DeliveryCount] = c
 		delete(md, deliveryCountHeader)
 	} else if d.Redelivered { // a classic queue: the bus counts it
-		md[metadata.Redelivered] = "true"
+		md[metadata.Redelivered] = metadata.RedeliveredYes
 	}
 
 	// Only this read's problems count, as for the delivery count: the key

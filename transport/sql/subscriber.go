@@ -32,11 +32,12 @@ type subscriber struct {
 	mu       sync.Mutex
 	handling map[string]chan struct{} // by topic and message ID: closed when that delivery is settled
 	late     map[string]lateAcks      // by topic and message ID: deliveries acked after their deadline
+	read     map[string]bool          // the topics of which this subscriber handed out a message
 }
 
 func newSubscriber(sub *wsql.Subscriber, t *Transport, group string) *subscriber {
 	return &subscriber{Subscriber: sub, t: t, group: group, stopping: make(chan struct{}), closing: make(chan struct{}),
-		handling: map[string]chan struct{}{}, late: map[string]lateAcks{}}
+		handling: map[string]chan struct{}{}, late: map[string]lateAcks{}, read: map[string]bool{}}
 }
 
 var (
@@ -203,6 +204,28 @@ func (s *subscriber) awaitCommit(in <-chan *message.Message, committed <-chan st
 	}
 }
 
+// firstRead reports whether this is the first message of topic that the
+// subscriber hands out. A group reads a topic in order, and a message
+// whose handling ended its process is not acked: the next process to read
+// the topic for the group reads it first. So the first read of each topic
+// in a process is marked metadata.RedeliveredFirstRead (it may have been
+// delivered before), and the bus counts it in the database
+// (postroom_deliveries), each count after the first as a delivery before:
+// a message that kills each process that reads it reaches the error topic
+// after bus.Config.MaxDeliveries instead of being read by each restarted
+// process forever. A process that started earlier and takes such a
+// message over from one that died does not count it; once every process
+// it reached has died and restarted, each read of it counts.
+func (s *subscriber) firstRead(topic string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.read[topic] {
+		return false
+	}
+	s.read[topic] = true
+	return true
+}
+
 // forward hands msg on and waits until it is settled, as watermill-sql
 // does until the ack deadline. Past the deadline watermill-sql stops
 // waiting: it reads the message again and hands the copy to a
@@ -235,6 +258,10 @@ func (s *subscriber) forward(ctx context.Context, topic string, msg *message.Mes
 	cp.SetContext(cpCtx)
 	if n := s.lateCount(key); n > 0 {
 		cp.Metadata.Set(metadata.DeliveryCount, strconv.Itoa(n))
+	}
+	delete(cp.Metadata, metadata.Redelivered) // only the read below says it, not a producer
+	if s.firstRead(topic) {
+		cp.Metadata.Set(metadata.Redelivered, metadata.RedeliveredFirstRead)
 	}
 	select {
 	case out <- cp:
