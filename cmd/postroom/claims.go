@@ -58,7 +58,7 @@ func newInboxResolve(opts *options) *cobra.Command {
 	var done, release bool
 	var attempts int
 	cmd := &cobra.Command{
-		Use:   "resolve CONSUMER MESSAGE_ID (--done | --release) [--attempts N]",
+		Use:   "resolve CONSUMER MESSAGE_ID --source SOURCE (--done | --release) [--attempts N]",
 		Short: "Record what happened to a message whose outcome was unknown",
 		Long: `resolve records what you found out about an unresolved message (see
 "postroom inbox unresolved": CONSUMER is its CONSUMER column,

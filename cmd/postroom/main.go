@@ -8,7 +8,7 @@
 //	postroom inbox stats [--json]
 //	postroom inbox purge --older-than 240h [--batch N] [--pause D] [--force]
 //	postroom inbox unresolved [--json] [--limit N]
-//	postroom inbox resolve CONSUMER MESSAGE_ID (--done | --release) [--source S]
+//	postroom inbox resolve CONSUMER MESSAGE_ID --source SOURCE (--done | --release) [--attempts N]
 //	postroom schedules list [--json]
 //	postroom schedules trigger NAME | pause NAME | resume NAME
 //	postroom delayed list [--json] [--limit N]
