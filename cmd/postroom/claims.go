@@ -106,9 +106,9 @@ copy ran the handler again), it resolves nothing and says so.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&source, "source", "", "the key's source: the SOURCE column of `postroom inbox unresolved` (the sending endpoint of a message sent with postroom)")
+	cmd.Flags().StringVar(&source, "source", "", "the key's source: the SOURCE column of postroom inbox unresolved (the sending endpoint of a message sent with postroom)")
 	cmd.Flags().BoolVar(&done, "done", false, "the effect happened")
 	cmd.Flags().BoolVar(&release, "release", false, "the effect did not happen: run the message again")
-	cmd.Flags().IntVar(&attempts, "attempts", 0, "resolve only this attempt (the ATTEMPTS column of `postroom inbox unresolved`): nothing if the claim has moved on since")
+	cmd.Flags().IntVar(&attempts, "attempts", 0, "resolve only this attempt (the ATTEMPTS column of postroom inbox unresolved): nothing if the claim has moved on since")
 	return opts.databaseFlags(cmd, inboxTable)
 }

@@ -133,6 +133,21 @@ func TestEachCommandListsOnlyTheFlagsItUses(t *testing.T) {
 	require.Equal(t, want, got)
 }
 
+// TestFlagHelpShowsTheValueType: no flag's usage has backticks, which
+// pflag would show as the value's name in place of its type ("--attempts
+// postroom inbox unresolved" instead of "--attempts int").
+func TestFlagHelpShowsTheValueType(t *testing.T) {
+	for path, c := range leaves(t) {
+		c.Flags().VisitAll(func(f *pflag.Flag) {
+			require.NotContains(t, f.Usage, "`", "%s --%s", path, f.Name)
+		})
+	}
+	out, err := run(t, "inbox", "resolve", "--help")
+	require.NoError(t, err)
+	require.Regexp(t, `--attempts int +resolve only this attempt`, out)
+	require.Regexp(t, `--source string +the key's source`, out)
+}
+
 // TestExamplesAreValidShell: each example line, run through sh, gives
 // arguments the command parses, its DSN one of the accepted forms.
 func TestExamplesAreValidShell(t *testing.T) {
