@@ -45,11 +45,21 @@ idempotency key), then resolve each one with "postroom inbox resolve".`,
 	return opts.databaseFlags(cmd, inboxTable)
 }
 
+// unresolvedClaim is an unresolved claim as printed: with its idempotency
+// key, which the operator looks for in the external system.
+type unresolvedClaim struct {
+	inbox.Unresolved
+	IdempotencyKey string `json:"idempotency_key"`
+}
+
 func printUnresolved(out io.Writer, list []inbox.Unresolved, asJSON bool) error {
-	return printList(out, asJSON, list, []string{"CONSUMER", "SOURCE", "MESSAGE ID", "STATUS", "ATTEMPTS", "RECEIVED", "IDEMPOTENCY KEY"},
-		func(u inbox.Unresolved) []string {
-			key := inbox.IdempotencyKeyOf(u.Consumer, inbox.Key{Source: u.Source, MessageID: u.MessageID})
-			return []string{u.Consumer, u.Source, u.MessageID, u.Status, strconv.Itoa(u.Attempts), u.ReceivedAt.Format(time.RFC3339), key}
+	claims := make([]unresolvedClaim, len(list))
+	for i, u := range list {
+		claims[i] = unresolvedClaim{u, inbox.IdempotencyKeyOf(u.Consumer, inbox.Key{Source: u.Source, MessageID: u.MessageID})}
+	}
+	return printList(out, asJSON, claims, []string{"CONSUMER", "SOURCE", "MESSAGE ID", "STATUS", "ATTEMPTS", "RECEIVED", "IDEMPOTENCY KEY"},
+		func(c unresolvedClaim) []string {
+			return []string{c.Consumer, c.Source, c.MessageID, c.Status, strconv.Itoa(c.Attempts), c.ReceivedAt.Format(time.RFC3339), c.IdempotencyKey}
 		})
 }
 

@@ -29,11 +29,17 @@ func TestInboxUnresolvedAndResolve(t *testing.T) {
 
 	out, err := run(t, "inbox", "unresolved", "--json", "--dsn", dsn)
 	require.NoError(t, err)
-	var list []inbox.Unresolved
+	var list []unresolvedClaim
 	require.NoError(t, json.Unmarshal([]byte(out), &list))
 	require.Len(t, list, 2)
 	ids := []string{list[0].MessageID, list[1].MessageID}
 	require.ElementsMatch(t, []string{"parked-1", "expired-1"}, ids)
+	for _, c := range list {
+		require.Equal(t, inbox.IdempotencyKeyOf("payments", inbox.Key{Source: "shop", MessageID: c.MessageID}), c.IdempotencyKey, "the key, as the table shows it")
+		require.Equal(t, "shop", c.Source)
+		require.False(t, c.LeaseUntil.IsZero(), "the lease")
+	}
+	require.Contains(t, out, `"idempotency_key":"`+list[0].IdempotencyKey+`"`)
 
 	out, err = run(t, "inbox", "unresolved", "--dsn", dsn)
 	require.NoError(t, err)

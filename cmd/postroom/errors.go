@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -70,7 +71,7 @@ type failedMessage struct {
 	ID       string            `json:"id"`
 	Handler  string            `json:"handler"`
 	Topic    string            `json:"topic"`
-	Attempts string            `json:"attempts"`
+	Attempts int               `json:"attempts,omitempty"` // left out when the metadata has no count
 	At       string            `json:"at"`
 	Reason   string            `json:"reason"`
 	Metadata map[string]string `json:"metadata,omitempty"`
@@ -80,7 +81,7 @@ type failedMessage struct {
 func failedOf(msg *message.Message, full bool) failedMessage {
 	f := failedMessage{
 		ID: msg.UUID, Handler: msg.Metadata.Get(metadata.ErrorHandler), Topic: msg.Metadata.Get(metadata.ErrorTopic),
-		Attempts: msg.Metadata.Get(metadata.ErrorAttempts), At: msg.Metadata.Get(metadata.ErrorAt),
+		Attempts: bus.ErrorAttempts(msg), At: msg.Metadata.Get(metadata.ErrorAt),
 		Reason: msg.Metadata.Get(metadata.ErrorReason),
 	}
 	if full {
@@ -134,7 +135,11 @@ func printFailed(out io.Writer, list []failedMessage, asJSON bool) error {
 		if len(reason) > 80 {
 			reason = strings.ToValidUTF8(reason[:77], "") + "..."
 		}
-		return []string{f.ID, f.Handler, f.Attempts, f.At, reason}
+		attempts := "-"
+		if f.Attempts != 0 {
+			attempts = strconv.Itoa(f.Attempts)
+		}
+		return []string{f.ID, f.Handler, attempts, f.At, reason}
 	})
 }
 

@@ -69,6 +69,8 @@ func TestErrorsListShowReplay(t *testing.T) {
 	require.ElementsMatch(t, []string{"inv-1", "inv-1", "inv-2"}, []string{list[0].ID, list[1].ID, list[2].ID})
 	require.Equal(t, "tax service down", list[0].Reason)
 	require.Equal(t, "test.Invoice", list[0].Handler)
+	require.Equal(t, 1, list[0].Attempts)
+	require.Contains(t, out, `"attempts":1,`, "a number, not a string")
 
 	out, err = run(t, append([]string{"errors", "list"}, flags...)...)
 	require.NoError(t, err)
@@ -80,7 +82,7 @@ func TestErrorsListShowReplay(t *testing.T) {
 	var shown failedMessage
 	require.NoError(t, json.Unmarshal([]byte(out), &shown))
 	require.JSONEq(t, `{"N":2}`, shown.Payload)
-	require.Equal(t, "1", shown.Attempts)
+	require.Equal(t, 1, shown.Attempts)
 
 	broken.Store(false)
 	out, err = run(t, append([]string{"errors", "replay", "inv-2"}, flags...)...)

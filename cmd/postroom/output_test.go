@@ -15,10 +15,10 @@ import (
 func TestTablesEscapeWhatProducersSent(t *testing.T) {
 	var out bytes.Buffer
 	list := []failedMessage{
-		{ID: "\x1b[31mRED\x1b[0m", Handler: "h", Attempts: "1", At: "now", Reason: "r"},
-		{ID: "a\nFAKE-ID  fp.Fake  9  forged row", Handler: "h", Attempts: "1", At: "now", Reason: "r"},
-		{ID: "bad\xffutf8", Handler: "h", Attempts: "1", At: "now", Reason: "tab\there"},
-		{ID: "plain-id", Handler: "billing.CreateInvoice", Attempts: "4", At: "now", Reason: "déjà vu"},
+		{ID: "\x1b[31mRED\x1b[0m", Handler: "h", Attempts: 1, At: "now", Reason: "r"},
+		{ID: "a\nFAKE-ID  fp.Fake  9  forged row", Handler: "h", Attempts: 1, At: "now", Reason: "r"},
+		{ID: "bad\xffutf8", Handler: "h", Attempts: 1, At: "now", Reason: "tab\there"},
+		{ID: "plain-id", Handler: "billing.CreateInvoice", Attempts: 4, At: "now", Reason: "déjà vu"},
 	}
 	require.NoError(t, printFailed(&out, list, false))
 	text := out.String()
