@@ -96,7 +96,9 @@ func (p RetryPolicy) Horizon() time.Duration {
 // Config configures a bus.
 type Config struct {
 	// Endpoint names this service; it names its queues and is the source of
-	// the messages it sends. Required: letters, digits, '-', '_' and '.'.
+	// the messages it sends. Required: 1 to 40 characters, each an ASCII
+	// letter or digit, '-', '_' or '.', the first a letter or digit (see
+	// CheckEndpoint).
 	Endpoint string
 	// Transport carries the messages. Defaults to an in-memory gochannel
 	// transport. New hands a transport that logs its Logger
