@@ -24,5 +24,6 @@ echo "$out" | grep -Eq '^workers: 3 processes, handled [0-9]+/[0-9]+/[0-9]+, dup
   && echo "$out" | grep -qx 'invoices: 300 for 300 orders (390 sends); events downstream: 300' \
   && echo "$out" | grep -qx 'duplicates skipped in all: 90' \
   && echo "$out" | grep -Eq '^cleanup: [1-9] runs in all on 3 workers' \
+  && echo "$out" | grep -qx 'rabbitmq: deleted the 6 queues and 3 exchanges it declared for its endpoints' \
   || { echo "examples: rabbitmq-postgres printed something else than its README says"; exit 1; }
 echo "examples: rabbitmq-postgres ok"

@@ -2,7 +2,10 @@
 // processes of one endpoint compete on RabbitMQ with a shared PostgreSQL,
 // under the inbox, sending events through the outbox, with the cleanup
 // schedule running on every worker and firing on one per slot, and each
-// worker serving its metrics. It works in a schema of its own and drops it.
+// worker serving its metrics. It works in a schema of its own and drops it,
+// and deletes the queues and exchanges it declared on RabbitMQ for its
+// endpoints (the error topic and the exchanges named after message types,
+// which every endpoint on the broker shares, are left).
 //
 //	go run ./examples/rabbitmq-postgres
 //
@@ -22,15 +25,20 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/common/expfmt"
+	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/handlers"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/store"
+	"github.com/postroom/postroom/transport"
 	"github.com/postroom/postroom/transport/amqp"
 )
 
@@ -110,7 +118,17 @@ func worker(dsn, endpoint string) error {
 	<-b.Running()
 	fmt.Println("metrics", b.MetricsAddr())
 	err = <-done
-	return errors.Join(err, b.Close())
+	err = errors.Join(err, b.Close())
+	// What this process declared, for the parent to delete once every
+	// worker has stopped.
+	exchanges, queues := tr.Declared()
+	for _, e := range exchanges {
+		fmt.Println("exchange", e)
+	}
+	for _, q := range queues {
+		fmt.Println("queue", q)
+	}
+	return err
 }
 
 func run() error {
@@ -146,15 +164,25 @@ func run() error {
 	}
 	endpoint := schema + "_billing"
 
+	// The queues and exchanges the run declares on RabbitMQ are deleted at
+	// the end, once every process that uses them has stopped: left, each
+	// run's durable queues would stay, and the audit endpoint's, bound to
+	// the shared billing.InvoiceCreated exchange, would collect every later
+	// run's events forever.
+	var rabbit topology
+	defer func() { _, _, _ = rabbit.delete() }()
+
 	// A downstream endpoint counts the events behind its inbox.
 	tr, err := amqp.New(amqp.Config{URL: amqpURL})
 	if err != nil {
 		return err
 	}
+	defer func() { rabbit.add(tr.Declared()) }()
 	audit, err := bus.New(bus.Config{Endpoint: schema + "_audit", Transport: tr, DB: db, Logger: quiet, Cleanup: bus.CleanupSchedule{Disabled: true}})
 	if err != nil {
 		return err
 	}
+	defer audit.Close() // on an early return; closing twice is harmless
 	if err := bus.Handle(audit, func(ctx context.Context, e *InvoiceCreated) error {
 		return bus.Tx(ctx).Exec("INSERT INTO audit (order_id) VALUES (?)", e.OrderID).Error
 	}, bus.WithInbox()); err != nil {
@@ -165,7 +193,32 @@ func run() error {
 	go func() { _ = audit.Run(auditCtx) }()
 	<-audit.Running()
 
-	var procs []*exec.Cmd
+	type proc struct {
+		cmd *exec.Cmd
+		out *bufio.Reader
+	}
+	var procs []proc
+	// stopWorkers stops the workers and takes the names each declared.
+	stopWorkers := sync.OnceFunc(func() {
+		for _, p := range procs {
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		}
+		for _, p := range procs {
+			for {
+				line, err := p.out.ReadString('\n')
+				if kind, name, ok := strings.Cut(strings.TrimSpace(line), " "); ok && kind == "exchange" {
+					rabbit.add([]string{name}, nil)
+				} else if ok && kind == "queue" {
+					rabbit.add(nil, []string{name})
+				}
+				if err != nil {
+					break
+				}
+			}
+			_ = p.cmd.Wait()
+		}
+	})
+	defer stopWorkers()
 	var metricsAddrs []string
 	for range workers {
 		cmd := exec.Command(os.Args[0], "worker", dsn, endpoint)
@@ -177,23 +230,20 @@ func run() error {
 		if err := cmd.Start(); err != nil {
 			return err
 		}
-		procs = append(procs, cmd)
-		line, err := bufio.NewReader(out).ReadString('\n')
+		p := proc{cmd, bufio.NewReader(out)}
+		procs = append(procs, p)
+		line, err := p.out.ReadString('\n')
 		if err != nil {
 			return fmt.Errorf("worker did not start: %w", err)
 		}
 		metricsAddrs = append(metricsAddrs, strings.TrimSpace(strings.TrimPrefix(line, "metrics ")))
 	}
-	defer func() {
-		for _, p := range procs {
-			_ = p.Process.Kill()
-		}
-	}()
 
 	sender, err := bus.New(bus.Config{Endpoint: schema + "_shop", Transport: tr, Logger: quiet})
 	if err != nil {
 		return err
 	}
+	defer sender.Close()
 	for i := range orders {
 		id := fmt.Sprintf("order-%d", i)
 		copies := 1
@@ -231,20 +281,88 @@ func run() error {
 		totalDup += d
 		cleanups += metric(body, "postroom.CleanupStore", metrics.Handled)
 	}
-	for _, p := range procs {
-		_ = p.Process.Signal(syscall.SIGTERM)
-		_ = p.Wait()
-	}
+	stopWorkers()
 	_ = sender.Close()
-	_ = audit.Close()
+	_ = audit.Close() // closes tr, which sender shares
 	stopAudit()
+	rabbit.add(tr.Declared())
+	queues, exchanges, err := rabbit.delete()
+	if err != nil {
+		return err
+	}
 
 	fmt.Printf("workers: %d processes, handled %s, duplicates skipped %s (scraped from their /metrics)\n",
 		workers, strings.Join(handled, "/"), strings.Join(duplicates, "/"))
 	fmt.Printf("invoices: %d for %d orders (%d sends); events downstream: %d\n", count("invoices"), orders, orders+orders*3/10, count("audit"))
 	fmt.Printf("duplicates skipped in all: %d\n", totalDup)
 	fmt.Printf("cleanup: %d runs in all on %d workers at a 1s interval: one worker per slot\n", cleanups, workers)
+	fmt.Printf("rabbitmq: deleted the %d queues and %d exchanges it declared for its endpoints\n", queues, exchanges)
 	return nil
+}
+
+// topology is what the run's transports declared on RabbitMQ
+// (amqp.Transport.Declared), to be deleted at the end.
+type topology struct {
+	mu                sync.Mutex
+	exchanges, queues []string
+	deleted           bool
+}
+
+func (t *topology) add(exchanges, queues []string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.exchanges = append(t.exchanges, exchanges...)
+	t.queues = append(t.queues, queues...)
+}
+
+// delete deletes, once, the queues and then the exchanges declared, but for
+// the names every endpoint on the broker shares: the error topic's exchange
+// and queue (other endpoints' failed messages wait there) and the exchanges
+// named after a message type (bus.EventTopicOf), the same on every run. It
+// returns how many queues and exchanges it deleted. Call it once every
+// process of the run has stopped: a queue with consumers is deleted all
+// the same, and a subscriber still running would declare it again.
+func (t *topology) delete() (queues, exchanges int, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.deleted {
+		return 0, 0, nil
+	}
+	t.deleted = true
+	shared := []string{amqp.ExchangeName(bus.ErrorTopicDefault), amqp.QueueName(bus.ErrorTopicDefault, transport.ErrorQueueGroup)}
+	for _, name := range []string{bus.MessageName[CreateInvoice](), bus.MessageName[InvoiceCreated](), bus.MessageName[handlers.CleanupStore]()} {
+		shared = append(shared, amqp.ExchangeName(bus.EventTopicOf(name)))
+	}
+	conn, err := amqp091.Dial(amqpURL)
+	if err != nil {
+		return 0, 0, fmt.Errorf("delete what the run declared on RabbitMQ: %w", err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return 0, 0, fmt.Errorf("delete what the run declared on RabbitMQ: %w", err)
+	}
+	slices.Sort(t.queues)
+	for _, q := range slices.Compact(t.queues) {
+		if slices.Contains(shared, q) {
+			continue
+		}
+		if _, err := ch.QueueDelete(q, false, false, false); err != nil {
+			return queues, exchanges, fmt.Errorf("delete queue %s: %w", q, err)
+		}
+		queues++
+	}
+	slices.Sort(t.exchanges)
+	for _, e := range slices.Compact(t.exchanges) {
+		if slices.Contains(shared, e) {
+			continue
+		}
+		if err := ch.ExchangeDelete(e, false, false); err != nil {
+			return queues, exchanges, fmt.Errorf("delete exchange %s: %w", e, err)
+		}
+		exchanges++
+	}
+	return queues, exchanges, nil
 }
 
 func scrape(addr string) (string, error) {
