@@ -123,6 +123,12 @@ func TestSchedulesCommands(t *testing.T) {
 	require.Equal(t, fmt.Sprintf("cleanup: due since %s: the next tick of a running instance fires it\n", list[0].NextRunAt.Format(time.RFC3339)), said)
 	_, err = run(t, "schedules", "pause", "nope", "--dsn", dsn)
 	require.ErrorContains(t, err, `no schedule named "nope"`)
+	for _, action := range []string{"pause", "resume", "trigger"} {
+		_, err = run(t, "schedules", action, "--dsn", dsn)
+		require.EqualError(t, err, "pass a schedule name (see postroom schedules list)", action)
+		_, err = run(t, "schedules", action, "cleanup", "nope", "--dsn", dsn)
+		require.EqualError(t, err, "pass one schedule name, not 2 (see postroom schedules list)", action)
+	}
 }
 
 func defineCleanup(t *testing.T, db *gorm.DB) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -38,7 +39,7 @@ func newSchedules(opts *options) *cobra.Command {
 		}},
 	} {
 		cmd.AddCommand(opts.databaseFlags(&cobra.Command{
-			Use: action.use, Short: action.short, Args: cobra.ExactArgs(1),
+			Use: action.use, Short: action.short, Args: oneScheduleName,
 			RunE: func(cmd *cobra.Command, args []string) error {
 				return opts.withControl(func(c *scheduler.Control) error {
 					name := args[0]
@@ -60,6 +61,18 @@ func newSchedules(opts *options) *cobra.Command {
 		}, schedulesTable))
 	}
 	return cmd
+}
+
+// oneScheduleName accepts one argument, the schedule's name; it says so
+// instead of cobra's "accepts 1 arg(s), received 0".
+func oneScheduleName(cmd *cobra.Command, args []string) error {
+	switch len(args) {
+	case 1:
+		return nil
+	case 0:
+		return errors.New("pass a schedule name (see postroom schedules list)")
+	}
+	return fmt.Errorf("pass one schedule name, not %d (see postroom schedules list)", len(args))
 }
 
 // withControl opens the database and runs fn on its schedules.
