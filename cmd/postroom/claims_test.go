@@ -81,6 +81,11 @@ func TestInboxResolveAttempts(t *testing.T) {
 	require.NoError(t, db.Raw("SELECT status FROM postroom_inbox WHERE message_id = 'parked-2'").Scan(&status).Error)
 	require.Equal(t, "parked", status, "the attempt nobody saw stays unresolved")
 
+	_, err = run(t, "inbox", "resolve", "payments", "parked-2", "--source", "shop", "--done", "--attempts", "5", "--dsn", dsn)
+	require.ErrorIs(t, err, inbox.ErrAttemptNotReached, "an attempt the claim never had")
+	require.NotErrorIs(t, err, inbox.ErrClaimChanged, "no later copy ran")
+	require.ErrorContains(t, err, "the claim is at attempt 2, parked; attempt 5 is not it): nothing was resolved")
+
 	out, err := run(t, "inbox", "resolve", "payments", "parked-2", "--source", "shop", "--done", "--attempts", "2", "--dsn", dsn)
 	require.NoError(t, err)
 	require.Equal(t, "done: message parked-2 of payments\n", out)

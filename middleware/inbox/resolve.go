@@ -80,6 +80,11 @@ var ErrNotUnresolved = errors.New("inbox: no unresolved claim with this key: lis
 var ErrClaimChanged = errors.New("inbox: the claim changed since it was shown: " +
 	"a later copy of the message ran the handler again; nothing was resolved, look at it again")
 
+// ErrAttemptNotReached is returned by ResolveAttempt for an attempt later
+// than the claim's: the claim never had it (a mistyped attempt), so nothing
+// is resolved.
+var ErrAttemptNotReached = errors.New("inbox: the claim has not reached this attempt")
+
 // Resolve records what happened to the unresolved claim of key for
 // consumer, as of now, whatever its attempt. An operator who looked at
 // one attempt (a list, a confirmation page) uses ResolveAttempt.
@@ -89,9 +94,11 @@ func Resolve(ctx context.Context, db *gorm.DB, table, consumer string, key Key, 
 
 // ResolveAttempt is Resolve for the claim's attempt attempts (the
 // Attempts of ListUnresolved), the one the operator looked at: if the
-// claim has another attempt now, it fails with [ErrClaimChanged] and
-// changes nothing. Without it, a resolution read off a stale page would
-// apply to a later attempt that the operator never saw.
+// claim is at a later attempt now, it fails with [ErrClaimChanged], at an
+// earlier one (the attempt given was never made) with
+// [ErrAttemptNotReached], and changes nothing. Without it, a resolution
+// read off a stale page would apply to a later attempt that the operator
+// never saw.
 func ResolveAttempt(ctx context.Context, db *gorm.DB, table, consumer string, key Key, attempts int, r Resolution, now time.Time) error {
 	if attempts < 1 {
 		return fmt.Errorf("inbox: attempt %d: a claim's attempts start at 1 (the ATTEMPTS column of `postroom inbox unresolved`)", attempts)
@@ -133,9 +140,14 @@ func resolve(ctx context.Context, db *gorm.DB, table, consumer string, key Key, 
 		}
 		var lease, checksum any
 		row := db.WithContext(ctx).Raw(d.ClaimRead(table), consumer, key.Source, key.MessageID).Row()
-		if err := row.Scan(&cur.Status, &lease, &cur.Attempts, &checksum); err == nil && cur.Attempts != attempts {
+		err := row.Scan(&cur.Status, &lease, &cur.Attempts, &checksum)
+		switch {
+		case err == nil && cur.Attempts > attempts:
 			return fmt.Errorf("%w (consumer %s, source %q, message %s: attempt %d was shown, the claim is at attempt %d, %s)",
 				ErrClaimChanged, consumer, key.Source, key.MessageID, attempts, cur.Attempts, cur.Status)
+		case err == nil && cur.Attempts < attempts:
+			return fmt.Errorf("%w (consumer %s, source %q, message %s: the claim is at attempt %d, %s; attempt %d is not it): nothing was resolved; give the ATTEMPTS column of `postroom inbox unresolved`",
+				ErrAttemptNotReached, consumer, key.Source, key.MessageID, cur.Attempts, cur.Status, attempts)
 		}
 	}
 	return fmt.Errorf("%w (consumer %s, source %q, message %s)", ErrNotUnresolved, consumer, key.Source, key.MessageID)
