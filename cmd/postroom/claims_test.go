@@ -2,6 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"io"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,4 +92,39 @@ func TestInboxResolveAttempts(t *testing.T) {
 	out, err := run(t, "inbox", "resolve", "payments", "parked-2", "--source", "shop", "--done", "--attempts", "2", "--dsn", dsn)
 	require.NoError(t, err)
 	require.Equal(t, "done: message parked-2 of payments\n", out)
+}
+
+// TestTheParkedReasonsCommandRuns: the resolve command in a parked
+// message's reason, run through sh, gives inbox resolve the consumer,
+// message ID, source and attempt, however odd the producer's ID and source.
+func TestTheParkedReasonsCommandRuns(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	require.NoError(t, err)
+	for _, key := range []inbox.Key{
+		{Source: "checkout", MessageID: "3f0c"},
+		{Source: "", MessageID: "plain"},
+		{Source: "s;x", MessageID: "it's 1"},
+		{Source: "a b", MessageID: "$(touch x) `y` \\ \"q\""},
+		{Source: "-s", MessageID: "-n"},
+		{Source: "x", MessageID: "--done"},
+	} {
+		reason := (&inbox.OutcomeUnknownError{Consumer: "billing/payments.ChargeCard", Key: key, Attempts: 3}).Error()
+		_, line, ok := strings.Cut(reason, "then run `postroom inbox resolve ")
+		require.True(t, ok, reason)
+		line, _, ok = strings.Cut(line, "` if it did")
+		require.True(t, ok, reason)
+		out, err := exec.Command(sh, "-c", `printf '%s\0' `+line).Output()
+		require.NoError(t, err, line)
+		args := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
+
+		root, _ := newRoot(io.Discard, io.Discard)
+		cmd, flags, err := root.Find(append([]string{"inbox", "resolve"}, args...))
+		require.NoError(t, err, line)
+		require.NoError(t, cmd.ParseFlags(flags), line)
+		require.Equal(t, []string{"billing/payments.ChargeCard", key.MessageID}, cmd.Flags().Args(), line)
+		require.Equal(t, key.Source, cmd.Flag("source").Value.String(), line)
+		require.Equal(t, "3", cmd.Flag("attempts").Value.String(), line)
+		require.Equal(t, "true", cmd.Flag("done").Value.String(), line)
+		require.Equal(t, "false", cmd.Flag("release").Value.String(), line)
+	}
 }

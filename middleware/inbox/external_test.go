@@ -175,6 +175,7 @@ func TestExternalModeConformance(t *testing.T) {
 					_, err := h(message.NewMessage("e-3", []byte("charge 10 EUR")))
 					require.ErrorIs(t, err, inbox.ErrOutcomeUnknown)
 					require.ErrorContains(t, err, "outcome unknown")
+					require.ErrorContains(t, err, "then run `postroom inbox resolve payments.charge e-3 --attempts 1 --done` if it did")
 					requireUnrecoverable(t, err)
 				}
 				require.Equal(t, 1, api.count())
@@ -445,6 +446,16 @@ func TestExternalModeConformance(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestOutcomeUnknownSaysTheCommandToRun: the reason of a parked message
+// holds the resolve command with its consumer, message ID, source and
+// attempt (cmd/postroom TestTheParkedReasonsCommandRuns parses it).
+func TestOutcomeUnknownSaysTheCommandToRun(t *testing.T) {
+	t.Parallel()
+	err := &inbox.OutcomeUnknownError{Consumer: "payments/payments.ChargeCard", Key: inbox.Key{Source: "checkout", MessageID: "3f0c"}, Attempts: 2}
+	require.Contains(t, err.Error(), "then run `postroom inbox resolve payments/payments.ChargeCard 3f0c --source checkout --attempts 2 --done` if it did, "+
+		"or the same with --release instead of --done if it did not")
 }
 
 func TestExternalModeRefusesAnOuterUnitOfWork(t *testing.T) {

@@ -3,6 +3,7 @@ package inbox
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // ErrNotDone is the sentinel of the errors [NotDone] returns.
@@ -50,8 +51,44 @@ func (e *OutcomeUnknownError) Error() string {
 	if e.Err != nil {
 		cause = "the handler failed: " + e.Err.Error()
 	}
-	return fmt.Sprintf("inbox: outcome unknown: consumer %s, source %q, message %s, attempt %d: %s; parked: find out whether the effect happened, then run `postroom inbox resolve --done` or `--release`",
-		e.Consumer, e.Key.Source, e.Key.MessageID, e.Attempts, cause)
+	return fmt.Sprintf("inbox: outcome unknown: consumer %s, source %q, message %s, attempt %d: %s; parked: find out whether the effect happened, then run `%s` if it did, or the same with --release instead of --done if it did not",
+		e.Consumer, e.Key.Source, e.Key.MessageID, e.Attempts, cause, e.resolveCommand())
+}
+
+// resolveCommand is the postroom command that records that the effect of
+// this attempt happened (--done; --release for the other outcome), ready to
+// paste into a shell: the consumer, message ID, source and attempt are
+// filled in, each one shell word. A message ID that begins with '-' follows
+// "--", so that it is not read as a flag.
+func (e *OutcomeUnknownError) resolveCommand() string {
+	cmd := "postroom inbox resolve " + shellWord(e.Consumer)
+	id := shellWord(e.Key.MessageID)
+	flagLike := strings.HasPrefix(e.Key.MessageID, "-")
+	if !flagLike {
+		cmd += " " + id
+	}
+	if e.Key.Source != "" {
+		cmd += " --source " + shellWord(e.Key.Source)
+	}
+	if e.Attempts > 0 {
+		cmd += fmt.Sprintf(" --attempts %d", e.Attempts)
+	}
+	cmd += " --done"
+	if flagLike {
+		cmd += " -- " + id
+	}
+	return cmd
+}
+
+// shellWord is s as one word of a POSIX shell: itself when it holds only
+// characters no shell treats specially, else in single quotes.
+func shellWord(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:@+,%=", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // Is makes errors.Is(err, ErrOutcomeUnknown) true.
