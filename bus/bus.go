@@ -220,6 +220,10 @@ func (b *Bus) Run(ctx context.Context) error {
 			background = append(background, func() error { b.reportOutbox(ctx, gauges); return nil })
 		}
 	}
+	if b.redeliveries != nil && !b.redeliveries.present(ctx) {
+		b.cfg.Logger.WarnContext(ctx, "bus: the database has no "+dialect.DeliveriesTableDefault+" table (migration 9): a message that kills its process is counted in this process only, and may loop; run `postroom migrate`")
+		b.redeliveries = nil // set before the router starts: no delivery reads it yet
+	}
 	if b.cfg.DB != nil && b.delayedTableExists(ctx) {
 		b.mu.Lock()
 		b.delayedReady = true

@@ -545,3 +545,28 @@ func TestNegativeSettingsAreRefused(t *testing.T) {
 	require.ErrorContains(t, bus.HandleBatch[OrderPlaced](b, nil), "must not be nil")
 	require.NoError(t, bus.Handle(b, ok, bus.WithConcurrency(2)), "a failed Handle leaves the name free")
 }
+
+// TestADatabaseBeforeMigration9IsSaidAtRun: without the deliveries table a
+// bus cannot count a message that kills its process across processes; it
+// says so once at Run (with what to do), instead of a warning at each
+// redelivery, and runs.
+func TestADatabaseBeforeMigration9IsSaidAtRun(t *testing.T) {
+	for _, migrated := range []bool{true, false} {
+		db := testenv.SQLite(t)
+		if !migrated {
+			require.NoError(t, db.Exec("DROP TABLE postroom_deliveries").Error)
+		}
+		logger, logs := testenv.CapturedLogger(slog.LevelWarn)
+		b, err := bus.New(bus.Config{Endpoint: "before9", DB: db, Logger: logger})
+		require.NoError(t, err)
+		require.NoError(t, bus.Handle(b, func(context.Context, *OrderPlaced) error { return nil }, bus.WithInbox()))
+		ctx, stop := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- b.Run(ctx) }()
+		<-b.Running()
+		stop()
+		require.NoError(t, <-done)
+		require.NoError(t, b.Close())
+		require.Equal(t, !migrated, strings.Contains(logs.String(), "has no postroom_deliveries table (migration 9)"), logs.String())
+	}
+}

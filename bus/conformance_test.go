@@ -18,6 +18,7 @@ import (
 
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/internal/amqptest"
+	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/internal/testbus"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metadata"
@@ -114,6 +115,7 @@ var confChecks = []confCheck{
 	{"a delayed message is delivered once at or after its time, and not when its handler fails", false, checkDelayed, nil},
 	{"delayed messages arrive in due order, each within 5 s of its time", false, checkDelayedOrder, nil},
 	{"delayed retries bring a failing message back to its handler alone, then the error topic", false, checkDelayedRetries, nil},
+	{"a delayed retry whose runs ended their process goes to the error topic after MaxDeliveries", false, checkDelayedRetryThatEndsItsProcess, nil},
 	{"a delayed retry goes through Config.Middleware and keeps the message's trace", false, checkDelayedRetryKeepsTrace, nil},
 	{"a command sent before its endpoint first runs waits for it", false, checkCommandBeforeEndpoint,
 		map[string]string{"gochannel": "a command to an endpoint with no queue fails at Send (transport.ErrNoRoute)",
@@ -822,9 +824,19 @@ func checkPoisonLoop(t *testing.T, c *confCase) {
 		require.Equal(t, []int64{1, 2}, counted, "each redelivery counted in the database before it is handled, so that a crash counts too")
 		mu.Unlock()
 	}
-	var left int64
-	require.NoError(t, c.db.Raw("SELECT COUNT(*) FROM postroom_deliveries WHERE message_id = ?", poison).Row().Scan(&left))
-	require.Zero(t, left, "the count of a message moved aside is forgotten")
+	countsLeft(t, c, poison)
+}
+
+// countsLeft waits until the deliveries table holds no count of the
+// message id, which was moved aside: the count is forgotten right after
+// the move, so a reader of the error topic may see the message first.
+func countsLeft(t *testing.T, c *confCase, id string) {
+	t.Helper()
+	waitFor(t, "the count of a message moved aside forgotten", func() bool {
+		var left int64
+		require.NoError(t, c.db.Raw("SELECT COUNT(*) FROM postroom_deliveries WHERE message_id = ?", id).Row().Scan(&left))
+		return left == 0
+	})
 }
 
 type ConfUnheard struct{}
@@ -927,6 +939,51 @@ func checkDelayedRetries(t *testing.T, c *confCase) {
 	require.Equal(t, 5, attempts[later], "2 immediate attempts, then 2 and 1 in the delayed retries")
 	require.Equal(t, 6, attempts[never])
 	require.Equal(t, map[string]int{"a " + later: 1, "b " + later: 1, "b " + never: 1}, effects(t, c), "handler b got each once")
+}
+
+// checkDelayedRetryThatEndsItsProcess: a delayed retry runs from the
+// database under a lease; one whose run ends its process (out of memory,
+// a SIGKILL) runs again when the lease ends. Each run is counted in the
+// deliveries table before it, so after MaxDeliveries such runs the next
+// goes to the error topic instead of the handler. The runs that ended
+// their process are the count a database holds after them (two runs,
+// seeded here: a lease lasts a minute or more, a test with real kills
+// would take minutes).
+func checkDelayedRetryThatEndsItsProcess(t *testing.T, c *confCase) {
+	endpoint := testenv.Name("dl")
+	b := newConfBus(t, c, func(cfg *bus.Config) {
+		cfg.Endpoint = endpoint
+		cfg.DelayedPollInterval = 50 * time.Millisecond
+		cfg.Retry = bus.RetryPolicy{NoRetries: true}
+		cfg.MaxDeliveries = 2
+	})
+	errs := errorQueue(t, c)
+	var runs atomic.Int32
+	require.NoError(t, bus.Handle(b, func(ctx context.Context, m *ConfCmd) error {
+		runs.Add(1)
+		return errors.New("fails, then its delayed retries end their process")
+	}, bus.Named("a"), bus.WithInbox(), bus.WithDelayedRetries(time.Second)))
+	run(t, b)
+	id := testenv.Name("crash-")
+	require.NoError(t, bus.Send(context.Background(), b, &ConfCmd{}, bus.WithMessageID(id)))
+	waitFor(t, "the first delivery", func() bool { return runs.Load() == 1 })
+	d, err := dialect.Of(c.db)
+	require.NoError(t, err)
+	st, err := d.Deliveries(dialect.DeliveriesTableDefault)
+	require.NoError(t, err)
+	for range 2 { // two runs of the delayed retry that ended their process
+		require.NoError(t, c.db.Exec(st.Count, endpoint+"/a", id, d.Time(time.Now())).Error)
+	}
+	select {
+	case failed := <-errs:
+		failed.Ack()
+		require.Equal(t, id, failed.UUID)
+		require.Contains(t, failed.Metadata.Get(metadata.ErrorReason), "delivered 2 times without being handled")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the delayed retry whose runs ended their process did not reach the error topic")
+	}
+	require.EqualValues(t, 1, runs.Load(), "the third run went to the error topic, not to the handler")
+	countsLeft(t, c, id)
 }
 
 // checkCommandBeforeEndpoint: on a transport that cannot refuse a command to

@@ -252,8 +252,12 @@ func (b *Bus) register(name string, byRun bool, opts []HandlerOption, build func
 	}
 	b.mu.Lock()
 	b.retryTargets[group] = func(topic string, msg *message.Message) error {
-		_, err := chain(topic)(msg)
-		return err
+		// A delayed retry whose run ended its process runs again when
+		// its lease ends: counted as a first read, it reaches the error
+		// topic after MaxDeliveries instead of running after each lease
+		// for ever (a review).
+		msg.Metadata.Set(metadata.Redelivered, metadata.RedeliveredFirstRead)
+		return b.guarded(hc.name, topic, chain(topic))(msg)
 	}
 	b.mu.Unlock()
 	for _, topic := range []string{commandTopic(b.cfg.Endpoint, name), eventTopic(name)} {
@@ -346,7 +350,7 @@ func (b *Bus) reserve(name string, byRun bool) error {
 		// It names the handler's consumer in the inbox and the watermarks:
 		// such a name would fail every message on the database.
 		if name == "" {
-			return errors.New("bus: handler name is empty: name it (bus.Named) or leave the default, its message name")
+			return errors.New("bus: handler name is empty: name it with bus.Named (it defaults to its message's name, which is empty too if MessageName returns \"\")")
 		}
 		return fmt.Errorf("bus: handler name %q: use valid UTF-8 without NUL (bus.Named)", name)
 	case b.running && !byRun:

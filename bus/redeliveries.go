@@ -71,13 +71,17 @@ func (r *redeliveries) count(ctx context.Context, consumer string, msg *message.
 		return tx.Raw(r.stmts.Read, consumer, msg.UUID).Row().Scan(&n)
 	})
 	if err != nil {
-		return 0, fmt.Errorf("bus: count the redelivery of message %s (has `postroom migrate` run? the table %s came with migration 9): %w",
-			msg.UUID, dialect.DeliveriesTableDefault, err)
+		return 0, fmt.Errorf("bus: count the redelivery of message %s in %s: %w", msg.UUID, dialect.DeliveriesTableDefault, err)
 	}
 	if msg.Metadata.Get(metadata.Redelivered) == metadata.RedeliveredFirstRead {
 		n--
 	}
 	return n, nil
+}
+
+// present reports whether the database has the table (migration 9).
+func (r *redeliveries) present(ctx context.Context) bool {
+	return r.db.WithContext(ctx).Exec(r.stmts.Probe).Error == nil
 }
 
 // forget deletes the count of a message that was settled.

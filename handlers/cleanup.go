@@ -69,7 +69,7 @@ type CleanupConfig struct {
 	// Progress is called after each batch with the table and the rows
 	// deleted from it so far (for a progress bar). Defaults to nil.
 	Progress func(table string, deleted int64)
-	// ConsumerPrefix limits the inbox and watermark purges to the
+	// ConsumerPrefix limits the inbox, watermark and redelivery-count purges to the
 	// consumers whose names start with it: a bus passes its endpoint's
 	// ("billing/"), so that its retention never purges the keys of
 	// another endpoint sharing the database, which may need them longer.
@@ -162,7 +162,7 @@ func (c *Cleanup) Purge(ctx context.Context, m CleanupStore) (CleanupResult, err
 	res := CleanupResult{Cutoff: cutoff}
 	batch := cmp.Or(m.BatchSize, BatchSizeDefault)
 	for i, t := range targets {
-		if t.Table == "" {
+		if !c.present(ctx, t) {
 			continue
 		}
 		if *res.count(i), err = c.purge(ctx, t, batch, m.Pause, &res.Batches); err != nil {
@@ -172,6 +172,26 @@ func (c *Cleanup) Purge(ctx context.Context, m CleanupStore) (CleanupResult, err
 	c.cfg.Logger.InfoContext(ctx, "cleanup: purged", "cutoff", res.Cutoff, "inbox_rows", res.Inbox,
 		"watermark_rows", res.Watermarks, "outbox_rows", res.Outbox, "delivery_counts", res.Deliveries, "batches", res.Batches)
 	return res, nil
+}
+
+// present reports whether t's table is there to purge: not for no table
+// (the outbox's, without an outbox), nor for the deliveries table of a
+// database not migrated to version 9 yet, which is said at warn. Before,
+// a database at migration 8 failed every cleanup, and `postroom inbox
+// purge` purged nothing (a review).
+func (c *Cleanup) present(ctx context.Context, t target) bool {
+	if t.Table == "" {
+		return false
+	}
+	if t.Probe == "" {
+		return true
+	}
+	if err := c.cfg.DB.WithContext(ctx).Exec(t.Probe).Error; err != nil {
+		c.cfg.Logger.WarnContext(ctx, "cleanup: skipped a table it cannot read (missing before migration 9: run `postroom migrate`); the others are purged",
+			"table", t.Table, "error", err)
+		return false
+	}
+	return true
 }
 
 // count is the count of the i-th target (see targets).
@@ -187,7 +207,7 @@ func (c *Cleanup) Pending(ctx context.Context, m CleanupStore) (CleanupResult, e
 	}
 	res := CleanupResult{Cutoff: cutoff}
 	for i, t := range targets {
-		if t.Table == "" {
+		if !c.present(ctx, t) {
 			continue
 		}
 		if err := c.cfg.DB.WithContext(ctx).Raw(t.Count, t.args...).Row().Scan(res.count(i)); err != nil {

@@ -80,7 +80,7 @@ const DeliveryCount = "postroom-delivery-count"
 // RedeliveredFirstRead on the first message of a topic a process reads
 // (the SQL transport, where a group reads a topic in order: a message
 // that ended its process is the next one's first read). The bus counts
-// such deliveries in the database (store.Tables.Deliveries), so that a
+// such deliveries in the database (the table postroom_deliveries), so that a
 // message that kills its process each time still reaches the error topic.
 const Redelivered = "postroom-redelivered"
 

@@ -90,6 +90,8 @@ func TestANilDBIsAnError(t *testing.T) {
 	require.ErrorContains(t, err, "the *gorm.DB is nil")
 	_, err = handlers.NewCleanup(handlers.CleanupConfig{DB: &gorm.DB{Config: &gorm.Config{}}})
 	require.ErrorContains(t, err, "the *gorm.DB is nil")
+	_, err = handlers.NewCleanup(handlers.CleanupConfig{DB: &gorm.DB{}})
+	require.ErrorContains(t, err, "the *gorm.DB is nil", "a zero gorm.DB, not opened")
 }
 
 func TestPlanNamesTheDialect(t *testing.T) {

@@ -11,7 +11,13 @@ type DeliveriesStatements struct {
 	Read string
 	// Forget deletes a message's count. Arguments: consumer, message_id.
 	Forget string
+	// Probe fails when the table does not exist (before migration 9).
+	Probe string
 }
+
+// Probe is a statement that fails when table does not exist and reads no
+// row otherwise.
+func Probe(table string) string { return "SELECT 1 FROM " + table + " WHERE 1 = 0" }
 
 // Deliveries returns the statements of the deliveries table.
 func (d Dialect) Deliveries(table string) (DeliveriesStatements, error) {
@@ -28,5 +34,6 @@ func (d Dialect) Deliveries(table string) (DeliveriesStatements, error) {
 		Count:  count,
 		Read:   "SELECT deliveries FROM " + table + " WHERE consumer = ? AND message_id = ?",
 		Forget: "DELETE FROM " + table + " WHERE consumer = ? AND message_id = ?",
+		Probe:  Probe(table),
 	}, nil
 }

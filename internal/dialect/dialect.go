@@ -31,7 +31,7 @@ var ErrUnsupported = errors.New("dialect: unsupported")
 
 // Of returns the dialect of db.
 func Of(db *gorm.DB) (Dialect, error) {
-	if db == nil || db.Dialector == nil {
+	if db == nil || db.Config == nil || db.Dialector == nil {
 		return "", errors.New("the *gorm.DB is nil: open one with store.Open")
 	}
 	switch name := db.Dialector.Name(); name {

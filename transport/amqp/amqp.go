@@ -84,7 +84,10 @@ func (c Config) validate() error {
 	var errs []error
 	if c.URL == "" {
 		errs = append(errs, errors.New("amqp: Config.URL is empty: set it, e.g. amqp://guest:guest@127.0.0.1:5672/"))
-	} else if _, err := amqp091.ParseURI(c.URL); err != nil { // its errors never repeat the URL (a password)
+	} else if _, err := amqp091.ParseURI(c.URL); err != nil {
+		if ue, ok := errors.AsType[*url.Error](err); ok { // it repeats the URL, password and all
+			err = ue.Err
+		}
 		errs = append(errs, fmt.Errorf("amqp: Config.URL: %w: use amqp://user:password@host:5672/vhost or amqps://…", err))
 	}
 	switch c.QueueType {

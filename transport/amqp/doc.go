@@ -59,7 +59,10 @@
 // the bus's poison-loop guard (bus.Config.MaxDeliveries, default 10)
 // moves a message that keeps killing its consumer to the error topic
 // before the broker's delivery limit drops it. Classic queues do not
-// count; there the guard counts nacks within one process only.
+// count, but mark a delivery redelivered: [Marshaler.Unmarshal] passes the
+// flag on as [metadata.Redelivered], and the bus (with bus.Config.DB)
+// counts each such delivery in its database before handling it, so the
+// guard moves a message that keeps killing its consumer there too.
 //
 // # Logging
 //

@@ -28,6 +28,12 @@ func TestConfigValidate(t *testing.T) {
 	_, err = amqp.New(amqp.Config{URL: "http://guest:secret@x/"})
 	require.ErrorContains(t, err, "amqp: Config.URL: AMQP scheme must be either 'amqp://' or 'amqps://'", "an address of another scheme is refused at New, not at the first dial")
 	require.NotContains(t, err.Error(), "secret")
+	for _, u := range []string{"amqp://guest:s3cr%zzet@127.0.0.1:5672/", "amqp://guest:secret@127.0.0.1:56x72/", "amqp://guest:secret@[::1/"} {
+		_, err = amqp.New(amqp.Config{URL: u})
+		require.ErrorContains(t, err, "amqp: Config.URL: ", u)
+		require.NotContains(t, err.Error(), "s3cr", "a URL the parser refuses is not repeated: it holds the password")
+		require.NotContains(t, err.Error(), "secret", "a URL the parser refuses is not repeated: it holds the password")
+	}
 
 	_, err = amqp.New(amqp.Config{URL: "amqp://x/", DeliveryLimit: 5})
 	require.ErrorContains(t, err, "applies to quorum queues only")
