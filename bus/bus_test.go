@@ -570,3 +570,23 @@ func TestADatabaseBeforeMigration9IsSaidAtRun(t *testing.T) {
 		require.Equal(t, !migrated, strings.Contains(logs.String(), "has no postroom_deliveries table (migration 9)"), logs.String())
 	}
 }
+
+// TestAPanicIsLoggedWithItsHandler: two handlers of one event get the same
+// message ID, so the panic's line names the handler (a cold trial had to
+// read the stack to tell which one panicked).
+func TestAPanicIsLoggedWithItsHandler(t *testing.T) {
+	logger, logs := testenv.CapturedLogger(slog.LevelError)
+	b, err := bus.New(bus.Config{Endpoint: "panics", Logger: logger, Retry: bus.RetryPolicy{NoRetries: true}})
+	require.NoError(t, err)
+	require.NoError(t, bus.Handle(b, func(context.Context, *OrderPlaced) error { panic("boom") }, bus.Named("loyalty")))
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	<-b.Running()
+	require.NoError(t, bus.Publish(ctx, b, &OrderPlaced{OrderID: "o-1"}))
+	waitFor(t, "the failure", func() bool { return b.Counters().Total(metrics.Failed) == 1 })
+	stop()
+	require.NoError(t, <-done)
+	require.NoError(t, b.Close())
+	require.Regexp(t, `msg="bus: handler panicked" handler=loyalty message_id=`, logs.String())
+}

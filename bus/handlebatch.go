@@ -104,7 +104,7 @@ func batched[T any](b *Bus, hc handlerConfig, fn BatchFunc[T]) (message.HandlerF
 			return nil, fmt.Errorf("bus: handler %s: %w", hc.name, err)
 		}
 	}
-	run := batchRun[T]{fn: fn, claimer: claimer, log: b.cfg.Logger}
+	run := batchRun[T]{fn: fn, claimer: claimer, log: b.cfg.Logger, name: hc.name}
 	col, err := unitofwork.NewCollector(unitofwork.Config{DB: b.cfg.DB, BatchSize: hc.batchSize, BatchWait: hc.batchWait, InFlight: hc.inFlight}, run.run)
 	if err != nil {
 		return nil, fmt.Errorf("bus: handler %s: %w", hc.name, err)
@@ -140,6 +140,7 @@ type batchRun[T any] struct {
 	fn      BatchFunc[T]
 	claimer *inbox.Batch // nil without the inbox
 	log     *slog.Logger
+	name    string // the handler's
 }
 
 // run claims the batch's keys and calls fn with the new messages, all at
@@ -359,7 +360,7 @@ func (r batchRun[T]) call(ctx context.Context, ms []*batchMember[T]) (err error)
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("%w: %v", ErrPanic, p)
-			r.log.Error("bus: batch handler panicked", "message_id", ms[0].msg.UUID, "messages", len(ms), "panic", p, "stack", string(debug.Stack()))
+			r.log.Error("bus: batch handler panicked", "handler", r.name, "message_id", ms[0].msg.UUID, "messages", len(ms), "panic", p, "stack", string(debug.Stack()))
 		}
 		if err != nil {
 			if in != nil {
