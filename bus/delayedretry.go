@@ -128,6 +128,12 @@ func (b *Bus) runDelayedRetry(ctx context.Context, r delayedRow, msg *message.Me
 		return fmt.Errorf("bus: delayed retry %s: no handler of group %s here", r.MessageID, r.TargetGroup)
 	}
 	msg.SetContext(ctx)
+	// As a delivery from the broker: a stop lets it finish within
+	// Config.StopTimeout (before, the stop cancelled it at once, a cold
+	// trial).
+	b.handling.add()
+	defer b.handling.done()
+	defer b.outliveStop(msg)()
 	return target(r.Topic, msg)
 }
 
