@@ -383,7 +383,10 @@ func (b *Bus) declareErrorQueue() error {
 	return nil
 }
 
-// Running is closed once every handler has subscribed.
+// Running is closed once every handler has subscribed. It is never closed
+// when Run fails before that: wait on it together with Run's result, e.g.
+//
+//	select { case <-b.Running(): case err := <-done: return err }
 func (b *Bus) Running() <-chan struct{} { return b.router.Running() }
 
 // startBackground runs each task beside the router; the channel gets
