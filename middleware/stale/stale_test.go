@@ -439,3 +439,26 @@ func TestWatermarksAreKeptPerConsumer(t *testing.T) {
 		})
 	}
 }
+
+// TestAStaleReplayIsSaid: a message replayed from the error topic that is
+// older than the update applied since is skipped, as any stale update, and
+// said at info: an operator asked for it (a cold trial saw "replayed 1"
+// and nothing run, without a line).
+func TestAStaleReplayIsSaid(t *testing.T) {
+	db := testenv.SQLite(t)
+	logger, logs := testenv.CapturedLogger(slog.LevelInfo)
+	mw, err := stale.New(stale.Config{DB: db, Consumer: "addresses", Logger: logger, Now: func() time.Time { return base.Add(time.Hour) }})
+	require.NoError(t, err)
+	h := mw(func(*message.Message) ([]*message.Message, error) { return nil, nil })
+	for _, msg := range []*message.Message{update("newer", "c-1", base.Add(time.Second)), update("older", "c-1", base)} {
+		_, err := h(msg)
+		require.NoError(t, err)
+	}
+	require.Empty(t, logs.String(), "an older update that nobody replayed is a debug line")
+	replayed := update("older-replayed", "c-1", base)
+	replayed.Metadata.Set(metadata.Replayed, "2026-12-06T01:00:00Z")
+	_, err = h(replayed)
+	require.NoError(t, err)
+	require.Contains(t, logs.String(), "replayed from the error topic is older than the update applied since")
+	require.Contains(t, logs.String(), "message_id=older-replayed")
+}
