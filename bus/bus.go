@@ -64,10 +64,15 @@ type Bus struct {
 	closed             bool
 	runCtx             context.Context // the context of the Run that started the router
 	needsCleanup       bool
-	errorQueueDeclared bool // by a Run: the next one does not open another subscriber
-	consumers          []consumerKeys
-	cleanup            *scheduler.Scheduler // built by the first Run that needs it
-	metricsAddr        string
+	errorQueueDeclared bool // by a Run: the next one does not declare it again
+	// errorQueue declares the error queue: one subscriber per bus, opened
+	// by the first declaration (each held a connection until the
+	// transport closed), used one declaration at a time.
+	errorQueueMu  sync.Mutex
+	errorQueueSub message.Subscriber
+	consumers     []consumerKeys
+	cleanup       *scheduler.Scheduler // built by the first Run that needs it
+	metricsAddr   string
 }
 
 // New returns a bus; register handlers with Handle, then call Run.
@@ -220,7 +225,7 @@ func (b *Bus) Run(ctx context.Context) error {
 			background = append(background, func() error { b.reportOutbox(ctx, gauges); return nil })
 		}
 	}
-	if b.redeliveries != nil && !b.redeliveries.present(ctx) {
+	if b.redeliveries != nil && b.redeliveries.missing(ctx) {
 		b.cfg.Logger.WarnContext(ctx, "bus: the database has no "+dialect.DeliveriesTableDefault+" table (migration 9): a message that kills its process is counted in this process only, and may loop; run `postroom migrate`")
 		b.redeliveries = nil // set before the router starts: no delivery reads it yet
 	}
@@ -359,20 +364,28 @@ const ErrorQueueGroup = transport.ErrorQueueGroup
 // declareErrorQueue makes the error topic durable before anything fails: on
 // RabbitMQ a message published to an exchange with no queue bound is dropped.
 //
-// Once per bus: a Run that failed and is called again does not open
-// another subscriber (each held a connection until the transport closed).
+// Once per bus, but again after the queue was found gone (moveToErrorTopic):
+// a Run that failed and is called again does not declare it again, and no
+// declaration opens another subscriber (each held a connection until the
+// transport closed; a review saw one per failed message while the queue
+// was gone).
 func (b *Bus) declareErrorQueue() error {
+	b.errorQueueMu.Lock()
+	defer b.errorQueueMu.Unlock()
 	b.mu.Lock()
 	declared := b.errorQueueDeclared
 	b.mu.Unlock()
 	if declared {
 		return nil
 	}
-	sub, err := b.cfg.Transport.Subscriber(ErrorQueueGroup)
-	if err != nil {
-		return fmt.Errorf("bus: error queue: %w", err)
+	if b.errorQueueSub == nil {
+		sub, err := b.cfg.Transport.Subscriber(ErrorQueueGroup)
+		if err != nil {
+			return fmt.Errorf("bus: error queue: %w", err)
+		}
+		b.errorQueueSub = sub
 	}
-	if init, ok := sub.(message.SubscribeInitializer); ok {
+	if init, ok := b.errorQueueSub.(message.SubscribeInitializer); ok {
 		if err := init.SubscribeInitialize(b.cfg.ErrorTopic); err != nil {
 			return fmt.Errorf("bus: declare the error queue: %w", err)
 		}
@@ -440,6 +453,11 @@ func (b *Bus) Close() error {
 	if ran {
 		errs = append(errs, b.closeRouter(routerDone))
 	}
+	// The router waits for the deliveries from the broker; a delayed retry
+	// runs beside it, from the database, and may still be running: it
+	// gets the same drain before the transport it sends on is closed (a
+	// review: Close returned while it ran).
+	b.awaitHandling()
 	if b.outbox != nil {
 		errs = append(errs, b.outbox.Close())
 	}

@@ -142,10 +142,12 @@ type Config struct {
 	// process died while handling it); the next delivery moves it to the
 	// error topic with the reason "delivered N times without being
 	// handled", so that a poison message stops looping and blocking the
-	// messages behind it. Nacks are counted in this process; on RabbitMQ
-	// also across processes and crashes (quorum queues: x-delivery-count;
-	// classic queues: each redelivery counted in the database, table
-	// postroom_deliveries, with DB). Defaults to 10.
+	// messages behind it. Nacks are counted in this process; deliveries
+	// that ended with their process too: by RabbitMQ's quorum queues
+	// (x-delivery-count), and with DB in the table postroom_deliveries on
+	// classic queues (each redelivery), the SQL transport (each process's
+	// first read of a topic) and for delayed retries (each run).
+	// docs/guarantees.md says what a crash takes along. Defaults to 10.
 	MaxDeliveries int
 	// StopTimeout is how long a stop (Run's context ending, or Close)
 	// lets the messages being handled finish: the bus takes no new

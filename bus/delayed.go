@@ -192,11 +192,13 @@ func (b *Bus) deliverDue(ctx context.Context) (int, error) {
 	// (and those of older versions, which name none) and the delayed
 	// retries of this bus's handlers.
 	groups := []string{"", b.delayedRelay()}
-	b.mu.Lock()
-	for g := range b.retryTargets {
-		groups = append(groups, g)
+	if !b.isStopping() { // a stop claims no more retries (it would release them at once)
+		b.mu.Lock()
+		for g := range b.retryTargets {
+			groups = append(groups, g)
+		}
+		b.mu.Unlock()
 	}
-	b.mu.Unlock()
 	var rows, claimed []delayedRow
 	var claimedUntil time.Time
 	var refused error // the broker refused a message: the ones before it are sent, the rest wait
@@ -248,11 +250,13 @@ func (b *Bus) deliverDue(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	for i, r := range claimed {
-		if ctx.Err() != nil || b.isStopping() {
-			b.releaseClaimed(ctx, d, stmts, claimed[i:], claimedUntil, "claimed and not begun when the bus stopped")
-			return 0, ctx.Err()
-		}
 		if err := b.runClaimed(ctx, d, stmts, r, claimedUntil); err != nil {
+			// Those not begun are due again at once: a stop, or the
+			// database failing (a renew cut off by the stop's cancel).
+			b.releaseClaimed(ctx, d, stmts, claimed[i+1:], claimedUntil, "claimed and not begun: "+err.Error())
+			if errors.Is(err, errStopping) {
+				return 0, nil
+			}
 			return 0, err
 		}
 	}
@@ -279,12 +283,15 @@ func (b *Bus) releaseClaimed(ctx context.Context, d dialect.Dialect, stmts diale
 	now := d.Time(b.cfg.Now())
 	ids := make([]string, 0, len(rows))
 	for _, r := range rows {
-		if err := b.cfg.DB.WithContext(ctx).Exec(stmts.Renew, now, r.ID, d.Time(until)).Error; err != nil {
+		res := b.cfg.DB.WithContext(ctx).Exec(stmts.Renew, now, r.ID, d.Time(until))
+		if res.Error != nil {
 			b.cfg.Logger.Warn("bus: a delayed retry could not be released; it runs when its lease ends", "message_id", r.MessageID,
-				"lease_until", until, "error", err)
+				"lease_until", until, "error", res.Error)
 			continue
 		}
-		ids = append(ids, r.MessageID)
+		if res.RowsAffected > 0 { // none: another instance has it since
+			ids = append(ids, r.MessageID)
+		}
 	}
 	if len(ids) > 0 {
 		b.cfg.Logger.Info("bus: delayed retries released for the next instance or start: "+why, "message_ids", ids)
@@ -352,6 +359,15 @@ func (b *Bus) retryLease() time.Duration {
 // running it here too would run the handler twice, each run sending the
 // message on to its next retry or the error topic (found by a review).
 func (b *Bus) runClaimed(ctx context.Context, d dialect.Dialect, stmts dialect.DelayedStatements, r delayedRow, claimedUntil time.Time) error {
+	// Held as a delivery from the broker is, from before its lease is
+	// renewed: a stop that begins meanwhile waits for it (Close), or it
+	// sees the stop below and releases the row.
+	b.handling.add()
+	defer b.handling.done()
+	if ctx.Err() != nil || b.isStopping() {
+		b.releaseClaimed(ctx, d, stmts, []delayedRow{r}, claimedUntil, "claimed and not begun when the bus stopped")
+		return errStopping
+	}
 	db := b.cfg.DB.WithContext(ctx)
 	lease := b.cfg.Now().Add(b.retryLease())
 	if !lease.After(claimedUntil) {

@@ -64,43 +64,53 @@ func TestAClaimedRetryRunsOnlyWhileItsLeaseHolds(t *testing.T) {
 // from the broker, and makes the retries it claimed and did not begin due
 // at once for the next instance or start. Before (a cold trial), the stop
 // cancelled the running retry at once and every claimed row waited for
-// its lease, about 6 minutes, without a line for those not begun.
+// its lease, about 6 minutes, without a line for those not begun; and
+// Close returned while the retry ran, closing the transport under it (a
+// review).
 func TestAStopLetsADelayedRetryFinishAndReleasesTheRest(t *testing.T) {
-	db := testenv.SQLite(t)
-	b, err := New(Config{Endpoint: "ep", Transport: gochannel.New(gochannel.Config{}), DB: db,
-		Logger: slog.New(slog.DiscardHandler), StopTimeout: 10 * time.Second, DelayedPollInterval: 20 * time.Millisecond})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = b.Close() })
-	started := make(chan struct{}, 3)
-	var finished, cancelled atomic.Int32
-	require.NoError(t, Handle(b, func(ctx context.Context, _ *leaseTest) error {
-		started <- struct{}{}
-		time.Sleep(300 * time.Millisecond)
-		if ctx.Err() != nil {
-			cancelled.Add(1)
-			return ctx.Err()
-		}
-		finished.Add(1)
-		return nil
-	}))
-	d, stmts, err := b.delayedStatements(db)
-	require.NoError(t, err)
-	group := b.group("test.LeaseTest")
-	for _, id := range []string{"r1", "r2", "r3"} {
-		metadata := `{"postroom-message-type":"test.LeaseTest","postroom-message-id":"` + id + `"}`
-		require.NoError(t, db.Exec(stmts.Insert, d.Time(time.Now().Add(-time.Second)), "test.LeaseTest", group, id, []byte(`{"N":1}`), metadata, d.Time(time.Now())).Error)
+	for _, byClose := range []bool{false, true} {
+		t.Run(map[bool]string{false: "Run's context", true: "Close"}[byClose], func(t *testing.T) {
+			db := testenv.SQLite(t)
+			b, err := New(Config{Endpoint: "ep", Transport: gochannel.New(gochannel.Config{}), DB: db,
+				Logger: slog.New(slog.DiscardHandler), StopTimeout: 10 * time.Second, DelayedPollInterval: 20 * time.Millisecond})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = b.Close() })
+			started := make(chan struct{}, 3)
+			var finished, cancelled atomic.Int32
+			require.NoError(t, Handle(b, func(ctx context.Context, _ *leaseTest) error {
+				started <- struct{}{}
+				time.Sleep(300 * time.Millisecond)
+				if ctx.Err() != nil {
+					cancelled.Add(1)
+					return ctx.Err()
+				}
+				finished.Add(1)
+				return nil
+			}))
+			d, stmts, err := b.delayedStatements(db)
+			require.NoError(t, err)
+			group := b.group("test.LeaseTest")
+			for _, id := range []string{"r1", "r2", "r3"} {
+				metadata := `{"postroom-message-type":"test.LeaseTest","postroom-message-id":"` + id + `"}`
+				require.NoError(t, db.Exec(stmts.Insert, d.Time(time.Now().Add(-time.Second)), "test.LeaseTest", group, id, []byte(`{"N":1}`), metadata, d.Time(time.Now())).Error)
+			}
+			ctx, stop := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- b.Run(ctx) }()
+			<-started
+			if byClose {
+				require.NoError(t, b.Close()) // returns once the retry finished (a review: it returned at once)
+				require.EqualValues(t, 1, finished.Load(), "Close returned while the retry ran")
+			}
+			stop()
+			require.NoError(t, <-done)
+			require.EqualValues(t, 1, finished.Load(), "the running retry finished")
+			require.Zero(t, cancelled.Load(), "the running retry was cancelled by the stop")
+			var left, dueNow int64
+			require.NoError(t, db.Raw("SELECT COUNT(*) FROM postroom_delayed").Scan(&left).Error)
+			require.EqualValues(t, 2, left, "the finished retry's row is deleted, the two not begun stay")
+			require.NoError(t, db.Raw("SELECT COUNT(*) FROM postroom_delayed WHERE due_at <= ?", d.Time(time.Now().Add(10*time.Second))).Scan(&dueNow).Error)
+			require.EqualValues(t, 2, dueNow, "due now, not at the end of a lease")
+		})
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- b.Run(ctx) }()
-	<-started
-	stop()
-	require.NoError(t, <-done)
-	require.EqualValues(t, 1, finished.Load(), "the running retry finished")
-	require.Zero(t, cancelled.Load(), "the running retry was cancelled by the stop")
-	var left, dueNow int64
-	require.NoError(t, db.Raw("SELECT COUNT(*) FROM postroom_delayed").Scan(&left).Error)
-	require.EqualValues(t, 2, left, "the finished retry's row is deleted, the two not begun stay")
-	require.NoError(t, db.Raw("SELECT COUNT(*) FROM postroom_delayed WHERE due_at <= ?", d.Time(time.Now().Add(10*time.Second))).Scan(&dueNow).Error)
-	require.EqualValues(t, 2, dueNow, "due now, not at the end of a lease")
 }

@@ -130,9 +130,7 @@ func (b *Bus) runDelayedRetry(ctx context.Context, r delayedRow, msg *message.Me
 	msg.SetContext(ctx)
 	// As a delivery from the broker: a stop lets it finish within
 	// Config.StopTimeout (before, the stop cancelled it at once, a cold
-	// trial).
-	b.handling.add()
-	defer b.handling.done()
+	// trial); runClaimed counts it in b.handling.
 	defer b.outliveStop(msg)()
 	return target(r.Topic, msg)
 }

@@ -79,9 +79,12 @@ func (r *redeliveries) count(ctx context.Context, consumer string, msg *message.
 	return n, nil
 }
 
-// present reports whether the database has the table (migration 9).
-func (r *redeliveries) present(ctx context.Context) bool {
-	return r.db.WithContext(ctx).Exec(r.stmts.Probe).Error == nil
+// missing reports whether the database lacks the table (before migration
+// 9). A database out of reach is not taken for one without it: the count
+// is kept on, and each redelivery it cannot count is said.
+func (r *redeliveries) missing(ctx context.Context) bool {
+	err := r.db.WithContext(ctx).Exec(r.stmts.Probe).Error
+	return err != nil && !dialect.Transient(err) && ctx.Err() == nil
 }
 
 // forget deletes the count of a message that was settled.

@@ -151,10 +151,16 @@ func (d *drainingSubscriber) Close() error {
 		cancel()
 	}
 	d.b.beginStop()
-	giveUp := make(chan struct{})
-	stop := context.AfterFunc(d.b.drain, func() { time.AfterFunc(drainWait, func() { close(giveUp) }) })
-	d.b.handling.wait(giveUp)
-	stop()
+	d.b.awaitHandling()
 	d.once.Do(func() { d.err = d.Subscriber.Close() })
 	return d.err
+}
+
+// awaitHandling waits, once the stop began, until the bus's handlers hold
+// no delivery, or the drain ended and drainWait passed.
+func (b *Bus) awaitHandling() {
+	giveUp := make(chan struct{})
+	stop := context.AfterFunc(b.drain, func() { time.AfterFunc(drainWait, func() { close(giveUp) }) })
+	b.handling.wait(giveUp)
+	stop()
 }

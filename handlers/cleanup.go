@@ -186,7 +186,7 @@ func (c *Cleanup) present(ctx context.Context, t target) bool {
 	if t.Probe == "" {
 		return true
 	}
-	if err := c.cfg.DB.WithContext(ctx).Exec(t.Probe).Error; err != nil {
+	if err := c.cfg.DB.WithContext(ctx).Exec(t.Probe).Error; err != nil && !dialect.Transient(err) && ctx.Err() == nil {
 		c.cfg.Logger.WarnContext(ctx, "cleanup: skipped a table it cannot read (missing before migration 9: run `postroom migrate`); the others are purged",
 			"table", t.Table, "error", err)
 		return false
