@@ -186,8 +186,15 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 }
 
 // ackCommitGrace bounds how long a stopped subscription waits for
-// watermill-sql to commit the ack of its last message (awaitCommit).
-const ackCommitGrace = time.Second
+// watermill-sql to commit the ack of its last message (awaitCommit). An
+// ack whose commit outlasts it is rolled back with the read, and the
+// message is handled again (the inbox skips it). It waits for the commit,
+// not the grace (TestAnAckJustBeforeAStopHolds), so a longer grace costs
+// only a stop whose commit is slow: 5 s, since a commit on a loaded
+// machine can take over a second (1 s before; a full run of the bus's
+// tests once saw one message of TestCompetingConsumerProcesses/mariadb+sql
+// handled again at a stop, likely so).
+const ackCommitGrace = 5 * time.Second
 
 // awaitCommit waits until watermill-sql has committed the ack it was just
 // given: the transaction that recorded it ended (committed), or the next
