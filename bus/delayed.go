@@ -341,9 +341,10 @@ func (b *Bus) delayedSent(r delayedRow) {
 	b.mu.Unlock()
 }
 
-// retryLease is how long an instance holds a delayed retry it claimed: its
-// handler's retries, a wait of the rate limiter through an outage, and a
-// minute. Another instance runs it once the lease ran out.
+// retryLease is the lease a delayed retry's run takes when it begins
+// (runClaimed): its handler's retries, a wait of the rate limiter through
+// an outage, and a minute. Another instance runs it once the lease ran
+// out. A claim holds a row only delayedClaimLease until then.
 func (b *Bus) retryLease() time.Duration {
 	lease := b.cfg.Retry.Horizon() + time.Minute
 	if !b.cfg.RateLimit.Disabled {

@@ -40,8 +40,9 @@
 // error topic with the reason, handler, attempt count and original topic
 // in its metadata. A handler that cannot reach its database is rate limited
 // ([RateLimit]) instead of filling the error topic, and a message that keeps
-// coming back unsettled goes to the error topic after
-// [Config.MaxDeliveries] deliveries. [DeliverAt] and [DeliverAfter] send a
+// coming back unsettled, or that kills its process each time (counted by
+// quorum queues, or with [Config.DB] in postroom_deliveries), goes to the
+// error topic after [Config.MaxDeliveries] deliveries. [DeliverAt] and [DeliverAfter] send a
 // message for later. docs/recoverability.md has the whole picture.
 //
 // # Observability

@@ -15,12 +15,14 @@ import (
 // redeliveries counts in the database, per consumer and message ID, the
 // redeliveries of messages whose transport does not count deliveries
 // itself but says that a delivery is, or may be, a redelivery
-// (metadata.Redelivered: RabbitMQ's classic queues, the SQL transport). The poison-loop guard's own count lives
+// (metadata.Redelivered: RabbitMQ's classic queues, the SQL transport's
+// first read, each run of a delayed retry). The poison-loop guard's own count lives
 // in the process; a message whose handling kills the process (out of
 // memory, a fatal error in C code, a watchdog's SIGKILL) was delivered to
 // each restarted process forever (a cold trial; docs/guarantees.md). Only
-// redeliveries pay the two statements, each in its own commit before the
-// handler runs; a first delivery costs nothing.
+// these deliveries pay: one transaction (upsert and read) before the
+// handler runs, and a delete once the message is settled; a first
+// delivery costs nothing.
 type redeliveries struct {
 	db    *gorm.DB
 	d     dialect.Dialect

@@ -162,17 +162,20 @@ func TestCleanupRefusesBadConfig(t *testing.T) {
 }
 
 // TestCleanupOfOneEndpointKeepsTheOthers: with a ConsumerPrefix (the bus
-// passes its endpoint's), the inbox and watermark purges delete only the
-// rows of the consumers it starts, on every database: another endpoint
+// passes its endpoint's), the inbox, watermark and redelivery-count purges
+// delete only the rows of the consumers it starts, on every database: another endpoint
 // sharing the database may keep its keys longer (found by a review). '_'
 // in a name is no wildcard.
 func TestCleanupOfOneEndpointKeepsTheOthers(t *testing.T) {
 	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
 	old := now.Add(-300 * time.Hour)
 	onEachDatabase(t, func(t *testing.T, db *gorm.DB, d dialect.Dialect) {
+		deliveries, err := d.Deliveries("postroom_deliveries")
+		require.NoError(t, err)
 		for _, consumer := range []string{"billing/h", "billing_eu/h", "billingX/h", "shipping/h"} {
 			require.NoError(t, db.Exec(d.InboxInsert("postroom_inbox"), consumer, "s", "m", "t", d.Time(old)).Error)
 			require.NoError(t, db.Exec(d.WatermarkUpsert("postroom_stale_watermarks"), consumer, "t", "e", 1, "m", d.Time(old)).Error)
+			require.NoError(t, db.Exec(deliveries.Count, consumer, "m", d.Time(old)).Error)
 		}
 		c, err := handlers.NewCleanup(handlers.CleanupConfig{DB: db, Now: func() time.Time { return now }, Logger: testenv.Logger(t),
 			ConsumerPrefix: "billing/"})
@@ -181,10 +184,12 @@ func TestCleanupOfOneEndpointKeepsTheOthers(t *testing.T) {
 		require.NoError(t, err)
 		require.EqualValues(t, 1, res.Inbox)
 		require.EqualValues(t, 1, res.Watermarks)
+		require.EqualValues(t, 1, res.Deliveries)
 		var left []string
 		require.NoError(t, db.Raw("SELECT consumer FROM postroom_inbox ORDER BY consumer").Scan(&left).Error)
 		require.Equal(t, []string{"billingX/h", "billing_eu/h", "shipping/h"}, left)
 		require.EqualValues(t, 3, count(t, db, "SELECT COUNT(*) FROM postroom_stale_watermarks"))
+		require.EqualValues(t, 3, count(t, db, "SELECT COUNT(*) FROM postroom_deliveries"))
 	})
 }
 

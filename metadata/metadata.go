@@ -82,6 +82,7 @@ const DeliveryCount = "postroom-delivery-count"
 // that ended its process is the next one's first read). The bus counts
 // such deliveries in the database (the table postroom_deliveries), so that a
 // message that kills its process each time still reaches the error topic.
+// The bus also sets RedeliveredFirstRead on each run of a delayed retry.
 const Redelivered = "postroom-redelivered"
 
 // Values of Redelivered.

@@ -28,8 +28,9 @@ type Tables struct {
 	// Defaults to "postroom_delayed".
 	Delayed string
 	// Deliveries counts the redeliveries of messages on a transport that
-	// does not count them itself (RabbitMQ's classic queues), so that a
-	// message that kills its process each time reaches the error topic.
+	// does not count them itself (RabbitMQ's classic queues, the SQL
+	// transport, delayed retries), so that a message that kills its process
+	// each time reaches the error topic.
 	// Defaults to "postroom_deliveries".
 	Deliveries string
 }

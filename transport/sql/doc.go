@@ -51,6 +51,16 @@
 // longer than the deadline per message, retries included, needs a longer
 // AckDeadline or another transport.
 //
+// # A message that ends its process
+//
+// A group reads a topic in order, so a message whose handling ended its
+// process (out of memory, a SIGKILL) is the next process's first read:
+// the transport marks each process's first read of a topic
+// metadata.RedeliveredFirstRead, and the bus counts it in
+// postroom_deliveries, so that such a message reaches the error topic
+// after bus.Config.MaxDeliveries instead of being read by each restarted
+// process for ever.
+//
 // # PostgreSQL: one slow message holds back every reader
 //
 // On PostgreSQL a group reads only the rows of transactions older than
@@ -72,7 +82,8 @@
 // # Tables
 //
 // A topic's table keeps every message published to it: cleanup
-// (CleanupStore) purges the inbox, watermarks and outbox, not the
+// (CleanupStore) purges the inbox, watermarks, redelivery counts and
+// outbox, not the
 // transport's "watermill_<topic>" tables. Delete what every group has read
 // (below each group's offset in "watermill_offsets_<topic>") by hand or
 // with a job of your own.
