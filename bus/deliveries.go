@@ -124,33 +124,11 @@ func (u *unsettled) settle(group, id string, nacked, stored bool) (wasStored boo
 func (b *Bus) guarded(handler, topic string, delivery message.HandlerFunc) func(*message.Message) error {
 	group, consumer := b.group(handler), b.consumer(handler)
 	return func(msg *message.Message) error {
-		n := b.unsettled.previous(group, msg)
-		counted := b.redeliveries.counts(msg)
-		if counted {
-			if c, err := b.redeliveries.count(msg.Context(), consumer, msg, b.cfg.Now()); err != nil {
-				b.cfg.Logger.Warn("bus: the poison-loop guard could not count a redelivery; it counts this process's deliveries only",
-					"handler", handler, "message_id", msg.UUID, "error", err)
-				counted = false
-			} else {
-				n = max(n, c)
-			}
-		}
-		// A message settled has its count in the database forgotten if
-		// this process counted it there, or moved it aside (a replay
-		// starts counting again; another process may have counted it).
-		settled := func(moved bool) {
-			if wasStored := b.unsettled.settle(group, msg.UUID, false, false); b.redeliveries != nil && (counted || wasStored || moved) {
-				// Also when the message's context ended with the settling (a stop).
-				if err := b.redeliveries.forget(context.WithoutCancel(msg.Context()), consumer, msg.UUID); err != nil {
-					// Kept, it counts on if the message comes again; cleanup purges it.
-					b.cfg.Logger.Warn("bus: "+err.Error(), "handler", handler)
-				}
-			}
-		}
+		n, counted := b.previousDeliveries(handler, group, consumer, msg)
 		if n >= b.cfg.MaxDeliveries {
 			reason := fmt.Errorf("bus: delivered %d times without being handled (Config.MaxDeliveries %d): moved aside so that the messages behind it are handled", n, b.cfg.MaxDeliveries)
 			if err := b.moveToErrorTopic(handler, topic, msg, 0, reason); err == nil {
-				settled(true)
+				b.settledDelivery(handler, group, consumer, msg, counted, true)
 				return nil
 			}
 		}
@@ -158,8 +136,41 @@ func (b *Bus) guarded(handler, topic string, delivery message.HandlerFunc) func(
 		if err != nil {
 			b.unsettled.settle(group, msg.UUID, true, counted)
 		} else {
-			settled(false)
+			b.settledDelivery(handler, group, consumer, msg, counted, false)
 		}
 		return err
+	}
+}
+
+// previousDeliveries returns how many deliveries of msg before this one
+// were not settled, counting this one in the database first when its
+// transport did not (counted: it was).
+func (b *Bus) previousDeliveries(handler, group, consumer string, msg *message.Message) (n int, counted bool) {
+	n = b.unsettled.previous(group, msg)
+	if !b.redeliveries.counts(msg) {
+		return n, false
+	}
+	c, err := b.redeliveries.count(msg.Context(), consumer, msg, b.cfg.Now())
+	if err != nil {
+		b.cfg.Logger.Warn("bus: the poison-loop guard could not count a redelivery; it counts this process's deliveries only",
+			"handler", handler, "message_id", msg.UUID, "error", err)
+		return n, false
+	}
+	return max(n, c), true
+}
+
+// settledDelivery records that msg was settled (handled, or moved aside)
+// and forgets its count in the database if this process counted it there
+// (now or at an earlier, nacked delivery), or moved it aside (a replay
+// starts counting again; another process may have counted it).
+func (b *Bus) settledDelivery(handler, group, consumer string, msg *message.Message, counted, moved bool) {
+	wasStored := b.unsettled.settle(group, msg.UUID, false, false)
+	if b.redeliveries == nil || !counted && !wasStored && !moved {
+		return
+	}
+	// Also when the message's context ended with the settling (a stop).
+	if err := b.redeliveries.forget(context.WithoutCancel(msg.Context()), consumer, msg.UUID); err != nil {
+		// Kept, it counts on if the message comes again; cleanup purges it.
+		b.cfg.Logger.Warn("bus: "+err.Error(), "handler", handler)
 	}
 }
