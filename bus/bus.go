@@ -41,6 +41,9 @@ type Bus struct {
 	// redeliveries counts, in the database, the redeliveries the
 	// transport did not count; nil without Config.DB.
 	redeliveries *redeliveries
+	// suspects holds the one redelivery the broker may have handed out
+	// after a crash that is being counted and handled (guarded).
+	suspects chan struct{}
 	// drain ends Config.StopTimeout after the bus began to stop (stopOnce):
 	// then the handlers still running have their context cancelled.
 	drain    context.Context
@@ -105,6 +108,7 @@ func New(cfg Config) (*Bus, error) {
 		delayedAttempts: map[int64]int{}}
 	b.drain, b.endDrain = context.WithCancel(context.Background())
 	b.stopping = make(chan struct{})
+	b.suspects = make(chan struct{}, 1)
 	if b.redeliveries, err = newRedeliveries(cfg.DB); err != nil {
 		return nil, err
 	}

@@ -146,8 +146,12 @@ type Config struct {
 	// that ended with their process too: by RabbitMQ's quorum queues
 	// (x-delivery-count), and with DB in the table postroom_deliveries on
 	// classic queues (each redelivery), the SQL transport (each process's
-	// first read of a topic) and for delayed retries (each run).
-	// docs/guarantees.md says what a crash takes along. Defaults to 10.
+	// first read of a topic) and for delayed retries (each run). A
+	// redelivery is handled alone, not in a batch; on classic queues one
+	// at a time per process, counted when its turn comes, so that the
+	// messages in flight at a crash are not counted with the one that
+	// caused it. docs/guarantees.md says what a crash takes along.
+	// Defaults to 10.
 	MaxDeliveries int
 	// StopTimeout is how long a stop (Run's context ending, or Close)
 	// lets the messages being handled finish: the bus takes no new

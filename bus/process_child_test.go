@@ -40,7 +40,7 @@ const (
 	childEP        = "POSTROOM_TEST_CHILD_ENDPOINT"
 	childCrashAt   = "POSTROOM_TEST_CHILD_CRASH_AT" // SIGKILL self after the Nth handled message commits, before its ack
 	childOutbox    = "POSTROOM_TEST_CHILD_OUTBOX"   // "1": each Work also publishes WorkDone through the outbox
-	childPoison    = "POSTROOM_TEST_CHILD_POISON"   // N: SIGKILL self when handling Work N, before its write; one subscription
+	childPoison    = "POSTROOM_TEST_CHILD_POISON"   // N: SIGKILL self 200 ms into handling Work N, before its write; concurrency 1
 	childMaxDel    = "POSTROOM_TEST_CHILD_MAX_DELIVERIES"
 	childQuorum    = "POSTROOM_TEST_CHILD_QUORUM"    // "1": quorum queues
 	childTransport = "POSTROOM_TEST_CHILD_TRANSPORT" // "sql": the SQL transport on the child's database; otherwise RabbitMQ
@@ -130,6 +130,9 @@ func runConsumer() int {
 			return errors.New("failpoint: fails until " + os.Getenv(childFailTil))
 		}
 		if hasPoison && strconv.Itoa(w.N) == poison {
+			// Not at once: the messages behind it are in flight at the
+			// kill, as they would be under load.
+			time.Sleep(200 * time.Millisecond)
 			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			select {}
 		}

@@ -83,7 +83,7 @@ func (b *batcher) run(msg *message.Message, h message.HandlerFunc) ([]*message.M
 	if Active(msg.Context()) {
 		return h(msg) // joins the unit of work around it
 	}
-	bt, n := b.join(msg.Context(), msg.UUID)
+	bt, n := b.join(msg.Context(), msg.UUID, isAlone(msg.Context()))
 	m := &unit{db: b.db, parent: bt.tx, savepoint: "postroom_" + strconv.Itoa(n), releaseLater: true}
 	out, kept, err := bt.member(msg, h, m)
 	<-bt.done
@@ -114,7 +114,8 @@ func (b *batcher) run(msg *message.Message, h message.HandlerFunc) ([]*message.M
 // database ends one of them, and every member of the victim spends a retry
 // (on PostgreSQL after deadlock_timeout). A copy of a message in the open
 // batch joins it (with the inbox, it is skipped there as a duplicate).
-func (b *batcher) join(ctx context.Context, id string) (*batch, int) {
+// alone (see Alone): the member is a batch of its own.
+func (b *batcher) join(ctx context.Context, id string, alone bool) (*batch, int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for id != "" && ctx.Err() == nil {
@@ -129,7 +130,7 @@ func (b *batcher) join(ctx context.Context, id string) (*batch, int) {
 		}
 		b.mu.Lock()
 	}
-	bt, n := b.joinLocked(ctx, nil)
+	bt, n := b.joinLocked(ctx, nil, alone)
 	if _, held := b.holding[id]; id != "" && !held { // a copy that stopped waiting (the bus stops) leaves it to the other
 		if b.holding == nil {
 			b.holding = map[string]*batch{}
@@ -145,12 +146,14 @@ func (b *batcher) join(ctx context.Context, id string) (*batch, int) {
 func (b *batcher) joinWith(ctx context.Context, it *Collected) (*batch, int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.joinLocked(ctx, it)
+	return b.joinLocked(ctx, it, isAlone(ctx))
 }
 
 // joinLocked adds a member to the open batch, opening one if none is, and
-// returns it with the member's number in it. Call with b.mu held.
-func (b *batcher) joinLocked(ctx context.Context, it *Collected) (*batch, int) {
+// returns it with the member's number in it; alone, to a batch of its own
+// that takes no other member, and the open batch goes on filling. Call
+// with b.mu held.
+func (b *batcher) joinLocked(ctx context.Context, it *Collected, alone bool) (*batch, int) {
 	if old := b.open; old != nil && old.tx.ctx.Err() != nil {
 		// Every member's context ended, and with them the transaction's:
 		// the batch can take no more. Before, a later message joined it and
@@ -160,6 +163,9 @@ func (b *batcher) joinLocked(ctx context.Context, it *Collected) (*batch, int) {
 		go old.close() // it ends once its members have run
 	}
 	bt := b.open
+	if alone {
+		bt = nil
+	}
 	if bt == nil {
 		// The transaction outlives the member that begins it, so it keeps
 		// the context's values but not its end: it ends when every
@@ -173,8 +179,12 @@ func (b *batcher) joinLocked(ctx context.Context, it *Collected) (*batch, int) {
 		// waits to fill.
 		bt.eager = b.inFlight != nil && b.lastSingle && b.active == 0
 		b.active++
-		b.open = bt
-		bt.timer = time.AfterFunc(b.wait, bt.close)
+		if alone {
+			bt.closed = true // ends once its member has run
+		} else {
+			b.open = bt
+			bt.timer = time.AfterFunc(b.wait, bt.close)
+		}
 	}
 	bt.mu.Lock()
 	defer bt.mu.Unlock()
@@ -184,7 +194,7 @@ func (b *batcher) joinLocked(ctx context.Context, it *Collected) (*batch, int) {
 	if it != nil {
 		bt.items = append(bt.items, it)
 	}
-	if bt.joined == b.size {
+	if bt.joined == b.size && !alone {
 		bt.closed = true
 		b.open = nil
 		bt.timer.Stop()
