@@ -230,7 +230,7 @@ func (b *Bus) Run(ctx context.Context) error {
 		}
 	}
 	if b.redeliveries != nil && b.redeliveries.missing(ctx) {
-		b.cfg.Logger.WarnContext(ctx, "bus: the database has no "+dialect.DeliveriesTableDefault+" table (migration 9): a message that kills its process is counted in this process only, and may loop; run `postroom migrate`")
+		b.cfg.Logger.WarnContext(ctx, "bus: the database has no "+dialect.DeliveriesTableDefault+" table (migration 9): a message that kills its process is counted in this process only, and may loop; run `postroom migrate`, then restart the bus (it looks for the table at Run)")
 		b.redeliveries = nil // set before the router starts: no delivery reads it yet
 	}
 	if b.cfg.DB != nil && b.delayedTableExists(ctx) {

@@ -375,11 +375,11 @@ func (b *Bus) runClaimed(ctx context.Context, d dialect.Dialect, stmts dialect.D
 		// A changed value, always: MySQL counts only changed rows.
 		lease = claimedUntil.Add(time.Microsecond)
 	}
-	renewed := db.Exec(stmts.Renew, d.Time(lease), r.ID, d.Time(claimedUntil))
-	if renewed.Error != nil {
-		return renewed.Error
+	renewed, err := dialect.ExecContended(ctx, db, stmts.Renew, d.Time(lease), r.ID, d.Time(claimedUntil))
+	if err != nil {
+		return fmt.Errorf("bus: renew the lease of delayed retry %s: %w", r.MessageID, err)
 	}
-	if renewed.RowsAffected == 0 {
+	if renewed == 0 {
 		b.cfg.Logger.Info("bus: a delayed retry's lease ran out before it ran; another instance has it", "message_id", r.MessageID)
 		return nil
 	}
@@ -398,13 +398,18 @@ func (b *Bus) runClaimed(ctx context.Context, d dialect.Dialect, stmts dialect.D
 	}
 	// The run may have outlived a stop (Config.StopTimeout): its row is
 	// deleted all the same.
+	// A deadlock with another instance's claim is tried again: the row
+	// stayed, and ran again when its lease ended (a cold trial on MariaDB,
+	// six minutes later, said only as the poll failing).
 	settleCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	settled := b.cfg.DB.WithContext(settleCtx).Exec(stmts.Settle, r.ID, d.Time(lease))
-	if settled.Error != nil {
-		return settled.Error
+	settled, err := dialect.ExecContended(settleCtx, b.cfg.DB, stmts.Settle, r.ID, d.Time(lease))
+	if err != nil {
+		b.cfg.Logger.Warn("bus: a delayed retry ran and its row could not be deleted; it runs again when its lease ends (with the inbox, as a duplicate)",
+			"message_id", r.MessageID, "lease_until", lease, "error", err)
+		return nil
 	}
-	if settled.RowsAffected == 0 {
+	if settled == 0 {
 		b.cfg.Logger.Warn("bus: a delayed retry ran past its lease; another instance may have run it too", "message_id", r.MessageID,
 			"lease", b.retryLease())
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/metadata"
 )
 
@@ -105,12 +106,12 @@ func (b *Bus) reschedule(c *claimedRetry, out outgoing) error {
 	if err != nil {
 		return fmt.Errorf("bus: delayed retry %s: %w", out.msg.UUID, err)
 	}
-	res := b.cfg.DB.Exec(stmts.Reschedule, d.Time(out.at), string(md), c.id, d.Time(c.lease))
-	if res.Error != nil {
-		return fmt.Errorf("bus: schedule the next delayed retry of %s: %w", out.msg.UUID, res.Error)
+	changed, err := dialect.ExecContended(context.Background(), b.cfg.DB, stmts.Reschedule, d.Time(out.at), string(md), c.id, d.Time(c.lease))
+	if err != nil {
+		return fmt.Errorf("bus: schedule the next delayed retry of %s: %w", out.msg.UUID, err)
 	}
 	c.rescheduled = true
-	if res.RowsAffected == 0 {
+	if changed == 0 {
 		b.cfg.Logger.Warn("bus: a delayed retry ran past its lease; another instance may have run it too", "message_id", out.msg.UUID,
 			"lease", b.retryLease())
 	}

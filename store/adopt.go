@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"gorm.io/gorm"
 
@@ -36,25 +35,11 @@ func AdoptLegacyKeys(ctx context.Context, db *gorm.DB, tables Tables, consumer, 
 	return nil
 }
 
-// adoptAttempts is how many times a copy that lost to another instance's
-// (a deadlock, a serialization failure) is tried.
-const adoptAttempts = 5
-
 // adopt runs one copy, again when it lost to contention: instances of a
 // rollout starting together copy the same keys, and on MariaDB two of
 // three exited at start with a deadlock (a cold trial). Once one copy has
 // committed, the others copy nothing.
 func adopt(ctx context.Context, db *gorm.DB, query string, args ...any) error {
-	var err error
-	for attempt := 1; attempt <= adoptAttempts; attempt++ {
-		if err = db.Exec(query, args...).Error; err == nil || !dialect.Contention(err) {
-			return err
-		}
-		select {
-		case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
-		case <-ctx.Done():
-			return err
-		}
-	}
+	_, err := dialect.ExecContended(ctx, db, query, args...)
 	return err
 }

@@ -1,8 +1,12 @@
 package dialect
 
 import (
+	"context"
+	"time"
+
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
+	"gorm.io/gorm"
 )
 
 // Contention reports whether err is, or was caused by, the database ending
@@ -40,4 +44,30 @@ func Contention(err error) bool {
 		}
 	}
 	return false
+}
+
+// ContendedAttempts is how many times ExecContended runs a statement.
+const ContendedAttempts = 5
+
+// ExecContended runs one statement on db, again when it lost to
+// contention (a deadlock, a lock wait timeout), up to ContendedAttempts
+// times with a growing pause, and returns the rows it changed. A single
+// statement that lost changed nothing, so running it again is safe.
+func ExecContended(ctx context.Context, db *gorm.DB, query string, args ...any) (int64, error) {
+	var err error
+	for attempt := 1; attempt <= ContendedAttempts; attempt++ {
+		res := db.WithContext(ctx).Exec(query, args...)
+		if err = res.Error; err == nil {
+			return res.RowsAffected, nil
+		}
+		if !Contention(err) {
+			return 0, err
+		}
+		select {
+		case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
+		case <-ctx.Done():
+			return 0, err
+		}
+	}
+	return 0, err
 }
