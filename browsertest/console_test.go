@@ -219,10 +219,11 @@ func TestConsoleInChromium(t *testing.T) {
 	// Fixed: retry it, after the confirmation.
 	broken.Store(false)
 	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS("a.retry")), chromedp.WaitVisible(chromedp.CSS("#confirm"))))
-	require.Contains(t, text(t, ctx, "form.confirm"), "Retry message inv-1: 1 message(s)")
+	group := bus.GroupOf(b.Endpoint(), "test.Invoice") // the endpoint group the confirmation names
+	require.Contains(t, text(t, ctx, "form.confirm"), "Retry message inv-1 of endpoint group "+group+": 1 message(s)")
 	screenshot(t, ctx, "confirm-retry")
 	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#confirm")), chromedp.WaitVisible(chromedp.CSS("p.done"))))
-	require.Contains(t, text(t, ctx, "p.done"), "Retried message inv-1 (1)")
+	require.Contains(t, text(t, ctx, "p.done"), "Retried message inv-1 of endpoint group "+group+" (1)")
 	require.Eventually(t, func() bool { return c.Total(metrics.Handled) == 1 }, 20*time.Second, 10*time.Millisecond, "the retried message is handled")
 	var n []int
 	require.NoError(t, db.Raw("SELECT n FROM invoices").Scan(&n).Error)
@@ -257,7 +258,7 @@ func TestConsoleInChromium(t *testing.T) {
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/failed"), chromedp.WaitVisible(chromedp.CSS("table.failed"))))
 	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.JSPath(`[...document.querySelectorAll("section.group")].find(s =>
 		s.textContent.includes("no VAT number")).querySelector("a.danger")`)), chromedp.WaitVisible(chromedp.CSS("#confirm"))))
-	require.Contains(t, text(t, ctx, "form.confirm"), `Delete the messages of test.Invoice that failed like "customer … has no VAT number": 1 message(s)`)
+	require.Contains(t, text(t, ctx, "form.confirm"), `Delete the messages of test.Invoice of endpoint group `+group+` that failed like "customer … has no VAT number": 1 message(s)`)
 	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#confirm")), chromedp.WaitVisible(chromedp.CSS("p.done"))))
 	require.Zero(t, count(t, ctx, `tr[data-id="inv-2"]`), "deleted")
 	require.Equal(t, 1, count(t, ctx, `tr[data-id="inv-3"]`), "the other group stays")
@@ -372,7 +373,7 @@ func TestConsoleSQLTransportInChromium(t *testing.T) {
 	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`tr[data-id="inv-7"] a.retry`)), chromedp.WaitVisible(chromedp.CSS("#confirm"))))
 	require.Contains(t, text(t, ctx, "form.confirm"), "through the delayed table")
 	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#confirm")), chromedp.WaitVisible(chromedp.CSS("p.done"))))
-	require.Contains(t, text(t, ctx, "p.done"), "Retried message inv-7 (1)")
+	require.Contains(t, text(t, ctx, "p.done"), "Retried message inv-7 of endpoint group "+bus.GroupOf(b.Endpoint(), "test.Invoice")+" (1)")
 	require.Equal(t, 1, count(t, ctx, "#no-failed"), "gone from the error topic")
 	require.Eventually(t, func() bool { return c.Total(metrics.Handled) == 1 }, 20*time.Second, 10*time.Millisecond, "the retried message is handled")
 	var n []int

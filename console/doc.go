@@ -12,8 +12,10 @@
 //     failures), or from the Prometheus endpoints of running buses in
 //     [Config.Metrics], which [Console.Run] samples.
 //   - Failed messages: the error topic, on RabbitMQ ([Config.AMQPURL]) or
-//     the SQL transport (its table in [Config.DB]), grouped by handler and
-//     the shape of the reason (IDs and numbers as …); one message's metadata and body; retry (back to the handler
+//     the SQL transport (its table in [Config.DB]), grouped by endpoint
+//     group (the failing handler's subscriber group, which names its
+//     endpoint), handler and the shape of the reason (IDs and numbers as
+//     …); one message's metadata and body; retry (back to the handler
 //     that failed, alone, as `postroom errors replay`; on the SQL
 //     transport through the delayed table) and delete, each after a
 //     confirmation page. The in-memory transport's error topic is in its

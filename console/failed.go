@@ -150,34 +150,68 @@ func (c *Console) failedList(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Console) failedShow(w http.ResponseWriter, r *http.Request) {
-	id := r.URL.Query().Get("id")
+	q := r.URL.Query()
+	id := q.Get("id")
+	group, byGroup := q.Get("group"), q.Has("group")
 	list, _, err := c.browse(r.Context(), true)
 	var copies []failedMessage
+	others := 0 // copies with the ID in another group than the one asked for
 	for _, f := range list {
-		if f.ID == id {
+		switch {
+		case f.ID != id:
+		case byGroup && f.Group != group:
+			others++
+		default:
 			copies = append(copies, f)
 		}
 	}
-	p := page{Title: "Failed message " + id, Data: map[string]any{"ID": id, "Copies": copies}}
-	if err != nil {
+	var groups []string // of the copies shown, in their order
+	for _, f := range copies {
+		if !slices.Contains(groups, f.Group) {
+			groups = append(groups, f.Group)
+		}
+	}
+	p := page{Title: "Failed message " + id, Data: map[string]any{"ID": id, "Copies": copies, "Groups": groups, "Others": others}}
+	switch {
+	case err != nil:
 		p.Error = c.redact(err)
-	} else if len(copies) == 0 {
+	case len(copies) == 0 && others > 0:
+		p.Error = fmt.Sprintf("no copy of message %s %s in the first %d of the error topic %s, but %d of other endpoint groups: retried or deleted since?",
+			id, groupText(group), c.cfg.Limit, c.cfg.ErrorTopic, others)
+	case len(copies) == 0:
 		p.Error = fmt.Sprintf("no message %s in the first %d of the error topic %s: retried or deleted since?", id, c.cfg.Limit, c.cfg.ErrorTopic)
 	}
 	c.renderPage(w, r, "message", p)
 }
 
+// groupText names an endpoint group in a sentence: the failing handler's
+// subscriber group (metadata.ErrorGroup, bus.GroupOf its endpoint and
+// handler), or none for a message no bus moved.
+func groupText(group string) string {
+	if group == "" {
+		return "without an endpoint group (not moved there by a bus)"
+	}
+	return "of endpoint group " + group
+}
+
 // selection is which failed messages an action applies to: those with an
 // ID, the copies with a digest (copyKey: a message without an ID, which
-// the ID cannot name), those of a failure group, or all.
+// the ID cannot name), those of a failure group, or all; with ByGroup,
+// only those of the endpoint group Group (metadata.ErrorGroup; "" is a
+// message without one). Two endpoints that handle one event each put a
+// copy with its ID in the error topic when both fail: the group tells
+// them apart. A request without a group (a form or a script of before)
+// selects as before: every copy of the ID, or of the handler and reason.
 type selection struct {
-	ID, Copy, Handler, Reason string
-	All                       bool
+	ID, Copy, Handler, Reason, Group string
+	ByGroup                          bool // the request named a group, maybe ""
+	All                              bool
 }
 
 func selectionOf(r *http.Request) (selection, error) {
 	s := selection{ID: asPosted(r.FormValue("id")), Copy: r.FormValue("copy"), Handler: asPosted(r.FormValue("handler")),
-		Reason: asPosted(r.FormValue("reason")), All: r.FormValue("all") == "1"}
+		Reason: asPosted(r.FormValue("reason")), Group: asPosted(r.FormValue("group")), All: r.FormValue("all") == "1"}
+	_, s.ByGroup = r.Form["group"] // parsed by FormValue: the query and the posted form
 	if s.ID == "" && s.Copy == "" && !s.All && s.Handler == "" && s.Reason == "" {
 		return s, errors.New("choose a message, a failure group or all")
 	}
@@ -185,6 +219,9 @@ func selectionOf(r *http.Request) (selection, error) {
 }
 
 func (s selection) match(msg *message.Message) bool {
+	if s.ByGroup && asPosted(msg.Metadata.Get(metadata.ErrorGroup)) != s.Group {
+		return false
+	}
 	switch {
 	case s.All:
 		return true
@@ -233,16 +270,25 @@ func asPosted(s string) string {
 }
 
 func (s selection) String() string {
+	var text string
 	switch {
 	case s.All:
-		return "every failed message"
+		text = "every failed message"
 	case s.ID != "":
-		return "message " + s.ID
+		text = "message " + s.ID
 	case s.Copy != "":
-		return "the message without an ID (" + s.Copy + ")"
+		text = "the message without an ID (" + s.Copy + ")"
 	default:
-		return fmt.Sprintf("the messages of %s that failed like %q", cmp.Or(s.Handler, "(no handler)"), reasonShape(s.Reason))
+		text = "the messages of " + cmp.Or(s.Handler, "(no handler)")
+		if s.ByGroup {
+			text += " " + groupText(s.Group)
+		}
+		return fmt.Sprintf("%s that failed like %q", text, reasonShape(s.Reason))
 	}
+	if s.ByGroup {
+		text += " " + groupText(s.Group)
+	}
+	return text
 }
 
 // copyKey identifies one copy in the error topic, as the confirmation

@@ -28,11 +28,16 @@ import (
 // moves a message there as the bus does after its last failed attempt.
 // A retry sends it back to retryTopic, for the group group. ready, when
 // set, counts the messages the error topic holds ready for a read.
+// subscribe declares another handler's group on retryTopic, as its bus
+// does (RabbitMQ: its queue), and retried counts the retries sent back
+// to a group.
 type errorTopic struct {
 	f                 *fixture
 	publish           func(t *testing.T, msg *message.Message)
 	retryTopic, group string
 	ready             func(t *testing.T) int
+	subscribe         func(t *testing.T, group string)
+	retried           func(t *testing.T, group string) int
 }
 
 // settle waits until the error topic holds n messages ready for a read. A
@@ -91,38 +96,49 @@ func sqlErrorTopic(t *testing.T, db *gorm.DB) errorTopic {
 		f:          newFixture(t, db, console.Config{ErrorTopic: topic}),
 		publish:    func(t *testing.T, msg *message.Message) { require.NoError(t, tr.Publisher().Publish(topic, msg)) },
 		retryTopic: "billing.cmd.test.Charge", group: bus.GroupOf("billing", "test.Charge"),
+		subscribe: func(*testing.T, string) {}, // a retry goes through the delayed table, to any group
+		retried: func(t *testing.T, group string) int {
+			var n int
+			require.NoError(t, db.Raw("SELECT COUNT(*) FROM postroom_delayed WHERE target_group = ?", group).Scan(&n).Error)
+			return n
+		},
 	}
 }
 
 func amqpErrorTopic(t *testing.T, queues amqp.QueueType) errorTopic {
 	tr := amqptest.New(t, amqp.Config{QueueType: queues})
 	topic, retryTopic, group := testenv.Name("error_"), testenv.Name("charge_"), bus.GroupOf("billing", "test.Charge")
-	for topic, group := range map[string]string{topic: bus.ErrorQueueGroup, retryTopic: group} { // the queues, as a bus declares them
+	subscribe := func(t *testing.T, topic, group string) { // the queue, as a bus declares it
 		sub, err := tr.Subscriber(group)
 		require.NoError(t, err)
 		require.NoError(t, sub.(message.SubscribeInitializer).SubscribeInitialize(topic))
 	}
+	subscribe(t, topic, bus.ErrorQueueGroup)
+	subscribe(t, retryTopic, group)
 	conn, err := amqp091.Dial(testenv.AMQPURL())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
+	messages := func(t *testing.T, queue string) int {
+		ch, err := conn.Channel()
+		require.NoError(t, err)
+		defer ch.Close()
+		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+		require.NoError(t, err)
+		return q.Messages
+	}
 	return errorTopic{
 		f:          newFixture(t, testenv.SQLite(t), console.Config{AMQPURL: testenv.AMQPURL(), ErrorTopic: topic}),
 		publish:    func(t *testing.T, msg *message.Message) { require.NoError(t, tr.Publisher().Publish(topic, msg)) },
 		retryTopic: retryTopic, group: group,
-		ready: func(t *testing.T) int {
-			ch, err := conn.Channel()
-			require.NoError(t, err)
-			defer ch.Close()
-			q, err := ch.QueueDeclarePassive(amqp.QueueName(topic, bus.ErrorQueueGroup), true, false, false, false, nil)
-			require.NoError(t, err)
-			return q.Messages
-		},
+		ready:     func(t *testing.T) int { return messages(t, amqp.QueueName(topic, bus.ErrorQueueGroup)) },
+		subscribe: func(t *testing.T, group string) { subscribe(t, retryTopic, group) },
+		retried:   func(t *testing.T, group string) int { return messages(t, amqp.QueueName(retryTopic, group)) },
 	}
 }
 
 var (
 	hiddenField = regexp.MustCompile(`<input type="hidden" name="([a-z]+)" value="([^"]*)">`)
-	failedRow   = regexp.MustCompile(`<tr data-id="([^"]+)">`)
+	failedRow   = regexp.MustCompile(`<tr data-id="([^"]+)" data-group="[^"]*">`)
 )
 
 // confirm opens the confirmation page of path and returns the form its

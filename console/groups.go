@@ -6,11 +6,16 @@ import (
 	"slices"
 )
 
-// failureGroup is the failed messages of one handler whose reasons have
-// one shape (ServicePulse's failure group, which groups by exception type
-// and stack trace; a reason here is the error's text).
+// failureGroup is the failed messages of one handler of one endpoint
+// whose reasons have one shape (ServicePulse's failure group, which groups
+// by endpoint, exception type and stack trace; a reason here is the
+// error's text). The endpoint is the handler's subscriber group
+// (metadata.ErrorGroup): two endpoints that handle one event have
+// handlers of one name, and before, their failures were one group whose
+// rows looked alike (a cold trial).
 type failureGroup struct {
 	Handler  string
+	Group    string // the failing handler's subscriber group; "" for a message no bus moved
 	Reason   string // the shape: reasonShape of each message's reason
 	Messages []failedMessage
 }
@@ -19,9 +24,11 @@ func groupFailed(list []failedMessage) []failureGroup {
 	var groups []failureGroup
 	for _, f := range list {
 		shape := reasonShape(f.Reason)
-		i := slices.IndexFunc(groups, func(g failureGroup) bool { return g.Handler == f.Handler && g.Reason == shape })
+		i := slices.IndexFunc(groups, func(g failureGroup) bool {
+			return g.Handler == f.Handler && g.Group == f.Group && g.Reason == shape
+		})
 		if i < 0 {
-			groups = append(groups, failureGroup{Handler: f.Handler, Reason: shape})
+			groups = append(groups, failureGroup{Handler: f.Handler, Group: f.Group, Reason: shape})
 			i = len(groups) - 1
 		}
 		groups[i].Messages = append(groups[i].Messages, f)

@@ -1,9 +1,14 @@
 package console
 
 import (
+	"fmt"
+	"net/http/httptest"
 	"testing"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
+
+	"github.com/postroom/postroom/metadata"
 )
 
 func TestReasonShape(t *testing.T) {
@@ -45,4 +50,55 @@ func TestAsPosted(t *testing.T) {
 		require.Equal(t, want, asPosted(in), "%q", in)
 		require.Equal(t, want, asPosted(want), "idempotent: %q", want)
 	}
+}
+
+// TestFailureGroupsAndSelectionsByEndpointGroup: copies of one message
+// that the handlers of two endpoints (one name) failed are a failure
+// group each; a selection that names a group takes that group's copies
+// only ("" those without one), and one that names none takes them all.
+func TestFailureGroupsAndSelectionsByEndpointGroup(t *testing.T) {
+	copyOf := func(group string) *message.Message {
+		msg := message.NewMessage("evt-1", []byte("{}"))
+		msg.Metadata = message.Metadata{metadata.ErrorHandler: "trialu.Evt", metadata.ErrorReason: "boom"}
+		if group != "" {
+			msg.Metadata.Set(metadata.ErrorGroup, group)
+		}
+		return msg
+	}
+	msgs := []*message.Message{copyOf("trialu_a.trialu.Evt"), copyOf("trialu_b.trialu.Evt"), copyOf("trialu_a.trialu.Evt"), copyOf("")}
+	var list []failedMessage
+	for _, msg := range msgs {
+		list = append(list, failedOf(msg, false))
+	}
+	var keys []string
+	for _, g := range groupFailed(list) {
+		keys = append(keys, fmt.Sprintf("%s|%s|%s|%d", g.Handler, g.Group, g.Reason, len(g.Messages)))
+	}
+	require.Equal(t, []string{"trialu.Evt|trialu_a.trialu.Evt|boom|2", "trialu.Evt|trialu_b.trialu.Evt|boom|1", "trialu.Evt||boom|1"}, keys)
+
+	for query, want := range map[string][]bool{
+		"id=evt-1":                           {true, true, true, true},
+		"id=evt-1&group=trialu_a.trialu.Evt": {true, false, true, false},
+		"id=evt-1&group=":                    {false, false, false, true},
+		"handler=trialu.Evt&reason=boom&group=trialu_b.trialu.Evt": {false, true, false, false},
+		"handler=trialu.Evt&reason=boom":                           {true, true, true, true},
+		"all=1&group=trialu_b.trialu.Evt":                          {false, true, false, false},
+	} {
+		s, err := selectionOf(httptest.NewRequest("GET", "/failed/confirm?"+query, nil))
+		require.NoError(t, err, query)
+		var got []bool
+		for _, msg := range msgs {
+			got = append(got, s.match(msg))
+		}
+		require.Equal(t, want, got, query)
+	}
+	s, err := selectionOf(httptest.NewRequest("GET", "/failed/confirm?id=evt-1&group=trialu_a.trialu.Evt", nil))
+	require.NoError(t, err)
+	require.Equal(t, "message evt-1 of endpoint group trialu_a.trialu.Evt", s.String())
+	s, err = selectionOf(httptest.NewRequest("GET", "/failed/confirm?id=evt-1&group=", nil))
+	require.NoError(t, err)
+	require.Equal(t, "message evt-1 without an endpoint group (not moved there by a bus)", s.String())
+	s, err = selectionOf(httptest.NewRequest("GET", "/failed/confirm?id=evt-1", nil))
+	require.NoError(t, err)
+	require.Equal(t, "message evt-1", s.String(), "no group: every copy, as before")
 }

@@ -34,8 +34,9 @@ func newConsole(opts *options) *cobra.Command {
 network at run time): what needs attention first; per handler, charts of
 the messages handled, duplicates, stale and failed over the last hour; the
 failed messages of the error topic (RabbitMQ with --amqp, else the SQL
-transport's table in the database) grouped by handler and the shape of
-their reason (IDs and numbers as …), their headers and body, retry and
+transport's table in the database) grouped by endpoint group (the
+failing handler's subscriber group), handler and the shape of their
+reason (IDs and numbers as …), their headers and body, retry and
 delete; the unresolved external effects and
 their resolution; the schedules with trigger, pause and resume; and a
 lookup of whether a message was handled by a consumer.
