@@ -148,10 +148,10 @@ type Config struct {
 	// classic queues (each redelivery), the SQL transport (each process's
 	// first read of a topic) and for delayed retries (each run). A
 	// redelivery is handled alone, not in a batch; on classic queues one
-	// at a time per process, counted when its turn comes, so that the
-	// messages in flight at a crash are not counted with the one that
-	// caused it. docs/guarantees.md says what a crash takes along.
-	// Defaults to 10.
+	// that came back before unsettled is handled one at a time in the
+	// bus, counted when its turn comes, so that the messages in flight at
+	// a crash are counted at most twice with the one that caused it.
+	// docs/guarantees.md says what a crash takes along. Defaults to 10.
 	MaxDeliveries int
 	// StopTimeout is how long a stop (Run's context ending, or Close)
 	// lets the messages being handled finish: the bus takes no new

@@ -123,26 +123,29 @@ func (u *unsettled) settle(group, id string, nacked, stored bool) (wasStored boo
 // not count is counted in the database first (redeliveries): so are the
 // deliveries that ended with their process.
 //
-// A message that may have ended a process is handled alone: not in a
-// batch (WithBatch, HandleBatch), whose other members it would take down
-// with it again, and, for a broker's redelivery counted in the database
-// (RabbitMQ's classic queues), one at a time in the process, counted when
-// its turn comes. Every message in flight at a crash comes back as a
-// redelivery; counted together, the innocent ones reached MaxDeliveries
-// with the one that kills its process and went to the error topic with it
-// (a cold trial: 7 of a batch of 8). One at a time, a redelivery is counted
-// only when it runs, and the crash of its run is its own.
+// Every message in flight at a crash comes back as a redelivery. Counted
+// together, the innocent ones reached MaxDeliveries with the one that
+// kills its process and went to the error topic with it (a cold trial: 7
+// of a batch of 8). So a redelivery is handled alone, not in a batch
+// (WithBatch, HandleBatch), whose other members it would take down with it
+// again; and a broker's redelivery counted in the database (RabbitMQ's
+// classic queues) that came back before without being settled is handled
+// one at a time in the bus, counted when its turn comes, so that a crash
+// in its run is counted against it alone. The first redelivery after a
+// crash, or after a connection was lost, runs as usual, side by side: an
+// innocent message is counted at most twice.
 func (b *Bus) guarded(handler, topic string, delivery message.HandlerFunc) func(*message.Message) error {
 	group, consumer := b.group(handler), b.consumer(handler)
 	return func(msg *message.Message) error {
-		if msg.Metadata.Get(metadata.Redelivered) == metadata.RedeliveredYes && b.redeliveries.counts(msg) {
+		if msg.Metadata.Get(metadata.Redelivered) == metadata.RedeliveredYes && b.redeliveries.counts(msg) &&
+			b.redeliveries.looped(msg.Context(), consumer, msg) {
 			select {
 			case b.suspects <- struct{}{}:
 				defer func() { <-b.suspects }()
 			case <-b.stopping:
 				return errStopping
-			case <-msg.Context().Done():
-				return fmt.Errorf("bus: waiting to handle a redelivery alone: %w", context.Cause(msg.Context()))
+			case <-msg.Context().Done(): // its delivery ended (a lost connection): given back as at a stop
+				return errStopping
 			}
 		}
 		n, counted := b.previousDeliveries(handler, group, consumer, msg)
@@ -154,10 +157,10 @@ func (b *Bus) guarded(handler, topic string, delivery message.HandlerFunc) func(
 			}
 		}
 		if counted && n >= 2 {
-			b.cfg.Logger.Warn("bus: a message came back again without being settled: its handling may be ending its process; it is handled alone, and goes to the error topic after Config.MaxDeliveries",
+			b.cfg.Logger.Warn("bus: a message came back again without being settled (nacked, or its process ended while handling it); it is handled alone, and goes to the error topic after Config.MaxDeliveries",
 				"handler", handler, "message_id", msg.UUID, "deliveries", n, "max_deliveries", b.cfg.MaxDeliveries)
 		}
-		if n > 0 || msg.Metadata.Get(metadata.Redelivered) != "" {
+		if b.redelivery(group, msg) {
 			msg.SetContext(unitofwork.Alone(msg.Context()))
 		}
 		_, err := delivery(msg)
@@ -168,6 +171,13 @@ func (b *Bus) guarded(handler, topic string, delivery message.HandlerFunc) func(
 		}
 		return err
 	}
+}
+
+// redelivery reports whether msg may be a redelivery to group: its
+// transport says so, or counts it, or this process saw it unsettled. Such
+// a message is handled alone (guarded), and a batch does not wait for it.
+func (b *Bus) redelivery(group string, msg *message.Message) bool {
+	return msg.Metadata.Get(metadata.Redelivered) != "" || b.unsettled.previous(group, msg) > 0
 }
 
 // previousDeliveries returns how many deliveries of msg before this one

@@ -271,7 +271,9 @@ func (b *Bus) register(name string, byRun bool, opts []HandlerOption, build func
 			routerName := fmt.Sprintf("%s@%s#%d", hc.name, topic, i)
 			b.router.AddConsumerHandler(routerName, topic, sub, func(msg *message.Message) error {
 				growStack()
-				if hc.batchSize > 1 { // only a batch asks
+				// Only a batch asks; a redelivery, handled alone, is
+				// not for the open batch to wait for.
+				if hc.batchSize > 1 && !b.redelivery(group, msg) {
 					inFlight.Add(1)
 					defer func() {
 						inFlight.Add(-1)

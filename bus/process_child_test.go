@@ -51,6 +51,7 @@ const (
 	childBatch     = "POSTROOM_TEST_CHILD_BATCH"         // N: Work's handler commits in batches of up to N (WithBatch)
 	childBatchFn   = "POSTROOM_TEST_CHILD_BATCH_HANDLER" // "1": Work's handler is a batch handler (HandleBatch), batches per childBatch
 	childSleep     = "POSTROOM_TEST_CHILD_SQL_SLEEP"     // seconds: Work's handler first runs DO SLEEP(s) in its transaction (MySQL/MariaDB), so a server stopping finds statements running
+	childGather    = "POSTROOM_TEST_CHILD_GATHER"        // "1": each delivery waits 100 ms before its handler, so that the messages taken together are in flight before a batch forms
 )
 
 // WorkDone is published by a consumer process for each Work it handles,
@@ -81,7 +82,7 @@ func runConsumer() int {
 		retry = bus.RetryPolicy{}
 	}
 	if hasPoison {
-		concurrency = 1 // only the poison message is in flight when it kills the process
+		concurrency = 1 // only the poison message is in flight when it kills the process, or its batch (childBatch)
 	}
 	var delayed bus.DelayedRetries
 	pollDelayed := time.Duration(0)
@@ -105,6 +106,15 @@ func runConsumer() int {
 			return out, err
 		}
 	}
+	middleware := []message.HandlerMiddleware{crashAfterCommit}
+	if os.Getenv(childGather) == "1" {
+		middleware = append(middleware, func(h message.HandlerFunc) message.HandlerFunc {
+			return func(msg *message.Message) ([]*message.Message, error) {
+				time.Sleep(100 * time.Millisecond)
+				return h(msg)
+			}
+		})
+	}
 	b, err := bus.New(bus.Config{
 		Endpoint:      os.Getenv(childEP),
 		Transport:     tr,
@@ -114,7 +124,7 @@ func runConsumer() int {
 		ErrorTopic:    os.Getenv(childErrors),
 		Retry:         retry,
 		Recorder:      counters,
-		Middleware:    []message.HandlerMiddleware{crashAfterCommit},
+		Middleware:    middleware,
 		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Cleanup:       bus.CleanupSchedule{Disabled: true},
 		Outbox:        os.Getenv(childOutbox) == "1",

@@ -81,6 +81,15 @@ func (r *redeliveries) count(ctx context.Context, consumer string, msg *message.
 	return n, nil
 }
 
+// looped reports whether a count of msg is stored: it came back before,
+// and was not settled since (a crash loop, or a nack loop). An error
+// reads as no: count says it.
+func (r *redeliveries) looped(ctx context.Context, consumer string, msg *message.Message) bool {
+	var n int
+	err := r.db.WithContext(ctx).Raw(r.stmts.Read, consumer, msg.UUID).Row().Scan(&n)
+	return err == nil && n > 0
+}
+
 // missing reports whether the database lacks the table (before migration
 // 9). A database out of reach is not taken for one without it: the count
 // is kept on, and each redelivery it cannot count is said.

@@ -25,7 +25,7 @@ func TestAnAloneMessageIsABatchOfItsOwn(t *testing.T) {
 	stores(t, func(t *testing.T, db *gorm.DB) {
 		t.Run("middleware", func(t *testing.T) {
 			if db.Dialector.Name() == "sqlite" {
-				return // one connection: the Collector's calls below show the batches
+				t.Skip("one connection, which the waiting batch holds: the Collector's calls below show SQLite's batches")
 			}
 			mw, err := unitofwork.New(unitofwork.Config{DB: db, BatchSize: 4, BatchWait: time.Minute})
 			require.NoError(t, err)

@@ -63,6 +63,7 @@ type batch struct {
 	timer      *time.Timer
 
 	items []*Collected // a Collector's batch: what its members handed in
+	alone bool         // a batch of one member (Alone), out of the batcher's count
 
 	// live counts the members whose context is not done: when every
 	// member's is (the bus is stopping), cancel ends the transaction's.
@@ -177,11 +178,11 @@ func (b *batcher) joinLocked(ctx context.Context, it *Collected, alone bool) (*b
 		// message in flight has joined it and run, instead of waiting for
 		// others that are not coming. Under load, or in a burst, a batch
 		// waits to fill.
-		bt.eager = b.inFlight != nil && b.lastSingle && b.active == 0
-		b.active++
 		if alone {
-			bt.closed = true // ends once its member has run
+			bt.alone, bt.closed = true, true // ends once its member has run
 		} else {
+			bt.eager = b.inFlight != nil && b.lastSingle && b.active == 0
+			b.active++
 			b.open = bt
 			bt.timer = time.AfterFunc(b.wait, bt.close)
 		}
@@ -291,8 +292,10 @@ func (bt *batch) end() {
 	broken, members := bt.broken, bt.joined
 	bt.mu.Unlock()
 	bt.b.mu.Lock()
-	bt.b.active--
-	bt.b.lastSingle = members == 1
+	if !bt.alone {
+		bt.b.active--
+		bt.b.lastSingle = members == 1
+	}
 	for _, id := range bt.ids {
 		if bt.b.holding[id] == bt {
 			delete(bt.b.holding, id)

@@ -13,5 +13,9 @@
 // returns without error: the transaction is rolled back and the message is
 // acked.
 //
+// A message whose context is marked with [Alone] is handled in a batch of
+// its own by the batched middleware and by a [Collector]: the bus so
+// handles a message that may have ended a process.
+//
 // This package imports nothing else of postroom's.
 package unitofwork
