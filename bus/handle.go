@@ -195,7 +195,7 @@ func (b *Bus) register(name string, byRun bool, opts []HandlerOption, build func
 			b.mu.Unlock()
 		}
 	}()
-	var inFlight atomic.Int64 // the handler's deliveries being handled
+	var inFlight atomic.Int64 // the handler's deliveries being handled, redeliveries aside (handled alone)
 	var settle func()         // a batch handler's: a batch may wait for them
 	hc.inFlight = func() int { return int(inFlight.Load()) }
 	hc.onSettle = func(f func()) { settle = f }

@@ -21,8 +21,9 @@ import (
 // memory, a fatal error in C code, a watchdog's SIGKILL) was delivered to
 // each restarted process forever (a cold trial; docs/guarantees.md). Only
 // these deliveries pay: one transaction (upsert and read) before the
-// handler runs, and a delete once the message is settled; a first
-// delivery costs nothing.
+// handler runs, after a read on RabbitMQ's classic queues (looped: one
+// that came back before waits for the bus's slot), and a delete once the
+// message is settled; a first delivery costs nothing.
 type redeliveries struct {
 	db    *gorm.DB
 	d     dialect.Dialect

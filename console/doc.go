@@ -13,8 +13,8 @@
 //     [Config.Metrics], which [Console.Run] samples.
 //   - Failed messages: the error topic, on RabbitMQ ([Config.AMQPURL]) or
 //     the SQL transport (its table in [Config.DB]), grouped by endpoint
-//     group (the failing handler's subscriber group, which names its
-//     endpoint), handler and the shape of the reason (IDs and numbers as
+//     group (the failing handler's subscriber group, which tells
+//     endpoints apart), handler and the shape of the reason (IDs and numbers as
 //     …); one message's metadata and body; retry (back to the handler
 //     that failed, alone, as `postroom errors replay`; on the SQL
 //     transport through the delayed table) and delete, each after a

@@ -50,8 +50,8 @@ func Contention(err error) bool {
 const ContendedAttempts = 5
 
 // ExecContended runs one statement on db, again when it lost to
-// contention (a deadlock, a lock wait timeout), up to ContendedAttempts
-// times with a growing pause, and returns the rows it changed. A single
+// contention (a deadlock, a serialization failure, a lock wait timeout),
+// up to ContendedAttempts runs in all with a growing pause, and returns the rows it changed. A single
 // statement that lost changed nothing, so running it again is safe.
 func ExecContended(ctx context.Context, db *gorm.DB, query string, args ...any) (int64, error) {
 	var err error

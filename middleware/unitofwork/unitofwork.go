@@ -34,7 +34,8 @@ type Config struct {
 	// when BatchSize is above 1. Defaults to BatchWaitDefault (10ms).
 	BatchWait time.Duration
 	// InFlight, when set, returns how many messages the handler holds now,
-	// in a batch or on their way to one. While messages come one at a
+	// in a batch or on their way to one (not those marked with Alone,
+	// which never join one). While messages come one at a
 	// time (the last batch had one), a batch then commits as soon as every
 	// message in flight has joined it and run, instead of waiting
 	// BatchWait for others that are not coming. Used only when BatchSize
