@@ -160,7 +160,7 @@ func (b *Bus) guarded(handler, topic string, delivery message.HandlerFunc) func(
 			b.cfg.Logger.Warn("bus: a message came back again without being settled (nacked, or its process ended while handling it); it is handled alone, and goes to the error topic after Config.MaxDeliveries",
 				"handler", handler, "message_id", msg.UUID, "deliveries", n, "max_deliveries", b.cfg.MaxDeliveries)
 		}
-		if b.redelivery(group, msg) {
+		if n > 0 || msg.Metadata.Get(metadata.Redelivered) != "" { // as redelivery says, from the count in hand
 			msg.SetContext(unitofwork.Alone(msg.Context()))
 		}
 		_, err := delivery(msg)

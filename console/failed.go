@@ -270,25 +270,20 @@ func asPosted(s string) string {
 }
 
 func (s selection) String() string {
-	var text string
+	group := ""
+	if s.ByGroup {
+		group = " " + groupText(s.Group)
+	}
 	switch {
 	case s.All:
-		text = "every failed message"
+		return "every failed message" + group
 	case s.ID != "":
-		text = "message " + s.ID
+		return "message " + s.ID + group
 	case s.Copy != "":
-		text = "the message without an ID (" + s.Copy + ")"
+		return "the message without an ID (" + s.Copy + ")" + group
 	default:
-		text = "the messages of " + cmp.Or(s.Handler, "(no handler)")
-		if s.ByGroup {
-			text += " " + groupText(s.Group)
-		}
-		return fmt.Sprintf("%s that failed like %q", text, reasonShape(s.Reason))
+		return fmt.Sprintf("the messages of %s%s that failed like %q", cmp.Or(s.Handler, "(no handler)"), group, reasonShape(s.Reason))
 	}
-	if s.ByGroup {
-		text += " " + groupText(s.Group)
-	}
-	return text
 }
 
 // copyKey identifies one copy in the error topic, as the confirmation

@@ -163,9 +163,9 @@ func (b *batcher) joinLocked(ctx context.Context, it *Collected, alone bool) (*b
 		b.open = nil
 		go old.close() // it ends once its members have run
 	}
-	bt := b.open
-	if alone {
-		bt = nil
+	var bt *batch // alone: a new one
+	if !alone {
+		bt = b.open
 	}
 	if bt == nil {
 		// The transaction outlives the member that begins it, so it keeps
