@@ -257,7 +257,7 @@ func checkReceived(msg *message.Message) error {
 		return &unrecoverableError{fmt.Errorf("bus: the transport could not read the message: %s", reason)}
 	}
 	if msg.UUID == "" {
-		return &unrecoverableError{errors.New("bus: message ID is empty: a producer must set one (Watermill UUID; on RabbitMQ the message_id property)")}
+		return &unrecoverableError{errors.New("bus: message ID is empty: a producer must set one (Watermill UUID; on RabbitMQ the message_id property, on the SQL transport the uuid column)")}
 	}
 	return nil
 }
