@@ -235,12 +235,18 @@ func TestBadVersionsAreUnrecoverable(t *testing.T) {
 	longEntity := update("6", strings.Repeat("e", 201), base)
 	zero := update("8", "e", base)
 	zero.Metadata.Set(metadata.Version, "0001-01-01T00:00:00Z")
+	unixSeconds := update("9", "e", base)
+	unixSeconds.Metadata.Set(metadata.Version, "1796536566")
 	for name, msg := range map[string]*message.Message{
 		"no entity": noEntity, "no version": noVersion, "unparseable": unparseable,
 		"far future": future, "no type": noType, "long entity": longEntity, "zero time": zero,
+		"unix seconds": unixSeconds,
 	} {
 		_, err := h(msg)
 		require.ErrorIs(t, err, stale.ErrBadVersion, name)
+		if name == "unix seconds" { // Go's own text names layout fragments: the reason shows what is wanted (a cold trial)
+			require.ErrorContains(t, err, `version "1796536566" is not an RFC 3339 timestamp such as 2026-12-06T10:04:05.123456789Z`)
+		}
 		if name == "zero time" { // set, so not "missing" (found by a cold trial)
 			require.ErrorContains(t, err, `version "0001-01-01T00:00:00Z" is out of range: years 1678 to 2261`)
 		}

@@ -44,10 +44,17 @@ func MetadataVersion(msg *message.Message) (Version, error) {
 		return Version{}, &VersionError{Reason: fmt.Sprintf("version %q is out of range: years 1678 to 2261", raw)}
 	}
 	if err != nil {
-		return Version{}, &VersionError{Reason: fmt.Sprintf("version %q is not an RFC 3339 timestamp", raw), Err: err}
+		// Go's parse error names layout fragments ("cannot parse "536566" as
+		// "-""): the example says what is wanted (a cold trial sent Unix
+		// seconds).
+		return Version{}, &VersionError{Reason: fmt.Sprintf("version %q is not an RFC 3339 timestamp such as %s", raw, versionExample), Err: err}
 	}
 	return Version{EntityID: id, At: at}, nil
 }
+
+// versionExample is an RFC 3339 timestamp with nanoseconds, as reasons
+// show it.
+const versionExample = "2026-12-06T10:04:05.123456789Z"
 
 // whereVersionsComeFrom says how a message gets its entity ID and version,
 // for the reasons above: a producer that is not postroom reads them there.
