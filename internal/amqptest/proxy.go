@@ -16,11 +16,13 @@ import (
 // Proxy forwards TCP connections to the test broker, so that a test can
 // fail a client's connection at a chosen moment without touching the
 // broker: Drop closes them (an operator command cut off mid-way, a broker
-// restart as the client sees it), Blackhole takes new connections and
-// never answers, Freeze holds every byte in flight, closing nothing.
+// restart as the client sees it), Refuse closes new ones at once (a broker
+// that is down), Blackhole takes new connections and never answers,
+// Freeze holds every byte in flight, closing nothing.
 type Proxy struct {
 	ln        net.Listener
 	target    string
+	refuse    atomic.Bool
 	blackhole atomic.Bool
 	frozen    atomic.Bool
 	stopped   atomic.Bool
@@ -66,6 +68,9 @@ func (p *Proxy) Drop() {
 	p.conns = nil
 }
 
+// Refuse closes new connections as soon as they are taken while on.
+func (p *Proxy) Refuse(on bool) { p.refuse.Store(on) }
+
 // Blackhole makes new connections hang (taken, never answered) while on.
 func (p *Proxy) Blackhole(on bool) { p.blackhole.Store(on) }
 
@@ -78,6 +83,10 @@ func (p *Proxy) accept() {
 		c, err := p.ln.Accept()
 		if err != nil {
 			return
+		}
+		if p.refuse.Load() {
+			_ = c.Close()
+			continue
 		}
 		p.keep(c)
 		if p.blackhole.Load() {
