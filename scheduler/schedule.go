@@ -68,10 +68,20 @@ func (s *Schedule) prepare() error {
 		c, err := cron.ParseStandard(s.Cron)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("scheduler: schedule %q: cron %q: %w", s.Name, s.Cron, err))
+		} else if c.Next(time.Now()).IsZero() {
+			// robfig/cron gives up after five years: a date that never
+			// comes (February 30) was stored as a zero next_run_at, and
+			// every tick then failed with "has no next_run_at".
+			errs = append(errs, fmt.Errorf("scheduler: schedule %q: cron %q never fires", s.Name, s.Cron))
 		}
 		s.cron = c
 	case s.Every < time.Second:
 		errs = append(errs, fmt.Errorf("scheduler: schedule %q: Every %s is shorter than a second", s.Name, s.Every))
+	}
+	if s.CatchUpLimit < 0 {
+		// slots() would slice emit[len+1:]: a panic in Tick, on every
+		// instance, at every start, as long as the schedule is late.
+		errs = append(errs, fmt.Errorf("scheduler: schedule %q: CatchUpLimit %d is negative", s.Name, s.CatchUpLimit))
 	}
 	if s.CatchUpLimit == 0 {
 		s.CatchUpLimit = CatchUpLimitDefault

@@ -234,6 +234,21 @@ func TestBadSchedulesAreRefused(t *testing.T) {
 	require.ErrorContains(t, err, "Schedule.Name")
 }
 
+// TestBadCatchUpAndNeverFiringCronAreRefused: a negative CatchUpLimit
+// panicked in Tick once the schedule was late (slice bounds out of range),
+// and a cron expression that never fires (February 30) was stored with a
+// zero next_run_at and failed every tick ("has no next_run_at"; found by a
+// cold trial).
+func TestBadCatchUpAndNeverFiringCronAreRefused(t *testing.T) {
+	db := testenv.SQLite(t)
+	_, err := scheduler.New(scheduler.Config{DB: db, Emit: recordEmit, Schedules: []scheduler.Schedule{
+		{Name: "negative", Every: time.Second, Missed: scheduler.CatchUp, CatchUpLimit: -1},
+		{Name: "never", Cron: "0 0 30 2 *"},
+	}})
+	require.ErrorContains(t, err, "CatchUpLimit -1 is negative")
+	require.ErrorContains(t, err, "never fires")
+}
+
 // TestControlTwiceIsNotAnError: pausing a paused schedule, resuming a
 // running one and triggering one twice at the same time succeed on every
 // store; only a name that does not exist is an error. MySQL counts only
