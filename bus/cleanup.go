@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -44,6 +45,28 @@ func (b *Bus) newCleanup() (*scheduler.Scheduler, error) {
 	}
 	tables := store.TablesDefault()
 	purge := func(ctx context.Context, m *handlers.CleanupStore) error {
+		// The message says how far to purge, but this endpoint's
+		// InboxRetention (checked against every handler's redelivery
+		// horizon at Handle) is the least it keeps: a CleanupStore sent
+		// by hand with a shorter Retention, a Before too recent, or none
+		// (handlers' own default, 10 days, under a longer
+		// InboxRetention), or emitted by an instance of a rolling deploy
+		// whose retention was shorter, purged keys a redelivery still
+		// needed, and the redelivery was handled again (a cold trial).
+		now := b.cfg.Now()
+		limit := now.Add(-b.cfg.InboxRetention)
+		cutoff := m.Before
+		if cutoff.IsZero() {
+			cutoff = now.Add(-cmp.Or(m.Retention, b.cfg.InboxRetention))
+		}
+		if m.Retention < 0 {
+			cutoff = time.Time{} // refused by Purge below, as before
+		} else if cutoff.After(limit) {
+			b.cfg.Logger.WarnContext(ctx, "cleanup: a CleanupStore asked to purge keys younger than this endpoint's InboxRetention: purging only the older ones",
+				"asked_cutoff", cutoff, "cutoff", limit, "inbox_retention", b.cfg.InboxRetention)
+			cutoff = limit
+		}
+		m = &handlers.CleanupStore{Before: cutoff, Retention: m.Retention, BatchSize: m.BatchSize, Pause: m.Pause}
 		res, err := cleanup.Purge(ctx, *m)
 		b.add(metrics.CleanupDeleted(tables.Inbox), float64(res.Inbox))
 		b.add(metrics.CleanupDeleted(tables.Watermarks), float64(res.Watermarks))

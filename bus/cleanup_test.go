@@ -2,6 +2,8 @@ package bus_test
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/handlers"
 	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/store"
@@ -49,6 +52,55 @@ func TestCleanupIsScheduledWithTheInbox(t *testing.T) {
 		return len(ids) == 2
 	})
 	require.Equal(t, []string{"other's", "recent"}, ids, "this endpoint's old key purged, another endpoint's kept")
+}
+
+// TestACleanupStoreNeverPurgesInsideTheRetention: a CleanupStore sent by
+// hand (or emitted by an instance with another retention) purges no key
+// younger than the endpoint's InboxRetention, whatever its Retention or
+// Before say: before, a CleanupStore{Retention: time.Minute} purged a key
+// ten minutes old, and its redelivery ran the handler again; and a
+// CleanupStore{} purged after 10 days under a 30-day retention (found by
+// a cold trial).
+func TestACleanupStoreNeverPurgesInsideTheRetention(t *testing.T) {
+	db := testenv.SQLite(t)
+	d, err := dialect.Of(db)
+	require.NoError(t, err)
+	now := time.Now().UTC()
+	for id, age := range map[string]time.Duration{"10m": 10 * time.Minute, "15d": 15 * 24 * time.Hour, "31d": 31 * 24 * time.Hour} {
+		require.NoError(t, db.Exec(d.InboxInsert("postroom_inbox"), "billing/h", "", id, "t", d.Time(now.Add(-age))).Error)
+	}
+	b, err := bus.New(bus.Config{Endpoint: "billing", Transport: gochannel.New(gochannel.Config{}), DB: db,
+		Logger: testenv.Logger(t), InboxRetention: 30 * 24 * time.Hour})
+	require.NoError(t, err)
+	require.NoError(t, bus.Handle(b, func(context.Context, *CreateInvoice) error { return nil }, bus.WithInbox()))
+	start(t, b, "error")
+	ids := func() []string {
+		var ids []string
+		require.NoError(t, db.Raw("SELECT message_id FROM postroom_inbox ORDER BY message_id").Scan(&ids).Error)
+		return ids
+	}
+	for i, m := range []*handlers.CleanupStore{{Retention: time.Minute}, {}, {Before: now.Add(time.Hour)}} {
+		require.NoError(t, bus.Send(context.Background(), b, m, bus.WithMessageID(fmt.Sprintf("cleanup-%d", i))))
+	}
+	waitFor(t, "the key older than the retention purged", func() bool { return len(ids()) == 2 })
+	time.Sleep(500 * time.Millisecond) // the other two CleanupStore
+	require.Equal(t, []string{"10m", "15d"}, ids(), "keys inside the 30-day retention kept")
+}
+
+// TestTheScheduledCleanupSaysNothingAtWarn: the bus's own CleanupStore
+// asks for its InboxRetention exactly, which is not said at warn (the
+// first version of the clamp compared two readings of the clock and
+// warned at every slot).
+func TestTheScheduledCleanupSaysNothingAtWarn(t *testing.T) {
+	log, logs := testenv.CapturedLogger(slog.LevelWarn)
+	db := testenv.SQLite(t)
+	b, err := bus.New(bus.Config{Endpoint: "billing", Transport: gochannel.New(gochannel.Config{}), DB: db,
+		Logger: log, Cleanup: bus.CleanupSchedule{Interval: time.Second}})
+	require.NoError(t, err)
+	require.NoError(t, bus.Handle(b, func(context.Context, *CreateInvoice) error { return nil }, bus.WithInbox()))
+	start(t, b, "error")
+	time.Sleep(2500 * time.Millisecond) // two slots at least
+	require.NotContains(t, logs.String(), "cleanup:")
 }
 
 func TestShortRetentionIsRefused(t *testing.T) {
