@@ -11,7 +11,18 @@
 // tick, an instance reads the due schedules and claims a due slot with a
 // compare-and-set on next_run_at, in the same transaction as the emit: only
 // the instance whose UPDATE affected a row emits, so a slot fires once
-// whatever the number of instances and restarts. [EmitFunc] gets that
+// whatever the number of instances and restarts. On PostgreSQL and MySQL
+// the claim first locks the schedule's row with SKIP LOCKED: a slot whose
+// claim another instance holds (its emit still running) is skipped, not
+// waited for, so an emit that hangs holds back its own schedule alone,
+// until its transaction ends (a process that is paused or cut off holds it
+// until the database ends its session: set PostgreSQL's
+// idle_in_transaction_session_timeout, or MariaDB's
+// idle_transaction_timeout, to bound that). On SQLite a write locks the
+// whole database, so a hung emit holds back every writer. A schedule's
+// Name is its row: two services that share the table must not use one
+// name, or only the first to claim each slot fires it (the bus's cleanup
+// schedule carries its endpoint in its name). [EmitFunc] gets that
 // transaction (for an outbox) and the slot time, from which the bus derives a
 // deterministic message ID ([SlotID]), so a repeat is absorbed by the inbox.
 //

@@ -46,7 +46,10 @@ type Schedule struct {
 	// the slots: for an interval that divides a day (15m, 1h, 24h), at the
 	// same times every day from midnight UTC. Set Every or Cron.
 	Every time.Duration
-	// Cron fires on a five-field cron expression, in UTC. Set Every or Cron.
+	// Cron fires on a five-field cron expression, in UTC unless it starts
+	// with CRON_TZ=<IANA zone> (robfig/cron's ParseStandard; "@every 5m"
+	// and the other descriptors work too, @every rounded up to whole
+	// seconds). Set Every or Cron.
 	Cron string
 	// Missed is the policy for missed slots. Defaults to RunOnce.
 	Missed MissedPolicy

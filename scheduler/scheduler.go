@@ -148,6 +148,15 @@ func (s *Scheduler) fire(ctx context.Context, sc *Schedule) (int, error) {
 	slots, next, missed := sc.slots(due, now)
 	claimed := false
 	err = s.cfg.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if s.stmts.Lock != "" {
+			var names []string
+			if err := tx.Raw(s.stmts.Lock, sc.Name, s.d.Time(due)).Scan(&names).Error; err != nil {
+				return err
+			}
+			if len(names) == 0 {
+				return nil // another instance holds its claim, or claimed it, or it was paused or triggered meanwhile
+			}
+		}
 		res := tx.Exec(s.stmts.Claim, s.d.Time(next), s.d.Time(now), s.cfg.Instance, s.d.Time(now), sc.Name, s.d.Time(due))
 		if res.Error != nil {
 			return res.Error

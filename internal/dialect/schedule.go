@@ -10,6 +10,15 @@ type ScheduleStatements struct {
 	// Redefine stores a schedule's new spec and next slot if its spec
 	// changed. Arguments: spec, next_run_at, updated_at, name, spec.
 	Redefine string
+	// Lock locks a schedule's row if it still holds the next_run_at read
+	// and is not paused, skipping a row another instance's claim holds:
+	// no row means this instance does not fire it now. Without it, a
+	// claim waited for another instance's claim to end, and so did every
+	// schedule behind it in the tick: one emit that hung stopped every
+	// schedule on every instance (a cold trial). Empty on SQLite, which
+	// locks the whole database for a write. Arguments: name, old
+	// next_run_at.
+	Lock string
 	// Claim moves a schedule's next_run_at forward only if it still holds
 	// the value read (compare-and-set) and is not paused: one row affected
 	// means this instance owns the slot. A pause committed between the
@@ -41,8 +50,13 @@ func (d Dialect) Schedules(table string) (ScheduleStatements, error) {
 	} else {
 		insert += " ON CONFLICT DO NOTHING"
 	}
+	lock := "SELECT name FROM " + table + " WHERE name = ? AND next_run_at = ? AND paused = FALSE FOR UPDATE SKIP LOCKED"
+	if d != Postgres && d != MySQL {
+		lock = ""
+	}
 	return ScheduleStatements{
 		Insert:    insert,
+		Lock:      lock,
 		Redefine:  "UPDATE " + table + " SET spec = ?, next_run_at = ?, updated_at = ? WHERE name = ? AND spec <> ?",
 		Claim:     "UPDATE " + table + " SET next_run_at = ?, last_run_at = ?, last_fired_by = ?, updated_at = ? WHERE name = ? AND next_run_at = ? AND paused = FALSE",
 		State:     "SELECT next_run_at, paused FROM " + table + " WHERE name = ?",
