@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -65,11 +66,15 @@ func run() error {
 	}
 
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 1}))
+	// later is how far the example moves the bus's clock ahead, to show a
+	// cleanup days later without waiting for them.
+	var later atomic.Int64
 	b, err := bus.New(bus.Config{
 		Endpoint: "billing",
 		DB:       db,
 		Logger:   quiet,
 		Retry:    bus.RetryPolicy{MaxRetries: 2, InitialBackoff: 10 * time.Millisecond},
+		Now:      func() time.Time { return time.Now().Add(time.Duration(later.Load())) },
 	})
 	if err != nil {
 		return err
@@ -136,12 +141,15 @@ func run() error {
 		return err
 	}
 
-	// CleanupStore, which the bus also schedules every 12 hours: here with
-	// a cut-off in the future, so every inbox key and watermark goes.
+	// CleanupStore, which the bus also schedules every 12 hours, eleven
+	// days later: the keys are older than the bus's InboxRetention (10 days
+	// by default), past which no redelivery is expected, so they go. It
+	// never purges a key younger than that, whatever the message asks.
 	var keysBefore, keysAfter int64
 	db.Raw("SELECT COUNT(*) FROM postroom_inbox").Scan(&keysBefore)
+	later.Store(int64(11 * 24 * time.Hour))
 	if err := step(func() error {
-		return bus.Send(ctx, b, &handlers.CleanupStore{Before: time.Now().Add(time.Minute), BatchSize: 100})
+		return bus.Send(ctx, b, &handlers.CleanupStore{BatchSize: 100})
 	}); err != nil {
 		return err
 	}
