@@ -22,7 +22,10 @@ const (
 
 // CleanupStore asks for the inbox and watermark rows older than a cut-off
 // to be deleted, and the outbox rows relayed before it, and the
-// redelivery counts not updated since.
+// redelivery counts not updated since. A bus handling it (every bus with
+// an inbox, a stale check or an outbox does) never cuts later than now
+// minus its Config.InboxRetention, whatever Before and Retention ask:
+// keys a redelivery may still need stay (said at warn).
 type CleanupStore struct {
 	// Before is the cut-off; when zero, now minus Retention.
 	Before time.Time
