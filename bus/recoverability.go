@@ -19,6 +19,7 @@ import (
 	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/middleware/inbox"
 	"github.com/postroom/postroom/middleware/tracing"
 	"github.com/postroom/postroom/transport"
 )
@@ -85,8 +86,21 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 		if msg.Context().Err() != nil && b.isStopping() {
 			// Most likely failed because the stop ended its context: no
 			// retry can run on it, and the message is not at fault.
-			b.cfg.Logger.Info("bus: attempt ended by the stop; the message goes back to the broker", "handler", handler,
-				"message_id", msg.UUID, "attempt", attempts, "error", err)
+			if errors.Is(err, inbox.ErrOutcomeUnknown) {
+				// A handler with external effects (Park) cut off
+				// mid-call: its key is parked, and the message reaches
+				// the error topic only at its next delivery (another
+				// instance, or this one's restart). Said at warn: an
+				// operator has an outcome to find out (a cold trial saw
+				// it at info only, and docs/effects.md said the error
+				// topic).
+				b.cfg.Logger.Warn("bus: attempt ended by the stop with its outcome unknown: its key is parked; the message goes back to the broker, "+
+					"and its next delivery moves it to the error topic", "handler", handler,
+					"message_id", msg.UUID, "attempt", attempts, "error", err)
+			} else {
+				b.cfg.Logger.Info("bus: attempt ended by the stop; the message goes back to the broker", "handler", handler,
+					"message_id", msg.UUID, "attempt", attempts, "error", err)
+			}
 			return fmt.Errorf("bus: %s: %w: %w", handler, errStopping, err)
 		}
 		// A deadlock or lock wait lost to another transaction (WithBatch
