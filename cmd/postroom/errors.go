@@ -68,8 +68,12 @@ func (o *errorOptions) open(cmd *cobra.Command) (*amqpqueue.Queue, error) {
 
 // failedMessage is one message of the error topic, as printed.
 type failedMessage struct {
-	ID       string            `json:"id"`
-	Handler  string            `json:"handler"`
+	ID      string `json:"id"`
+	Handler string `json:"handler"`
+	// Group is the endpoint group of the handler that failed: two
+	// endpoints' handlers of one name differ there (a cold trial could
+	// not tell them apart without show).
+	Group    string            `json:"group"`
 	Topic    string            `json:"topic"`
 	Attempts int               `json:"attempts,omitempty"` // left out when the metadata has no count
 	At       string            `json:"at"`
@@ -80,7 +84,8 @@ type failedMessage struct {
 
 func failedOf(msg *message.Message, full bool) failedMessage {
 	f := failedMessage{
-		ID: msg.UUID, Handler: msg.Metadata.Get(metadata.ErrorHandler), Topic: msg.Metadata.Get(metadata.ErrorTopic),
+		ID: msg.UUID, Handler: msg.Metadata.Get(metadata.ErrorHandler), Group: msg.Metadata.Get(metadata.ErrorGroup),
+		Topic:    msg.Metadata.Get(metadata.ErrorTopic),
 		Attempts: bus.ErrorAttempts(msg), At: msg.Metadata.Get(metadata.ErrorAt),
 		Reason: msg.Metadata.Get(metadata.ErrorReason),
 	}
@@ -130,7 +135,7 @@ func newErrorsList(o *errorOptions) *cobra.Command {
 }
 
 func printFailed(out io.Writer, list []failedMessage, asJSON bool) error {
-	return printList(out, asJSON, list, []string{"ID", "HANDLER", "ATTEMPTS", "AT", "REASON"}, func(f failedMessage) []string {
+	return printList(out, asJSON, list, []string{"ID", "HANDLER", "ENDPOINT GROUP", "ATTEMPTS", "AT", "REASON"}, func(f failedMessage) []string {
 		reason := f.Reason
 		if len(reason) > 80 {
 			reason = strings.ToValidUTF8(reason[:77], "") + "..."
@@ -139,7 +144,11 @@ func printFailed(out io.Writer, list []failedMessage, asJSON bool) error {
 		if f.Attempts != 0 {
 			attempts = strconv.Itoa(f.Attempts)
 		}
-		return []string{f.ID, f.Handler, attempts, f.At, reason}
+		group := f.Group
+		if group == "" {
+			group = "-"
+		}
+		return []string{f.ID, f.Handler, group, attempts, f.At, reason}
 	})
 }
 

@@ -69,6 +69,7 @@ func TestErrorsListShowReplay(t *testing.T) {
 	require.ElementsMatch(t, []string{"inv-1", "inv-1", "inv-2"}, []string{list[0].ID, list[1].ID, list[2].ID})
 	require.Equal(t, "tax service down", list[0].Reason)
 	require.Equal(t, "test.Invoice", list[0].Handler)
+	require.Equal(t, bus.GroupOf(b.Endpoint(), "test.Invoice"), list[0].Group, "the endpoint group tells two endpoints' handlers of one name apart")
 	require.Equal(t, 1, list[0].Attempts)
 	require.Contains(t, out, `"attempts":1,`, "a number, not a string")
 
@@ -76,6 +77,7 @@ func TestErrorsListShowReplay(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, out, "REASON")
 	require.Contains(t, out, "tax service down")
+	require.Contains(t, out, bus.GroupOf(b.Endpoint(), "test.Invoice"))
 
 	out, err = run(t, append([]string{"errors", "show", "inv-2"}, flags...)...)
 	require.NoError(t, err)

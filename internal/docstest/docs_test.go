@@ -364,8 +364,8 @@ func goCmd(root string, args ...string) (string, error) {
 // runOnPostgresAndRabbitMQ runs getting-started's program as its section 4
 // says, with POSTROOM_DSN (a fresh PostgreSQL schema) and
 // POSTROOM_AMQP_URL set. The broker is shared: the queues of the
-// endpoint "billing" are deleted before and after, so that nothing an
-// earlier run left behind is handled in this one.
+// endpoint "billing" and its command exchanges are deleted before and
+// after, so that nothing an earlier run left behind is handled in this one.
 func runOnPostgresAndRabbitMQ(t *testing.T, bin string, want []string) {
 	t.Helper()
 	dsn := testenv.PostgresSchemaDSN(t)
@@ -383,6 +383,13 @@ func runOnPostgresAndRabbitMQ(t *testing.T, bin string, want []string) {
 				_, _ = ch.QueueDelete(amqp.QueueName(topic, group), false, false, false) // none yet: fine
 				_ = ch.Close()
 			}
+			// A command topic's exchange is the endpoint's own (an
+			// event's is shared): scripts/test.sh's check of the broker
+			// found these four left.
+			ch, err := conn.Channel()
+			require.NoError(t, err)
+			_ = ch.ExchangeDelete(bus.CommandTopicOf("billing", name), false, false) // none yet: fine
+			_ = ch.Close()
 		}
 	}
 	deleteQueues()

@@ -264,11 +264,13 @@ func TestExternalModeConformance(t *testing.T) {
 				require.Equal(t, 2, n)
 				err = inbox.ResolveAttempt(context.Background(), s.db, "", "payments.charge", inbox.Key{MessageID: "e-16"}, 1, inbox.Happened, s.clock.Now())
 				require.ErrorIs(t, err, inbox.ErrNotUnresolved, "no claim at all")
+				require.ErrorContains(t, err, "no claim with this key")
 				require.ErrorContains(t, inbox.ResolveAttempt(context.Background(), s.db, "", "payments.charge", key, 0, inbox.Happened, s.clock.Now()),
 					"attempts start at 1")
 				require.NoError(t, inbox.ResolveAttempt(context.Background(), s.db, "", "payments.charge", key, 2, inbox.Happened, s.clock.Now()))
 				err = inbox.ResolveAttempt(context.Background(), s.db, "", "payments.charge", key, 2, inbox.Happened, s.clock.Now())
 				require.ErrorIs(t, err, inbox.ErrNotUnresolved, "resolved already, at the attempt shown")
+				require.ErrorContains(t, err, "the claim is done already: handled, or resolved as done, attempt 2", "what it is, not only what it is not (a cold trial)")
 			})
 
 			t.Run("Retry: an attempt that died mid-call is run again with the same idempotency key", func(t *testing.T) {

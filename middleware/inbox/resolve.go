@@ -132,25 +132,35 @@ func resolve(ctx context.Context, db *gorm.DB, table, consumer string, key Key, 
 	if res.RowsAffected > 0 {
 		return nil
 	}
-	if attempts > 0 {
-		// Say why: the claim is at another attempt now, or not unresolved.
-		var cur struct {
-			Status   string
-			Attempts int
-		}
-		var lease, checksum any
-		row := db.WithContext(ctx).Raw(d.ClaimRead(table), consumer, key.Source, key.MessageID).Row()
-		err := row.Scan(&cur.Status, &lease, &cur.Attempts, &checksum)
-		switch {
-		case err == nil && cur.Attempts > attempts:
-			return fmt.Errorf("%w (consumer %s, source %q, message %s: attempt %d was shown, the claim is at attempt %d, %s)",
-				ErrClaimChanged, consumer, key.Source, key.MessageID, attempts, cur.Attempts, cur.Status)
-		case err == nil && cur.Attempts < attempts:
-			return fmt.Errorf("%w (consumer %s, source %q, message %s: the claim is at attempt %d, %s; attempt %d is not it): nothing was resolved; give the ATTEMPTS column of `postroom inbox unresolved`",
-				ErrAttemptNotReached, consumer, key.Source, key.MessageID, cur.Attempts, cur.Status, attempts)
-		}
+	// Say why: the claim is at another attempt now, or not unresolved, and
+	// what it is (a second --done said only "no unresolved claim": a cold
+	// trial could not tell it from a mistyped key).
+	var cur struct {
+		Status   string
+		Attempts int
 	}
-	return fmt.Errorf("%w (consumer %s, source %q, message %s)", ErrNotUnresolved, consumer, key.Source, key.MessageID)
+	var lease, checksum any
+	row := db.WithContext(ctx).Raw(d.ClaimRead(table), consumer, key.Source, key.MessageID).Row()
+	if err := row.Scan(&cur.Status, &lease, &cur.Attempts, &checksum); err != nil {
+		return fmt.Errorf("%w (consumer %s, source %q, message %s: no claim with this key)", ErrNotUnresolved, consumer, key.Source, key.MessageID)
+	}
+	switch {
+	case attempts > 0 && cur.Attempts > attempts:
+		return fmt.Errorf("%w (consumer %s, source %q, message %s: attempt %d was shown, the claim is at attempt %d, %s)",
+			ErrClaimChanged, consumer, key.Source, key.MessageID, attempts, cur.Attempts, cur.Status)
+	case attempts > 0 && cur.Attempts < attempts:
+		return fmt.Errorf("%w (consumer %s, source %q, message %s: the claim is at attempt %d, %s; attempt %d is not it): nothing was resolved; give the ATTEMPTS column of `postroom inbox unresolved`",
+			ErrAttemptNotReached, consumer, key.Source, key.MessageID, cur.Attempts, cur.Status, attempts)
+	}
+	what := map[string]string{
+		dialect.StatusDone:       "done already: handled, or resolved as done",
+		dialect.StatusReleased:   "released already: the next copy of the message runs the handler again",
+		dialect.StatusProcessing: "processing under a live lease: an attempt may still be running; it is unresolved once its lease runs out",
+	}[cur.Status]
+	if what == "" {
+		what = cur.Status
+	}
+	return fmt.Errorf("%w (consumer %s, source %q, message %s: the claim is %s, attempt %d)", ErrNotUnresolved, consumer, key.Source, key.MessageID, what, cur.Attempts)
 }
 
 func storeOf(db *gorm.DB, table string) (dialect.Dialect, string, error) {
