@@ -125,7 +125,7 @@ func New(cfg Config) (*Bus, error) {
 			return nil, errors.New("bus: Config.Outbox needs Config.DB (PostgreSQL or MySQL)")
 		}
 		ocfg := outbox.Config{DB: cfg.DB, Destination: cfg.Transport.Publisher(), Reach: b.outboxReach(), Logger: wmLog, ErrorTopic: cfg.ErrorTopic,
-			OnMovedAside: func(string, *message.Message, error) { cfg.Recorder.Record(outboxRelay, metrics.Failed) }}
+			StopTimeout: cfg.StopTimeout, OnMovedAside: func(string, *message.Message, error) { cfg.Recorder.Record(outboxRelay, metrics.Failed) }}
 		if m, ok := cfg.Transport.(transport.Mandatory); ok {
 			ocfg.PublishCommand = func(topic string, msg *message.Message) error { return m.PublishMandatory(topic, msg) }
 		}

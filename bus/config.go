@@ -165,6 +165,10 @@ type Config struct {
 	// (sql.Config.AckDeadline, 30 s from its read) can end it sooner. A
 	// handler WithExternalEffects cancelled mid-call has an unknown
 	// outcome: parked, or retried, per its OnUnknown (docs/effects.md).
+	// With Outbox, the relay gets as long again from its own stop (at
+	// once when Run's context ends; with Close, once the handlers are
+	// done) to finish its publish in flight and mark its batch relayed
+	// (outbox.Config.StopTimeout).
 	StopTimeout time.Duration
 	// Marshaler turns payloads into bytes. Defaults to JSON.
 	Marshaler Marshaler

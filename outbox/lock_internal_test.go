@@ -36,7 +36,9 @@ func TestAHangingPublishDoesNotBlockHandlers(t *testing.T) {
 		t.Run(store.Name, func(t *testing.T) {
 			db := store.Open(t)
 			dest := &hangingBroker{}
-			o, err := New(Config{DB: db, Destination: dest, PollInterval: 10 * time.Millisecond, ackDeadline: 10 * time.Second})
+			// StopTimeout: the stop at the end cuts the hanging publish at once.
+			o, err := New(Config{DB: db, Destination: dest, PollInterval: 10 * time.Millisecond, ackDeadline: 10 * time.Second,
+				StopTimeout: -1})
 			require.NoError(t, err)
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)

@@ -24,6 +24,7 @@ const (
 	PollIntervalDefault     = 100 * time.Millisecond
 	ErrorTopicDefault       = "error"
 	MaxRelayAttemptsDefault = 5
+	StopTimeoutDefault      = 20 * time.Second
 )
 
 // ErrNoTransaction is returned by Publish when tx is not a transaction.
@@ -67,6 +68,13 @@ type Config struct {
 	// OnMovedAside is called for each message moved to ErrorTopic (for a
 	// metric). Defaults to nil.
 	OnMovedAside func(topic string, msg *message.Message, reason error)
+	// StopTimeout is how long a stop (Run's context ending, or Close)
+	// lets the relay finish the publish in flight and record its batch's
+	// published messages as relayed. Past it, the publish is cut short
+	// and the messages of the batch it published are relayed again by the
+	// next relay (the bus's, any endpoint's on the database). Defaults to
+	// 20 s; negative: cut at once.
+	StopTimeout time.Duration
 	// Logger is Watermill's logger. The relay logs a transport that refuses
 	// its messages (a broker outage) once when it starts failing, then at
 	// most every 30 s, and once at info when a publish succeeds again; the
@@ -92,6 +100,7 @@ type Outbox struct {
 	schema    wsql.SchemaAdapter
 	forwarder *forwarder.Forwarder
 	sub       *wsql.Subscriber
+	relaySub  *stoppingSubscriber // sub as the relay's router sees it
 
 	mu     sync.Mutex
 	ran    chan struct{} // made when the relay's router is started, closed when its Run returned
@@ -105,6 +114,7 @@ func New(cfg Config) (*Outbox, error) {
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, PollIntervalDefault)
 	cfg.ErrorTopic = cmp.Or(cfg.ErrorTopic, ErrorTopicDefault)
 	cfg.MaxRelayAttempts = cmp.Or(cfg.MaxRelayAttempts, MaxRelayAttemptsDefault)
+	cfg.StopTimeout = cmp.Or(cfg.StopTimeout, StopTimeoutDefault)
 	if cfg.Logger == nil {
 		cfg.Logger = watermill.NopLogger{}
 	}
@@ -144,7 +154,11 @@ func New(cfg Config) (*Outbox, error) {
 	}
 	cfg.outageReminder = cmp.Or(cfg.outageReminder, outageReminderDefault)
 	dest := &relayPublisher{cfg: cfg, attempts: map[string]int{}}
-	o.forwarder, err = forwarder.NewForwarder(o.sub, dest, relayLogger{cfg.Logger}, forwarder.Config{ForwarderTopic: cfg.Topic})
+	o.relaySub = newStoppingSubscriber(o.sub, cfg.StopTimeout)
+	// The router waits for its handler on Close: the stop's timeout, then
+	// 30 s (Watermill's default) for a publish cut at its end to return.
+	o.forwarder, err = forwarder.NewForwarder(o.relaySub, dest, relayLogger{cfg.Logger},
+		forwarder.Config{ForwarderTopic: cfg.Topic, CloseTimeout: max(cfg.StopTimeout, 0) + 30*time.Second})
 	if err != nil {
 		return nil, fmt.Errorf("outbox: relay: %w", err)
 	}
@@ -192,7 +206,9 @@ func sqlTxOf(pool gorm.ConnPool) (*sql.Tx, bool) {
 // once if Close came first). It first creates the outbox tables if they
 // are missing (`postroom migrate` creates them, and then the bus needs no
 // DDL rights), and on MySQL finishes their upgrade to per-row acks
-// (upgradeMySQL).
+// (upgradeMySQL). When ctx ends, Run returns once the relay stopped: it
+// finishes the publish in flight and records its batch's published
+// messages as relayed, within Config.StopTimeout.
 func (o *Outbox) Run(ctx context.Context) error {
 	if o.isClosed() {
 		return nil
@@ -228,7 +244,8 @@ func (o *Outbox) isClosed() bool {
 // Running is closed once the relay runs.
 func (o *Outbox) Running() chan struct{} { return o.forwarder.Running() }
 
-// Close stops the relay. A relay that never ran (Run not called, or its
+// Close stops the relay as Run's context ending does, and returns once
+// it stopped. A relay that never ran (Run not called, or its
 // router's subscribe failed) is not closed: Watermill's router would wait
 // its whole close timeout (30 s) for handlers that never started.
 func (o *Outbox) Close() error {
@@ -244,5 +261,5 @@ func (o *Outbox) Close() error {
 		case <-ran:
 		}
 	}
-	return errors.Join(append(errs, o.sub.Close())...)
+	return errors.Join(append(errs, o.relaySub.Close())...)
 }

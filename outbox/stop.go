@@ -1,0 +1,166 @@
+package outbox
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// stoppingSubscriber is the relay's watermill-sql subscriber as the
+// relay's router sees it: a stop lets the batch being relayed end well.
+//
+// watermill-sql reads a batch (up to 100 rows) in one transaction, hands
+// its messages to the router one at a time, and records the ones
+// published (the consumer group's offset on PostgreSQL, the acked column
+// on MySQL) in that transaction after the last: a stop that ends the
+// subscription's context rolls the transaction back, and every message
+// of the batch already published is relayed again by the next relay. The
+// router ends that context as soon as it closes (and the relay's Run
+// context ends it too), so a clean stop relayed again up to a batch
+// (found by a cold trial: a sender-only job published 85 events twice at
+// its stop).
+//
+// So the subscription runs on a context the stop does not end. A stop
+// (the router's context ending, or Close) hands the router no more
+// messages, waits for the publish in flight, and closes watermill-sql's
+// subscriber, which records the batch's published messages, commits and
+// returns. Only after timeout (Config.StopTimeout) is the context ended,
+// cutting the publish and the batch's transaction short as before.
+type stoppingSubscriber struct {
+	sub     *wsql.Subscriber
+	timeout time.Duration // negative: cut at once
+
+	mu       sync.Mutex
+	stopped  bool
+	cancels  []context.CancelFunc
+	inflight sync.WaitGroup // messages handed to the router, not yet acked or nacked
+
+	stopping  chan struct{} // closed when the stop begins
+	abort     chan struct{} // closed when the stop cuts what is left
+	abortOnce sync.Once
+	stopOnce  sync.Once
+	done      chan struct{} // closed when the stop is over
+}
+
+func newStoppingSubscriber(sub *wsql.Subscriber, timeout time.Duration) *stoppingSubscriber {
+	return &stoppingSubscriber{sub: sub, timeout: timeout,
+		stopping: make(chan struct{}), abort: make(chan struct{}), done: make(chan struct{})}
+}
+
+// Subscribe subscribes on a context that only the stop's timeout ends;
+// ctx ending begins the stop. A ctx already done fails, as watermill-sql's
+// Subscribe does: the relay was stopped while it started.
+func (s *stoppingSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	subCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		cancel()
+		return nil, wsql.ErrSubscriberClosed
+	}
+	s.cancels = append(s.cancels, cancel)
+	s.mu.Unlock()
+	in, err := s.sub.Subscribe(subCtx, topic)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	context.AfterFunc(ctx, func() { go s.stop() })
+	out := make(chan *message.Message)
+	go func() {
+		defer close(out)
+		// Until watermill-sql's subscription ends. A message not handed
+		// (the stop began) is given up by watermill-sql when its
+		// subscriber closes, and stays in the outbox.
+		for msg := range in {
+			s.hand(msg, out)
+		}
+	}()
+	return out, nil
+}
+
+// hand gives msg to the router unless the stop began, and waits until
+// it is acked or nacked (watermill-sql hands out no other meanwhile), or
+// the stop cuts it.
+func (s *stoppingSubscriber) hand(msg *message.Message, out chan<- *message.Message) {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return
+	}
+	s.inflight.Add(1)
+	s.mu.Unlock()
+	defer s.inflight.Done()
+	select {
+	case out <- msg:
+	case <-s.stopping:
+		return
+	}
+	select {
+	case <-msg.Acked():
+	case <-msg.Nacked():
+	case <-s.abort:
+	}
+}
+
+// Close stops the subscriber (see stoppingSubscriber) and returns when the
+// stop is over. The router calls it when it closes.
+func (s *stoppingSubscriber) Close() error {
+	s.stop()
+	return nil
+}
+
+// stop, once: no message is handed to the router any more; the one in
+// flight is published and watermill-sql's subscriber closed, committing
+// the published messages of its batch, within timeout; then whatever is
+// left is cut.
+func (s *stoppingSubscriber) stop() {
+	s.stopOnce.Do(func() {
+		defer close(s.done)
+		defer s.cut()
+		s.mu.Lock()
+		s.stopped = true
+		s.mu.Unlock()
+		close(s.stopping)
+		if s.timeout < 0 {
+			s.cut()
+		} else {
+			t := time.AfterFunc(s.timeout, s.cut)
+			defer t.Stop()
+		}
+		settled := make(chan struct{})
+		go func() { s.inflight.Wait(); close(settled) }()
+		select {
+		case <-settled:
+		case <-s.abort:
+		}
+		// watermill-sql's Close makes its subscription give up the
+		// message it waits to hand out, record the ones published, commit
+		// and return; the cut ends its context if that takes too long.
+		_ = s.sub.Close()
+		<-settled
+	})
+	<-s.done
+}
+
+// cut ends the subscriptions' contexts: a publish still in flight and the
+// batch's transaction are cut short, and the batch's published messages
+// are relayed again by the next relay.
+func (s *stoppingSubscriber) cut() {
+	s.abortOnce.Do(func() {
+		close(s.abort)
+		s.mu.Lock()
+		cancels := s.cancels
+		s.cancels = nil
+		s.mu.Unlock()
+		for _, cancel := range cancels {
+			cancel()
+		}
+	})
+}
