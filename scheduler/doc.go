@@ -14,8 +14,9 @@
 // whatever the number of instances and restarts. On PostgreSQL and MySQL
 // the claim first locks the schedule's row with SKIP LOCKED: a slot whose
 // claim another instance holds (its emit still running) is skipped, not
-// waited for, so an emit that hangs holds back its own schedule alone,
-// until its transaction ends (a process that is paused or cut off holds it
+// waited for, so an emit that hangs holds back its own schedule alone
+// (and, on MariaDB, the Define of a starting instance, whose check of the
+// stored timing locks the row), until its transaction ends (a process that is paused or cut off holds it
 // until the database ends its session: set PostgreSQL's
 // idle_in_transaction_session_timeout, or MariaDB's
 // idle_transaction_timeout, to bound that). On SQLite a write locks the

@@ -3,6 +3,7 @@ package inbox
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -141,8 +142,10 @@ func resolve(ctx context.Context, db *gorm.DB, table, consumer string, key Key, 
 	}
 	var lease, checksum any
 	row := db.WithContext(ctx).Raw(d.ClaimRead(table), consumer, key.Source, key.MessageID).Row()
-	if err := row.Scan(&cur.Status, &lease, &cur.Attempts, &checksum); err != nil {
+	if err := row.Scan(&cur.Status, &lease, &cur.Attempts, &checksum); errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("%w (consumer %s, source %q, message %s: no claim with this key)", ErrNotUnresolved, consumer, key.Source, key.MessageID)
+	} else if err != nil {
+		return fmt.Errorf("inbox: resolve: read the claim: %w", err)
 	}
 	switch {
 	case attempts > 0 && cur.Attempts > attempts:
