@@ -14,6 +14,7 @@ import (
 	"github.com/postroom/postroom/handlers"
 	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/store"
 	"github.com/postroom/postroom/transport/gochannel"
 )
@@ -82,8 +83,7 @@ func TestACleanupStoreNeverPurgesInsideTheRetention(t *testing.T) {
 	for i, m := range []*handlers.CleanupStore{{Retention: time.Minute}, {}, {Before: now.Add(time.Hour)}} {
 		require.NoError(t, bus.Send(context.Background(), b, m, bus.WithMessageID(fmt.Sprintf("cleanup-%d", i))))
 	}
-	waitFor(t, "the key older than the retention purged", func() bool { return len(ids()) == 2 })
-	time.Sleep(500 * time.Millisecond) // the other two CleanupStore
+	waitFor(t, "the three CleanupStore handled", func() bool { return b.Counters().Get("postroom.CleanupStore", metrics.Handled) == 3 })
 	require.Equal(t, []string{"10m", "15d"}, ids(), "keys inside the 30-day retention kept")
 }
 
@@ -99,7 +99,7 @@ func TestTheScheduledCleanupSaysNothingAtWarn(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, bus.Handle(b, func(context.Context, *CreateInvoice) error { return nil }, bus.WithInbox()))
 	start(t, b, "error")
-	time.Sleep(2500 * time.Millisecond) // two slots at least
+	waitFor(t, "a scheduled cleanup handled", func() bool { return b.Counters().Get("postroom.CleanupStore", metrics.Handled) > 0 })
 	require.NotContains(t, logs.String(), "cleanup:")
 }
 
