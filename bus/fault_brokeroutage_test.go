@@ -50,14 +50,7 @@ func TestBrokerOutageOfAMinute(t *testing.T) {
 	}
 
 	const messages = 2000 // one every 40 ms: 80 s of steady load around the outages
-	sent := make(chan struct{})
-	go func() {
-		defer close(sent)
-		for n := range messages {
-			p.send(t, n)
-			time.Sleep(40 * time.Millisecond)
-		}
-	}()
+	sent := p.steadyStream(t, messages)
 	time.Sleep(5 * time.Second)
 	handledBy := func() (effects, events int64) {
 		_, effects = p.effects(t)

@@ -129,14 +129,7 @@ func TestDatabaseOutageOfAMinute(t *testing.T) {
 		consumers = append(consumers, startChild(t, "consumer", p.dsn, p.url, p.endpoint, 0, env...))
 	}
 	const messages = 2000 // one every 40 ms: 80 s of steady load around the outage
-	sent := make(chan struct{})
-	go func() {
-		defer close(sent)
-		for n := range messages {
-			p.send(t, n)
-			time.Sleep(40 * time.Millisecond)
-		}
-	}()
+	sent := p.steadyStream(t, messages)
 	time.Sleep(5 * time.Second)
 	pgctl := func(action string) {
 		out, err := exec.Command("pg_ctlcluster", "--skip-systemctl-redirect", version, "main", action).CombinedOutput()
@@ -166,6 +159,20 @@ func TestDatabaseOutageOfAMinute(t *testing.T) {
 	require.EqualValues(t, messages, rows, "nothing doubled")
 
 	require.Zero(t, errorQueueLength(t, p.url, errorTopic), "no message reached the error topic")
+}
+
+// steadyStream sends Work 0..messages-1, one every 40 ms, in the
+// background; the channel closes when the last is sent.
+func (p processSetup) steadyStream(t *testing.T, messages int) <-chan struct{} {
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		for n := range messages {
+			p.send(t, n)
+			time.Sleep(40 * time.Millisecond)
+		}
+	}()
+	return sent
 }
 
 // errorQueueLength is how many messages wait in the error queue that

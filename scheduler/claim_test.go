@@ -21,10 +21,7 @@ import (
 // schedule missed). PostgreSQL and MariaDB; SQLite locks the whole
 // database for a write, so a hung emit there holds every writer.
 func TestAClaimThatHangsHoldsBackItsScheduleAlone(t *testing.T) {
-	for _, store := range []struct {
-		name string
-		dsn  func(testing.TB) string
-	}{{"postgres", testenv.PostgresSchemaDSN}, {"mariadb", testenv.MySQLDatabaseDSN}} {
+	for _, store := range storeDSNs[:2] { // PostgreSQL and MariaDB
 		t.Run(store.name, func(t *testing.T) {
 			dsn := store.dsn(t)
 			open := func() *gorm.DB { return testenv.Migrated(t, dsn, store.name) } // a pool of each instance's own, on one database

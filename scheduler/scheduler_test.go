@@ -50,15 +50,19 @@ func newScheduler(t *testing.T, db *gorm.DB, c *clock, instance string, schedule
 	return s
 }
 
+// storeDSNs are the three stores by their DSNs, for tests that open
+// several pools on one database (the server stores first).
+var storeDSNs = []struct {
+	name string
+	dsn  func(testing.TB) string
+}{{"postgres", testenv.PostgresSchemaDSN}, {"mariadb", testenv.MySQLDatabaseDSN}, {"sqlite", testenv.SQLiteDSN}}
+
 // TestConformanceSchedulerOncePerSlot runs three schedulers, each on its
 // own connection pool, on one database of each store through 30 simulated
 // days, ticking concurrently, restarted every few simulated days: every
 // slot fires exactly once.
 func TestConformanceSchedulerOncePerSlot(t *testing.T) {
-	for _, store := range []struct {
-		name string
-		dsn  func(testing.TB) string
-	}{{"postgres", testenv.PostgresSchemaDSN}, {"mariadb", testenv.MySQLDatabaseDSN}, {"sqlite", testenv.SQLiteDSN}} {
+	for _, store := range storeDSNs {
 		t.Run(store.name, func(t *testing.T) {
 			dsn := store.dsn(t)
 			oncePerSlot(t, testenv.Migrated(t, dsn, store.name), func() *gorm.DB { return testenv.Migrated(t, dsn, store.name) })
