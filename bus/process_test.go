@@ -237,6 +237,34 @@ func (p processSetup) waitForEffects(t *testing.T, want int64) {
 		want, waited, len(missing), missing, len(still), still)
 }
 
+// whereAreMissing says, for a failure's message, which messages below want
+// have no effect, whether the inbox holds their keys (a key without its
+// effect is a silent loss: both are written in one transaction) and what
+// the error topic holds; then it watches them a minute longer and says
+// whether they came: slow, or lost.
+func (p processSetup) whereAreMissing(t *testing.T, want int64, errorTopic string) string {
+	t.Helper()
+	missing := p.missingEffects(t, want)
+	ids := make([]string, len(missing))
+	for i, n := range missing {
+		ids[i] = workID(int(n))
+	}
+	var keys []string
+	if len(ids) > 0 {
+		require.NoError(t, p.db.Raw("SELECT message_id FROM postroom_inbox WHERE message_id IN ?", ids).Scan(&keys).Error)
+	}
+	errorTopicHolds := "(no broker)"
+	if p.url != "" {
+		errorTopicHolds = strconv.Itoa(errorQueueLength(t, p.url, errorTopic))
+	}
+	later := time.Now().Add(time.Minute)
+	for time.Now().Before(later) && len(p.missingEffects(t, want)) > 0 {
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Sprintf("without an effect: %v; their inbox keys: %v; the error topic holds %s; a minute later still without: %v",
+		missing, keys, errorTopicHolds, p.missingEffects(t, want))
+}
+
 // missingEffects returns the message numbers below want without an effect.
 func (p processSetup) missingEffects(t *testing.T, want int64) []int64 {
 	var have []int64

@@ -50,19 +50,34 @@ type limiter struct {
 	log     *slog.Logger
 	gauges  metrics.GaugeSetter // nil: no gauge
 
-	// open, successes and failures are read without the lock, so that an
-	// attempt of a handler that is not limited takes none; they change
-	// under mu.
-	open      atomic.Bool
-	successes atomic.Uint64 // attempts that succeeded, ever
-	failures  atomic.Int64  // consecutive transient failures
+	// open, begun, newestSuccess and failures are read without the lock,
+	// so that an attempt of a handler that is not limited takes none; open
+	// and failures change under mu.
+	open atomic.Bool
+	// begun numbers the attempts as they begin; newestSuccess is the
+	// greatest number of an attempt that succeeded. A success proves the
+	// database reachable only after the moment its attempt began: an
+	// attempt begun before an outage (its COMMIT on its way) may succeed
+	// after others failed.
+	begun         atomic.Uint64
+	newestSuccess atomic.Uint64
+	failures      atomic.Int64 // consecutive transient failures
 
-	mu   sync.Mutex
-	slot chan struct{}
+	mu       sync.Mutex
+	slot     chan struct{}
+	openedAt uint64 // the last attempt begun when the limiting started
 }
 
-// succeeded returns how many attempts of the handler have succeeded.
-func (l *limiter) succeeded() uint64 { return l.successes.Load() }
+// begin numbers an attempt that begins, for record.
+func (l *limiter) begin() uint64 { return l.begun.Add(1) }
+
+// mark returns the number of the last attempt begun: a failure's moment,
+// for succeededSince.
+func (l *limiter) mark() uint64 { return l.begun.Load() }
+
+// succeededSince reports whether an attempt begun after mark succeeded:
+// the database was reachable after that moment.
+func (l *limiter) succeededSince(mark uint64) bool { return l.newestSuccess.Load() > mark }
 
 func newLimiter(handler string, cfg RateLimit, log *slog.Logger, rec metrics.Recorder) *limiter {
 	l := &limiter{handler: handler, cfg: cfg, log: log, slot: make(chan struct{}, 1)}
@@ -101,17 +116,22 @@ func (l *limiter) acquire(ctx context.Context, stop <-chan struct{}) (release fu
 	return release, true, nil
 }
 
-// record counts an attempt's outcome: a success ends the limiting, a
+// record counts the outcome of the attempt numbered n (begin): a success
+// ends the limiting, unless its attempt began before the limiting did; a
 // transient failure may start it; other failures change nothing.
-func (l *limiter) record(ok, transient bool) {
+func (l *limiter) record(n uint64, ok, transient bool) {
 	switch {
 	case ok:
-		l.successes.Add(1)
+		for newest := l.newestSuccess.Load(); n > newest && !l.newestSuccess.CompareAndSwap(newest, n); newest = l.newestSuccess.Load() {
+		}
 		if l.failures.Load() == 0 && !l.open.Load() {
 			return // the usual case: nothing to change
 		}
 		l.mu.Lock()
 		defer l.mu.Unlock()
+		if l.open.Load() && n <= l.openedAt {
+			return // it began before the outage: no proof that it ended
+		}
 		l.failures.Store(0)
 		l.set(false)
 	case transient:
@@ -139,6 +159,7 @@ func (l *limiter) set(open bool) {
 	l.open.Store(open)
 	value := 0.0
 	if open {
+		l.openedAt = l.mark()
 		value = 1
 		l.log.Warn("bus: rate limiting a handler that cannot reach its database: one attempt at a time until one succeeds",
 			"handler", l.handler, "consecutive_failures", l.failures.Load(), "wait", l.cfg.Wait)

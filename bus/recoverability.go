@@ -50,12 +50,14 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 	policy := b.cfg.Retry
 	var err error
 	attempts, retries, contentions := 0, 0, 0
-	// successesAtOutage is the handler's success count at this message's
-	// first transient failure: while no attempt of the handler has
-	// succeeded since, the database is out of reach for everyone, not just
-	// for this message, and waiting does not spend its retries.
-	// It waits at most RateLimit.MaxWait that way.
-	var successesAtOutage uint64
+	// outageMark is the handler's last attempt begun at this message's
+	// first transient failure: while no attempt of the handler begun
+	// since has succeeded, the database is out of reach for everyone, not
+	// just for this message, and waiting does not spend its retries. (An
+	// attempt begun before may still succeed: a COMMIT on its way when
+	// the database went; counted, it sent a message to the error topic
+	// in a MariaDB stop.) It waits at most RateLimit.MaxWait that way.
+	var outageMark uint64
 	var outageSince time.Time
 	sawTransient := false
 	for {
@@ -71,11 +73,12 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 		}
 		attempts++
 		var ran bool
+		n := lim.begin()
 		ran, err = b.attempt(msg, h, handler, attempts)
 		release()
 		transient := err != nil && !IsUnrecoverable(err) && dialect.Transient(err)
 		if !b.cfg.RateLimit.Disabled {
-			lim.record(err == nil, transient)
+			lim.record(n, err == nil, transient)
 		}
 		if err == nil {
 			if ran {
@@ -134,9 +137,9 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 			continue
 		}
 		if transient && !sawTransient {
-			sawTransient, successesAtOutage, outageSince = true, lim.succeeded(), b.cfg.Now()
+			sawTransient, outageMark, outageSince = true, lim.mark(), b.cfg.Now()
 		}
-		outage := transient && lim.succeeded() == successesAtOutage && b.cfg.Now().Sub(outageSince) < b.cfg.RateLimit.MaxWait
+		outage := transient && !lim.succeededSince(outageMark) && b.cfg.Now().Sub(outageSince) < b.cfg.RateLimit.MaxWait
 		if outage && !b.cfg.RateLimit.Disabled && (limited || retries >= policy.MaxRetries) {
 			// The database is out of reach: wait it out in turn with the
 			// handler's other messages, without spending retries (nor
