@@ -74,10 +74,11 @@ func TestRateLimitingWaitsOutTransientFailures(t *testing.T) {
 // after another message's first attempt failed. That success does not
 // prove the database reachable: the other message waits the outage out
 // and reaches no error topic. Before, its retries counted from that
-// success on, and it reached the error topic 0.7 s into a MariaDB stop
-// (TestMariaDBKilledThenStopped failed a CI run: 2051 of 2052 messages
-// had their effect, one was in the error topic). Nor does that success end
-// the rate limiting.
+// success on, and it reached the error topic 0.7 s into the outage: the
+// likely cause of a CI run of TestMariaDBKilledThenStopped in which 2051
+// of 2052 messages had their effect after a slow MariaDB stop (the test
+// failed before it read the error topic; it now says). Nor does that
+// success end the rate limiting.
 func TestACommitInFlightAtAnOutageDoesNotEndIt(t *testing.T) {
 	errorTopic := testenv.Name("error_")
 	logs := newRecordedLogs()
