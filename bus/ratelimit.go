@@ -14,10 +14,13 @@ import (
 // handler's attempts fail to reach its database Threshold times in a row
 // (dialect's transient failures: the connection refused or cut, the server
 // restarting), the handler goes down to one attempt at a time, Wait apart,
-// until one succeeds. While it is limited, such failures do not spend the
-// messages' retries, and a message whose retries ran out on them waits
-// with the others instead of going to the error topic: an outage of the
-// database leaves the messages in their queue, not in the error topic.
+// until one of them succeeds. While it is limited, such failures do not
+// spend the messages' retries, and a message whose retries ran out on them
+// waits with the others instead of going to the error topic: an outage of
+// the database leaves the messages in their queue, not in the error topic.
+// Only a success of an attempt begun after a failure proves the database
+// reachable again: one begun before (its COMMIT on its way when the
+// database went) may succeed after others failed.
 type RateLimit struct {
 	// Disabled turns rate limiting off: an outage longer than the retries
 	// moves the messages to the error topic.
@@ -63,9 +66,10 @@ type limiter struct {
 	newestSuccess atomic.Uint64
 	failures      atomic.Int64 // consecutive transient failures
 
-	mu       sync.Mutex
-	slot     chan struct{}
-	openedAt uint64 // the last attempt begun when the limiting started
+	mu           sync.Mutex
+	slot         chan struct{}
+	failingSince uint64 // the last attempt begun at the first of the consecutive failures
+	openedAt     uint64 // the last attempt begun when the limiting started
 }
 
 // begin numbers an attempt that begins, for record.
@@ -117,8 +121,9 @@ func (l *limiter) acquire(ctx context.Context, stop <-chan struct{}) (release fu
 }
 
 // record counts the outcome of the attempt numbered n (begin): a success
-// ends the limiting, unless its attempt began before the limiting did; a
-// transient failure may start it; other failures change nothing.
+// ends the limiting and the run of failures, unless its attempt began
+// before the limiting, or the run, did; a transient failure may start the
+// limiting; other failures change nothing.
 func (l *limiter) record(n uint64, ok, transient bool) {
 	switch {
 	case ok:
@@ -129,7 +134,11 @@ func (l *limiter) record(n uint64, ok, transient bool) {
 		}
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		if l.open.Load() && n <= l.openedAt {
+		floor := l.failingSince
+		if l.open.Load() {
+			floor = l.openedAt
+		}
+		if n <= floor {
 			return // it began before the outage: no proof that it ended
 		}
 		l.failures.Store(0)
@@ -137,7 +146,10 @@ func (l *limiter) record(n uint64, ok, transient bool) {
 	case transient:
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		if l.failures.Add(1) >= int64(l.cfg.Threshold) {
+		if l.failures.Add(1) == 1 {
+			l.failingSince = l.mark()
+		}
+		if l.failures.Load() >= int64(l.cfg.Threshold) {
 			l.set(true)
 		}
 	}
@@ -161,7 +173,7 @@ func (l *limiter) set(open bool) {
 	if open {
 		l.openedAt = l.mark()
 		value = 1
-		l.log.Warn("bus: rate limiting a handler that cannot reach its database: one attempt at a time until one succeeds",
+		l.log.Warn("bus: rate limiting a handler that cannot reach its database: one attempt at a time until one of them succeeds",
 			"handler", l.handler, "consecutive_failures", l.failures.Load(), "wait", l.cfg.Wait)
 	} else {
 		l.log.Info("bus: rate limiting ended: an attempt succeeded", "handler", l.handler)
