@@ -140,6 +140,96 @@ func TestACommitInFlightAtAnOutageDoesNotEndIt(t *testing.T) {
 	require.Equal(t, 1, ended, "times the rate limiting ended:\n%s", logs.joined(slog.LevelWarn, "bus: rate limiting"))
 }
 
+// TestASuccessEarlyInAnOutageDoesNotEndIt: as the database goes, a
+// statement on a connection it has not closed yet may succeed after a
+// message's first failure, on a new connection, was refused. That success,
+// begun after the failure, does not end the outage for the message either,
+// as long as its later failures have none between them: it waits the
+// outage out and reaches no error topic. Before, any success begun after
+// its first failure counted, and it reached the error topic.
+func TestASuccessEarlyInAnOutageDoesNotEndIt(t *testing.T) {
+	errorTopic := testenv.Name("error_")
+	b, err := bus.New(bus.Config{Endpoint: testenv.Name("limited"), ErrorTopic: errorTopic, Logger: testenv.Logger(t),
+		Retry:     bus.RetryPolicy{MaxRetries: 2, InitialBackoff: time.Millisecond},
+		RateLimit: bus.RateLimit{Wait: 10 * time.Millisecond}, Concurrency: 2})
+	require.NoError(t, err)
+	var down atomic.Bool
+	down.Store(true)
+	second, early := make(chan struct{}), make(chan struct{})
+	var attempts atomic.Int32
+	require.NoError(t, bus.Handle(b, func(ctx context.Context, o *OrderPlaced) error {
+		if o.OrderID == "early" || !down.Load() {
+			return nil
+		}
+		if attempts.Add(1) == 2 { // its first failure counted: the other message begins and succeeds meanwhile
+			close(second)
+			<-early
+		}
+		return fmt.Errorf("store: begin: dial tcp 127.0.0.1:5432: %w", syscall.ECONNREFUSED)
+	}))
+	ep := start(t, b, errorTopic)
+	require.NoError(t, bus.Publish(context.Background(), b, &OrderPlaced{OrderID: "cut"}))
+	<-second
+	require.NoError(t, bus.Publish(context.Background(), b, &OrderPlaced{OrderID: "early"}))
+	c := b.Counters()
+	waitFor(t, "the early message handled", func() bool { return c.Get("sales.OrderPlaced", metrics.Handled) == 1 })
+	close(early)
+	waitFor(t, "the other message's attempts to go on failing, or it to reach the error topic", func() bool {
+		return attempts.Load() > 8 || len(ep.errors) > 0
+	})
+	down.Store(false)
+	waitFor(t, "the message cut by the outage handled, or in the error topic", func() bool {
+		return c.Get("sales.OrderPlaced", metrics.Handled) == 2 || len(ep.errors) > 0
+	})
+	select {
+	case failed := <-ep.errors:
+		t.Fatalf("message %s reached the error topic: %s", failed.UUID, failed.Metadata.Get("postroom-error-reason"))
+	default:
+	}
+}
+
+// TestAFailureOfItsOwnIsNotWaitedOutUnderTraffic: a message whose
+// connection error is its own, while the handler's other messages keep
+// succeeding, spends its retries and reaches the error topic long before
+// RateLimit.MaxWait: the rule of the two tests above (a success must come
+// between two of its failures) does not make it wait the outage it is
+// not in.
+func TestAFailureOfItsOwnIsNotWaitedOutUnderTraffic(t *testing.T) {
+	errorTopic := testenv.Name("error_")
+	b, err := bus.New(bus.Config{Endpoint: testenv.Name("limited"), ErrorTopic: errorTopic, Logger: testenv.Logger(t),
+		Retry:     bus.RetryPolicy{MaxRetries: 2, InitialBackoff: time.Millisecond},
+		RateLimit: bus.RateLimit{Wait: 10 * time.Millisecond, MaxWait: time.Minute}, Concurrency: 2})
+	require.NoError(t, err)
+	require.NoError(t, bus.Handle(b, func(ctx context.Context, o *OrderPlaced) error {
+		if o.OrderID == "unlucky" {
+			return fmt.Errorf("its own database link: %w", syscall.ECONNREFUSED)
+		}
+		return nil
+	}))
+	ep := start(t, b, errorTopic)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() { // steady traffic
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			_ = bus.Publish(context.Background(), b, &OrderPlaced{OrderID: fmt.Sprint(i)})
+		}
+	}()
+	began := time.Now()
+	require.NoError(t, bus.Publish(context.Background(), b, &OrderPlaced{OrderID: "unlucky"}))
+	select {
+	case failed := <-ep.errors:
+		require.Contains(t, failed.Metadata.Get("postroom-error-reason"), "its own database link")
+		t.Logf("in the error topic %s after it was published", time.Since(began).Round(time.Millisecond))
+	case <-time.After(20 * time.Second):
+		t.Fatal("a message whose failure was its own waited as in an outage, under traffic")
+	}
+}
+
 // TestATransientFailureOfOneMessageIsNotAnOutage: a message that keeps
 // failing with a connection error (one only it uses) waits at most
 // RateLimit.MaxWait without spending retries, then spends them and reaches

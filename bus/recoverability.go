@@ -51,12 +51,16 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 	var err error
 	attempts, retries, contentions := 0, 0, 0
 	// outageMark is the handler's last attempt begun at this message's
-	// first transient failure: while no attempt of the handler begun
-	// since has succeeded, the database is out of reach for everyone, not
-	// just for this message, and waiting does not spend its retries. (An
-	// attempt begun before may still succeed: a COMMIT on its way when
-	// the database went; counted, it sent a message to the error topic
-	// in a MariaDB stop.) It waits at most RateLimit.MaxWait that way.
+	// previous transient failure (at its first, at that one): while no
+	// attempt of the handler begun since has succeeded, the database is
+	// out of reach for everyone, not just for this message, and waiting
+	// does not spend its retries. An attempt begun before may still
+	// succeed: a COMMIT on its way when the database went (counted, it
+	// sent a message to the error topic in process, and likely in a
+	// MariaDB stop), or a statement on a connection the server had not
+	// closed yet while it refused new ones. Only a success between two of
+	// its failures says the failure is this message's own. It waits at
+	// most RateLimit.MaxWait that way.
 	var outageMark uint64
 	var outageSince time.Time
 	sawTransient := false
@@ -140,6 +144,9 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 			sawTransient, outageMark, outageSince = true, lim.mark(), b.cfg.Now()
 		}
 		outage := transient && !lim.succeededSince(outageMark) && b.cfg.Now().Sub(outageSince) < b.cfg.RateLimit.MaxWait
+		if transient {
+			outageMark = lim.mark() // the next failure looks for a success begun after this one
+		}
 		if outage && !b.cfg.RateLimit.Disabled && (limited || retries >= policy.MaxRetries) {
 			// The database is out of reach: wait it out in turn with the
 			// handler's other messages, without spending retries (nor
