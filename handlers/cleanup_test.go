@@ -275,18 +275,8 @@ func TestCleanupKeepsTheOutboxRowsNotRelayed(t *testing.T) {
 				}
 				return ids
 			}
-			relay := func(o *outbox.Outbox, n int) []string {
-				runCtx, stop := context.WithCancel(ctx)
-				done := make(chan error, 1)
-				go func() { done <- o.Run(runCtx) }()
-				ids := receive(n)
-				require.Eventually(t, func() bool {
-					b, err := o.Backlog(ctx)
-					return err == nil && b.Messages == 0
-				}, 10*time.Second, 20*time.Millisecond, "the relay acks what it published")
-				stop()
-				require.NoError(t, <-done)
-				require.NoError(t, o.Close())
+			relay := func(o *outbox.Outbox, n int) (ids []string) {
+				relayAll(t, o, func() { ids = receive(n) })
 				return ids
 			}
 
@@ -310,6 +300,91 @@ func TestCleanupKeepsTheOutboxRowsNotRelayed(t *testing.T) {
 			require.NoError(t, err)
 			require.EqualValues(t, 2, backlog.Messages, "the rows not relayed are kept, however old")
 			require.ElementsMatch(t, []string{"waiting-1", "waiting-2"}, relay(waiting, 2), "and relayed once the relay runs")
+		})
+	}
+}
+
+// relayAll runs o's relay until received returns and its backlog is
+// empty, then stops and closes it.
+func relayAll(t *testing.T, o *outbox.Outbox, received func()) {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- o.Run(ctx) }()
+	received()
+	require.Eventually(t, func() bool {
+		b, err := o.Backlog(context.Background())
+		return err == nil && b.Messages == 0
+	}, 10*time.Second, 20*time.Millisecond, "the relay acks what it published")
+	stop()
+	require.NoError(t, <-done)
+	require.NoError(t, o.Close())
+}
+
+// TestTheOutboxPurgeEndsWhileRowsKeepAging, on PostgreSQL and MariaDB:
+// the outbox's cut-off is an age the database applies at each DELETE, so
+// under steady traffic relayed rows keep crossing it while the purge
+// runs. The purge ends once a batch comes back short: here 250 rows past
+// the cut-off, then 20 more crossing it every second for a minute, one
+// batch of 100 a second. Ending on an empty batch, it ran until the rows
+// ran out (a review saw 14.3 s over 17 batches on MariaDB).
+func TestTheOutboxPurgeEndsWhileRowsKeepAging(t *testing.T) {
+	for _, database := range testenv.ServerDatabases {
+		t.Run(database.Name, func(t *testing.T) {
+			t.Parallel()
+			db := database.Open(t)
+			broker := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
+			t.Cleanup(func() { _ = broker.Close() })
+			o, err := outbox.New(outbox.Config{DB: db, Destination: broker, PollInterval: 10 * time.Millisecond})
+			require.NoError(t, err)
+			require.NoError(t, db.Transaction(func(tx *gorm.DB) error {
+				return o.Publish(context.Background(), tx, "shipped", message.NewMessage("first", nil))
+			}))
+			relayAll(t, o, func() {})
+
+			// Copies of the relayed row (the first, by offset): 250 a day
+			// and an hour old, then one every 50 ms from a day old on,
+			// relayed too.
+			const day = 86400
+			if database.Name == "postgres" {
+				require.NoError(t, db.Transaction(func(tx *gorm.DB) error {
+					for _, q := range []string{
+						`INSERT INTO watermill_postroom_outbox (uuid, created_at, payload, metadata, transaction_id)
+						 SELECT uuid || '-old-' || g, LOCALTIMESTAMP - INTERVAL '25 hours', payload, metadata, pg_current_xact_id()
+						 FROM watermill_postroom_outbox, generate_series(1, 250) g`,
+						`INSERT INTO watermill_postroom_outbox (uuid, created_at, payload, metadata, transaction_id)
+						 SELECT uuid || '-aging-' || g, LOCALTIMESTAMP - ` + fmt.Sprint(day) + ` * INTERVAL '1 second' + g * INTERVAL '50 milliseconds', payload, metadata, pg_current_xact_id()
+						 FROM watermill_postroom_outbox, generate_series(1, 1200) g WHERE "offset" = (SELECT MIN("offset") FROM watermill_postroom_outbox)`,
+						`UPDATE watermill_offsets_postroom_outbox SET last_processed_transaction_id = pg_current_xact_id(),
+						 offset_acked = (SELECT MAX("offset") FROM watermill_postroom_outbox)`,
+					} {
+						if err := tx.Exec(q).Error; err != nil {
+							return err
+						}
+					}
+					return nil
+				}))
+			} else {
+				for _, q := range []string{
+					"INSERT INTO watermill_postroom_outbox (uuid, created_at, payload, metadata, `acked`)" +
+						" SELECT CONCAT(uuid, '-old-', seq), CURRENT_TIMESTAMP - INTERVAL 25 HOUR, payload, metadata, TRUE FROM watermill_postroom_outbox, seq_1_to_250",
+					"INSERT INTO watermill_postroom_outbox (uuid, created_at, payload, metadata, `acked`)" +
+						" SELECT CONCAT(uuid, '-aging-', seq), CURRENT_TIMESTAMP(6) - INTERVAL " + fmt.Sprint(day) + " SECOND + INTERVAL seq * 50000 MICROSECOND, payload, metadata, TRUE" +
+						" FROM watermill_postroom_outbox, seq_1_to_1200 WHERE `offset` = (SELECT MIN(`offset`) FROM watermill_postroom_outbox)",
+				} {
+					require.NoError(t, db.Exec(q).Error)
+				}
+			}
+			c, err := handlers.NewCleanup(handlers.CleanupConfig{DB: db, OutboxTopic: outbox.TopicDefault, Logger: testenv.Logger(t)})
+			require.NoError(t, err)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			began := time.Now()
+			res, err := c.Purge(ctx, handlers.CleanupStore{Retention: day * time.Second, BatchSize: 100, Pause: time.Second})
+			require.NoError(t, err, "the purge ended after %d batches, %d outbox rows", res.Batches, res.Outbox)
+			t.Logf("purged %d outbox rows in %d batches (every table) in %s", res.Outbox, res.Batches, time.Since(began).Round(time.Millisecond))
+			require.GreaterOrEqual(t, res.Outbox, int64(250), "the rows past the cut-off")
+			require.Less(t, res.Outbox, int64(250+400), "it stopped before the aging rows ran out")
 		})
 	}
 }
