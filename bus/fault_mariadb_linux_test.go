@@ -28,54 +28,80 @@ import (
 )
 
 var faultMariaDB = flag.Bool("fault.mariadb", false, "run TestMariaDBKilledThenStopped, which starts a MariaDB server of its own "+
-	"(mariadbd of Debian's mariadb-server), kills it, then stops it, for 30 s each, while consumer processes work (about 95 s; scripts/test.sh runs it alone)")
+	"(mariadbd of Debian's mariadb-server) per transport, kills them, then stops them, for 30 s each, while consumer processes work (about 95 s; scripts/test.sh runs it beside TestBrokerOutageOfAMinute only)")
 
 // TestMariaDBKilledThenStopped: a MariaDB server of the test's own (not
 // the shared one) is killed with SIGKILL, as a crash would, and started
 // again 30 s later; once the backlog is handled it is stopped with SIGTERM,
 // as an administrator would, and started again 30 s later. Three consumer
-// processes on RabbitMQ, with the default retry policy (3 retries, about
-// 0.7 s), handle a steady stream all along. Rate limiting waits both
+// processes, with the default retry policy (3 retries, about 0.7 s),
+// handle a steady stream all along. Rate limiting waits both
 // outages out: no message reaches the error topic, none is lost or applied
 // twice, and each backlog is handled after its restart. It proves that
 // the errors of go-sql-driver/mysql during an outage are classified as
 // transient (internal/dialect's Transient), as TestDatabaseOutageOfAMinute
 // does for PostgreSQL. Run with -fault.mariadb (scripts/test.sh does).
+//
+// On RabbitMQ and on the SQL transport, whose queue is the killed server
+// itself, side by side on two servers: there the stream's sends fail
+// during each outage and are sent again until one is taken (a send whose
+// outcome was unknown may be taken twice, which the inbox absorbs).
 func TestMariaDBKilledThenStopped(t *testing.T) {
 	if !*faultMariaDB {
-		t.Skip("starts, kills and stops a MariaDB server of its own for about 95 s: run with -fault.mariadb, as scripts/test.sh does")
+		t.Skip("starts, kills and stops a MariaDB server of its own per transport, side by side, for about 95 s: run with -fault.mariadb, as scripts/test.sh does")
 	}
+	for _, transport := range []string{"amqp", "sql"} {
+		t.Run(transport, func(t *testing.T) {
+			t.Parallel() // servers of their own: side by side, about 95 s in all
+			mariadbKilledThenStopped(t, transport)
+		})
+	}
+}
+
+func mariadbKilledThenStopped(t *testing.T, transport string) {
 	srv := startPrivateMariaDB(t)
-	url := testenv.RequireAMQP(t)
 	db := testenv.Migrated(t, srv.dsn(), "the test's own MariaDB")
 	require.NoError(t, db.Exec("CREATE TABLE effects (message_id VARCHAR(100) NOT NULL, n INTEGER NOT NULL)").Error)
-	p := processSetup{dsn: srv.dsn(), url: url, endpoint: testenv.Name("proc"), db: db}
-	deleteChildQueues(t, p.endpoint)
-	p = p.withSender(t)
+	p := processSetup{dsn: srv.dsn(), endpoint: testenv.Name("proc"), db: db, transport: transport}
 	errorTopic := testenv.Name("error_")
-	deleteErrorQueue(t, errorTopic)
+	if transport == "amqp" {
+		p.url = testenv.RequireAMQP(t)
+		deleteChildQueues(t, p.endpoint)
+		deleteErrorQueue(t, errorTopic)
+	}
+	p = p.withSender(t)
 	// Each message holds its transaction for 50 ms, so the kill and the
 	// stop find statements running, not only idle connections.
-	env := []string{childDefault + "=1", childErrors + "=" + errorTopic, childSleep + "=0.05"}
+	env := []string{childDefault + "=1", childErrors + "=" + errorTopic, childSleep + "=0.05", childTransport + "=" + transport}
 	var consumers []*consumer
 	for range 3 {
 		consumers = append(consumers, startChild(t, "consumer", p.dsn, p.url, p.endpoint, 0, env...))
 	}
 
-	// A steady stream, one message every 40 ms, until stop is closed.
-	var sent atomic.Int64
+	// A steady stream, one message every 40 ms, until stop is closed. On
+	// the SQL transport a send fails while the server is down, and is
+	// sent again.
+	var sent, resent atomic.Int64
 	stop, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(stopped)
 		for n := 0; ; n++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if err := bus.Send(context.Background(), p.sender, &Work{N: n}, bus.To(p.endpoint), bus.WithMessageID(workID(n))); err != nil {
-				t.Errorf("send %d: %v", n, err)
-				return
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				err := bus.Send(context.Background(), p.sender, &Work{N: n}, bus.To(p.endpoint), bus.WithMessageID(workID(n)))
+				if err == nil {
+					break
+				}
+				if transport == "amqp" { // the broker is not touched: a failure is the test's
+					t.Errorf("send %d: %v", n, err)
+					return
+				}
+				resent.Add(1)
+				time.Sleep(100 * time.Millisecond)
 			}
 			sent.Add(1)
 			time.Sleep(40 * time.Millisecond)
@@ -135,10 +161,11 @@ func TestMariaDBKilledThenStopped(t *testing.T) {
 		duplicates += d
 	}
 	rows, distinct := p.effects(t)
-	t.Logf("%d messages sent, %d handled and %d duplicates skipped by the consumer processes", sent.Load(), total, duplicates)
+	t.Logf("%d messages sent (%d sends tried again), %d handled and %d duplicates skipped by the consumer processes",
+		sent.Load(), resent.Load(), total, duplicates)
 	require.EqualValues(t, sent.Load(), distinct, "nothing lost")
 	require.EqualValues(t, sent.Load(), rows, "nothing doubled")
-	require.Zero(t, errorQueueLength(t, p.url, errorTopic), "no message reached the error topic")
+	require.Zero(t, p.errorTopicLength(t, errorTopic), "no message reached the error topic")
 }
 
 // mariadbServer is a MariaDB server of one test's own, in a temporary

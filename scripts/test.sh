@@ -107,7 +107,7 @@ step "PostgreSQL restarted mid-run, then stopped for a minute (alone: they stop 
 go test -race -count=1 -run '^(TestDatabaseRestartedMidRun|TestDatabaseOutageOfAMinute)$' ./bus/ -fault.db
 
 # Side by side, each about 90 s, neither disturbing the other's servers.
-step "a MariaDB server of the test's own killed, then stopped, for 30 s each under load (the shared MariaDB is not touched); beside it, three consumers cut off RabbitMQ for 50 s through a proxy of the test's own (the shared broker is not touched)"
+step "two MariaDB servers of the test's own (consumers on RabbitMQ, consumers on the SQL transport) killed, then stopped, for 30 s each under load (the shared MariaDB is not touched); beside them, three consumers cut off RabbitMQ for 50 s through a proxy of the test's own (the shared broker is not touched)"
 outage_log=$(mktemp)
 go test -race -count=1 -run '^TestBrokerOutageOfAMinute$' ./bus/ -fault.outage >"$outage_log" 2>&1 &
 outage_pid=$!
