@@ -56,7 +56,13 @@ func TestSetLogger(t *testing.T) {
 	require.Equal(t, amqp.QueueName(topic, "g"), attr(nacks[0], "queue"))
 	require.NotEmpty(t, attr(nacks[0], "reason"))
 
-	unread := after.find(slog.LevelWarn, "amqp: received a message the transport could not read in full; it goes to the error topic")
+	// Said once the message is handed out: the consumer may have it first
+	// (a CI run checked too soon).
+	var unread []slog.Record
+	require.Eventually(t, func() bool {
+		unread = after.find(slog.LevelWarn, "amqp: received a message the transport could not read in full; it goes to the error topic")
+		return len(unread) > 0
+	}, 10*time.Second, 10*time.Millisecond)
 	require.Len(t, unread, 1)
 	require.Equal(t, amqp.ErrorNoID, attr(unread[0], "reason"))
 
