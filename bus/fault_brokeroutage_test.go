@@ -1,14 +1,12 @@
 package bus_test
 
 import (
-	"context"
 	"flag"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/internal/amqptest"
 	"github.com/postroom/postroom/internal/testenv"
 )
@@ -31,14 +29,7 @@ func TestBrokerOutageOfAMinute(t *testing.T) {
 		t.Skip("cuts its consumers off RabbitMQ for about 50 s: run with -fault.outage, as scripts/test.sh does")
 	}
 	p := newProcessSetup(t).withSender(t)
-	require.NoError(t, p.db.Exec("CREATE TABLE done (n INTEGER NOT NULL)").Error)
-	downstream, err := bus.New(bus.Config{Endpoint: testenv.Name("audit"), Transport: p.newTransport(t), DB: p.db,
-		Logger: testenv.Logger(t), Cleanup: bus.CleanupSchedule{Disabled: true}})
-	require.NoError(t, err)
-	require.NoError(t, bus.Handle(downstream, func(ctx context.Context, d *WorkDone) error {
-		return bus.Tx(ctx).Exec("INSERT INTO done (n) VALUES (?)", d.N).Error
-	}, bus.WithInbox()))
-	start(t, downstream, "error")
+	audit := p.startDownstream(t, testenv.Name("error_"))
 
 	proxy, proxied := amqptest.NewProxy(t)
 	errorTopic := testenv.Name("error_")
@@ -54,7 +45,8 @@ func TestBrokerOutageOfAMinute(t *testing.T) {
 	time.Sleep(5 * time.Second)
 	handledBy := func() (effects, events int64) {
 		_, effects = p.effects(t)
-		require.NoError(t, p.db.Raw("SELECT COUNT(DISTINCT n) FROM done").Scan(&events).Error)
+		_, events, err := p.events(messages)
+		require.NoError(t, err)
 		return effects, events
 	}
 
@@ -94,8 +86,13 @@ func TestBrokerOutageOfAMinute(t *testing.T) {
 	rows, distinct := p.effects(t)
 	require.EqualValues(t, messages, distinct, "nothing lost")
 	require.EqualValues(t, messages, rows, "nothing doubled")
-	var doneRows int64
-	require.NoError(t, p.db.Raw("SELECT COUNT(*) FROM done").Scan(&doneRows).Error)
+	doneRows, _, err := p.events(messages)
+	require.NoError(t, err)
 	require.EqualValues(t, messages, doneRows, "every event exactly once downstream")
 	require.Zero(t, errorQueueLength(t, p.url, errorTopic), "no message reached the error topic")
+	select {
+	case failed := <-audit.errors:
+		t.Fatalf("an event reached the downstream error topic: %s %s", failed.UUID, failed.Metadata.Get("postroom-error-reason"))
+	default:
+	}
 }

@@ -10,10 +10,12 @@ import (
 	"database/sql"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -28,7 +30,7 @@ import (
 )
 
 var faultMariaDB = flag.Bool("fault.mariadb", false, "run TestMariaDBKilledThenStopped, which starts a MariaDB server of its own "+
-	"(mariadbd of Debian's mariadb-server) per transport, kills them, then stops them, for 30 s each, while consumer processes work (about 95 s; scripts/test.sh runs it beside TestBrokerOutageOfAMinute only)")
+	"(mariadbd of Debian's mariadb-server) per transport, kills it, then stops it, for 30 s each, while consumer processes work (about 100 s per transport; scripts/test.sh runs it beside TestBrokerOutageOfAMinute only)")
 
 // TestMariaDBKilledThenStopped: a MariaDB server of the test's own (not
 // the shared one) is killed with SIGKILL, as a crash would, and started
@@ -43,18 +45,20 @@ var faultMariaDB = flag.Bool("fault.mariadb", false, "run TestMariaDBKilledThenS
 // does for PostgreSQL. Run with -fault.mariadb (scripts/test.sh does).
 //
 // On RabbitMQ and on the SQL transport, whose queue is the killed server
-// itself, side by side on two servers: there the stream's sends fail
+// itself, each on a server of its own: there the stream's sends fail
 // during each outage and are sent again until one is taken (a send whose
-// outcome was unknown may be taken twice, which the inbox absorbs).
+// outcome was unknown may be taken twice, which the inbox absorbs). Each
+// handler sends an event through the outbox to a downstream endpoint on
+// the same server and transport: every event reaches it exactly once.
 func TestMariaDBKilledThenStopped(t *testing.T) {
 	if !*faultMariaDB {
-		t.Skip("starts, kills and stops a MariaDB server of its own per transport, side by side, for about 95 s: run with -fault.mariadb, as scripts/test.sh does")
+		t.Skip("starts, kills and stops a MariaDB server of its own per transport, for about 100 s each: run with -fault.mariadb, as scripts/test.sh does")
 	}
 	for _, transport := range []string{"amqp", "sql"} {
-		t.Run(transport, func(t *testing.T) {
-			t.Parallel() // servers of their own: side by side, about 95 s in all
-			mariadbKilledThenStopped(t, transport)
-		})
+		// One after the other: side by side, beside TestBrokerOutageOfAMinute
+		// as scripts/test.sh runs them, the backlogs took up to 28 s of
+		// their 60 s on two cores.
+		t.Run(transport, func(t *testing.T) { mariadbKilledThenStopped(t, transport) })
 	}
 }
 
@@ -70,9 +74,13 @@ func mariadbKilledThenStopped(t *testing.T, transport string) {
 		deleteErrorQueue(t, errorTopic)
 	}
 	p = p.withSender(t)
+	// Each handler also sends an event through the outbox, to a downstream
+	// endpoint (in the test's process) on the same server and transport:
+	// the relays and the downstream inbox live through the outages too.
+	audit := p.startDownstream(t, testenv.Name("error_"))
 	// Each message holds its transaction for 50 ms, so the kill and the
 	// stop find statements running, not only idle connections.
-	env := []string{childDefault + "=1", childErrors + "=" + errorTopic, childSleep + "=0.05", childTransport + "=" + transport}
+	env := []string{childDefault + "=1", childErrors + "=" + errorTopic, childSleep + "=0.05", childTransport + "=" + transport, childOutbox + "=1"}
 	var consumers []*consumer
 	for range 3 {
 		consumers = append(consumers, startChild(t, "consumer", p.dsn, p.url, p.endpoint, 0, env...))
@@ -115,26 +123,36 @@ func mariadbKilledThenStopped(t *testing.T, transport string) {
 		}
 		<-stopped
 	})
-	// handled waits until every message sent before now has its effect:
-	// the backlog of an outage. (Not "as many effects as messages sent":
-	// those sent since count too, in place of one in the error topic.)
+	// handled waits until every message sent before now has its effect,
+	// and its event its effect downstream: the backlog of an outage. (Not
+	// "as many effects as messages sent": those sent since count too, in
+	// place of one in the error topic.)
 	handled := func(after string, restarted time.Time) {
 		t.Helper()
 		want := sent.Load()
 		deadline := restarted.Add(60 * time.Second)
-		var distinct int64
+		var distinct, events int64
 		for {
 			// The test's own pool reconnects too.
-			if err := p.db.Raw("SELECT COUNT(DISTINCT n) FROM effects WHERE n < ?", want).Scan(&distinct).Error; err == nil && distinct == want {
+			err := p.db.Raw("SELECT COUNT(DISTINCT n) FROM effects WHERE n < ?", want).Scan(&distinct).Error
+			if err == nil {
+				_, events, err = p.events(want)
+			}
+			if err == nil && distinct == want && events == want {
 				break
 			}
+			select {
+			case <-srv.exited:
+				t.Fatalf("mariadbd exited (%s) after it started again (%s)\n%s", srv.cmd.ProcessState, after, srv.errorLog())
+			default:
+			}
 			if time.Now().After(deadline) {
-				t.Fatalf("the backlog was not handled within 60 s of the restart after %s: %d of the %d messages sent have their effect; %s",
-					after, distinct, want, p.whereAreMissing(t, want, errorTopic))
+				t.Fatalf("the backlog was not handled within 60 s of the restart after %s: %d of the %d messages sent have their effect, %d their event's downstream; %s",
+					after, distinct, want, events, p.whereAreMissing(t, want, errorTopic))
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		t.Logf("the %d messages sent so far handled %s after MariaDB started again (%s)", want, time.Since(restarted).Round(100*time.Millisecond), after)
+		t.Logf("the %d messages sent so far, and their events, handled %s after MariaDB started again (%s)", want, time.Since(restarted).Round(100*time.Millisecond), after)
 	}
 
 	time.Sleep(5 * time.Second)
@@ -166,6 +184,15 @@ func mariadbKilledThenStopped(t *testing.T, transport string) {
 	require.EqualValues(t, sent.Load(), distinct, "nothing lost")
 	require.EqualValues(t, sent.Load(), rows, "nothing doubled")
 	require.Zero(t, p.errorTopicLength(t, errorTopic), "no message reached the error topic")
+	time.Sleep(time.Second) // room for a late duplicate downstream
+	doneRows, _, err := p.events(sent.Load())
+	require.NoError(t, err)
+	require.EqualValues(t, sent.Load(), doneRows, "every event exactly once downstream")
+	select {
+	case failed := <-audit.errors:
+		t.Fatalf("an event reached the downstream error topic: %s %s", failed.UUID, failed.Metadata.Get("postroom-error-reason"))
+	default:
+	}
 }
 
 // mariadbServer is a MariaDB server of one test's own, in a temporary
@@ -214,10 +241,7 @@ func startPrivateMariaDB(t *testing.T) *mariadbServer {
 	}
 	out, err := exec.Command(install, args...).CombinedOutput()
 	require.NoError(t, err, "%s: %s", install, out)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	s := &mariadbServer{bin: bin, dir: dir, port: l.Addr().(*net.TCPAddr).Port}
-	require.NoError(t, l.Close())
+	s := &mariadbServer{bin: bin, dir: dir, port: portBelowEphemeral(t)}
 	t.Cleanup(s.kill)
 	s.start(t)
 	conn, err := sql.Open("mysql", fmt.Sprintf("root@tcp(127.0.0.1:%d)/", s.port))
@@ -226,6 +250,35 @@ func startPrivateMariaDB(t *testing.T) *mariadbServer {
 	_, err = conn.Exec("CREATE DATABASE postroom")
 	require.NoError(t, err)
 	return s
+}
+
+// portBelowEphemeral returns a free port on 127.0.0.1 below the kernel's
+// ephemeral range (ip_local_port_range). A port from that range (what
+// listening on port 0 gives) may be taken while the server is down: by an
+// outgoing connection, or by one of the many connects its clients retry
+// meanwhile, which the kernel can connect to itself when it picks the
+// server's port as its own; the restarted server then cannot listen on it.
+// (A CI-like run lost its server after a restart once; the cause was not
+// seen, and this is one the test can rule out.)
+func portBelowEphemeral(t *testing.T) int {
+	t.Helper()
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				low = n
+			}
+		}
+	}
+	for range 100 {
+		port := 20000 + rand.N(max(low-20000, 1000))
+		if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			require.NoError(t, l.Close())
+			return port
+		}
+	}
+	t.Fatalf("no free port found between 20000 and %d", low)
+	return 0
 }
 
 // dsn is the DSN of the server's database "postroom".

@@ -1,6 +1,7 @@
 package bus_test
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/transport/amqp"
 )
 
@@ -175,6 +177,33 @@ func (p processSetup) steadyStream(t *testing.T, messages int) <-chan struct{} {
 		}
 	}()
 	return sent
+}
+
+// startDownstream starts, in the test's process, an endpoint on the
+// setup's transport and database that handles the WorkDone events child
+// processes send through the outbox, with the inbox, recording each in the
+// table done with the endpoint that sent it: the event's exchange on
+// RabbitMQ is shared, and the fault tests run side by side (a run counted
+// the other test's events too). errorTopic is its own error topic.
+func (p processSetup) startDownstream(t *testing.T, errorTopic string) *endpoint {
+	require.NoError(t, p.db.Exec("CREATE TABLE done (n INTEGER NOT NULL, source VARCHAR(200) NOT NULL)").Error)
+	downstream, err := bus.New(bus.Config{Endpoint: testenv.Name("audit"), Transport: p.newTransport(t), DB: p.db, ErrorTopic: errorTopic,
+		Logger: testenv.Logger(t), Cleanup: bus.CleanupSchedule{Disabled: true}})
+	require.NoError(t, err)
+	require.NoError(t, bus.Handle(downstream, func(ctx context.Context, d *WorkDone) error {
+		return bus.Tx(ctx).Exec("INSERT INTO done (n, source) VALUES (?, ?)", d.N, bus.Metadata(ctx)[metadata.SourceEndpoint]).Error
+	}, bus.WithInbox()))
+	if p.transport != "sql" {
+		deleteErrorQueue(t, errorTopic)
+	}
+	return start(t, downstream, errorTopic)
+}
+
+// events returns how many events of the setup's endpoint, numbered below
+// below, the downstream endpoint handled, and for how many messages.
+func (p processSetup) events(below int64) (rows, distinct int64, err error) {
+	err = p.db.Raw("SELECT COUNT(*), COUNT(DISTINCT n) FROM done WHERE source = ? AND n < ?", p.endpoint, below).Row().Scan(&rows, &distinct)
+	return rows, distinct, err
 }
 
 // errorQueueLength is how many messages wait in the error queue that

@@ -106,8 +106,8 @@ go test -race -count=1 -run '^TestBrokerConnectionsClosedMidRun$' ./bus/ -fault.
 step "PostgreSQL restarted mid-run, then stopped for a minute (alone: they stop the server every test shares)"
 go test -race -count=1 -run '^(TestDatabaseRestartedMidRun|TestDatabaseOutageOfAMinute)$' ./bus/ -fault.db
 
-# Side by side, each about 90 s, neither disturbing the other's servers.
-step "two MariaDB servers of the test's own (consumers on RabbitMQ, consumers on the SQL transport) killed, then stopped, for 30 s each under load (the shared MariaDB is not touched); beside them, three consumers cut off RabbitMQ for 50 s through a proxy of the test's own (the shared broker is not touched)"
+# Side by side (about 100 s, then the MariaDB test's second 100 s alone), neither disturbing the other's servers.
+step "a MariaDB server of the test's own killed, then stopped, for 30 s each under load, with consumers on RabbitMQ, then another with consumers on the SQL transport (the shared MariaDB is not touched); beside the first, three consumers cut off RabbitMQ for 50 s through a proxy of the test's own (the shared broker is not touched)"
 outage_log=$(mktemp)
 go test -race -count=1 -run '^TestBrokerOutageOfAMinute$' ./bus/ -fault.outage >"$outage_log" 2>&1 &
 outage_pid=$!
