@@ -77,7 +77,8 @@ func mariadbKilledThenStopped(t *testing.T, transport string) {
 	// Each handler also sends an event through the outbox, to a downstream
 	// endpoint (in the test's process) on the same server and transport:
 	// the relays and the downstream inbox live through the outages too.
-	audit := p.startDownstream(t, testenv.Name("error_"))
+	auditErrors := testenv.Name("error_")
+	p.startDownstream(t, auditErrors)
 	// Each message holds its transaction for 50 ms, so the kill and the
 	// stop find statements running, not only idle connections.
 	env := []string{childDefault + "=1", childErrors + "=" + errorTopic, childSleep + "=0.05", childTransport + "=" + transport, childOutbox + "=1"}
@@ -178,7 +179,10 @@ func mariadbKilledThenStopped(t *testing.T, transport string) {
 		total += h
 		duplicates += d
 	}
-	rows, distinct := p.effects(t)
+	// Below the last sent: a send cut short by the stream's end may have
+	// been taken all the same.
+	var rows, distinct int64
+	require.NoError(t, p.db.Raw("SELECT COUNT(*), COUNT(DISTINCT n) FROM effects WHERE n < ?", sent.Load()).Row().Scan(&rows, &distinct))
 	t.Logf("%d messages sent (%d sends tried again), %d handled and %d duplicates skipped by the consumer processes",
 		sent.Load(), resent.Load(), total, duplicates)
 	require.EqualValues(t, sent.Load(), distinct, "nothing lost")
@@ -188,11 +192,7 @@ func mariadbKilledThenStopped(t *testing.T, transport string) {
 	doneRows, _, err := p.events(sent.Load())
 	require.NoError(t, err)
 	require.EqualValues(t, sent.Load(), doneRows, "every event exactly once downstream")
-	select {
-	case failed := <-audit.errors:
-		t.Fatalf("an event reached the downstream error topic: %s %s", failed.UUID, failed.Metadata.Get("postroom-error-reason"))
-	default:
-	}
+	require.Zero(t, p.errorTopicLength(t, auditErrors), "no event reached the downstream's error topic")
 }
 
 // mariadbServer is a MariaDB server of one test's own, in a temporary
@@ -270,14 +270,22 @@ func portBelowEphemeral(t *testing.T) int {
 			}
 		}
 	}
+	from := max(1024, low-12000)
+	if low-from < 1000 {
+		t.Logf("the ephemeral range starts at %d: the server's port is taken from it", low)
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		defer l.Close()
+		return l.Addr().(*net.TCPAddr).Port
+	}
 	for range 100 {
-		port := 20000 + rand.N(max(low-20000, 1000))
+		port := from + rand.N(low-from)
 		if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
 			require.NoError(t, l.Close())
 			return port
 		}
 	}
-	t.Fatalf("no free port found between 20000 and %d", low)
+	t.Fatalf("no free port found between %d and %d", from, low)
 	return 0
 }
 

@@ -184,8 +184,9 @@ func (p processSetup) steadyStream(t *testing.T, messages int) <-chan struct{} {
 // processes send through the outbox, with the inbox, recording each in the
 // table done with the endpoint that sent it: the event's exchange on
 // RabbitMQ is shared, and the fault tests run side by side (a run counted
-// the other test's events too). errorTopic is its own error topic.
-func (p processSetup) startDownstream(t *testing.T, errorTopic string) *endpoint {
+// the other test's events too). errorTopic is its own error topic, which
+// nothing reads: p.errorTopicLength counts it.
+func (p processSetup) startDownstream(t *testing.T, errorTopic string) {
 	require.NoError(t, p.db.Exec("CREATE TABLE done (n INTEGER NOT NULL, source VARCHAR(200) NOT NULL)").Error)
 	downstream, err := bus.New(bus.Config{Endpoint: testenv.Name("audit"), Transport: p.newTransport(t), DB: p.db, ErrorTopic: errorTopic,
 		Logger: testenv.Logger(t), Cleanup: bus.CleanupSchedule{Disabled: true}})
@@ -196,7 +197,19 @@ func (p processSetup) startDownstream(t *testing.T, errorTopic string) *endpoint
 	if p.transport != "sql" {
 		deleteErrorQueue(t, errorTopic)
 	}
-	return start(t, downstream, errorTopic)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- downstream.Run(ctx) }()
+	select {
+	case <-downstream.Running():
+	case <-time.After(20 * time.Second):
+		t.Fatal("the downstream endpoint did not start")
+	}
+	t.Cleanup(func() {
+		stop()
+		require.NoError(t, <-done)
+		require.NoError(t, downstream.Close())
+	})
 }
 
 // events returns how many events of the setup's endpoint, numbered below

@@ -305,20 +305,38 @@ func TestCleanupKeepsTheOutboxRowsNotRelayed(t *testing.T) {
 }
 
 // relayAll runs o's relay until received returns and its backlog is
-// empty, then stops and closes it.
+// empty, then stops and closes it (also when the test fails meanwhile).
 func relayAll(t *testing.T, o *outbox.Outbox, received func()) {
 	t.Helper()
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- o.Run(ctx) }()
+	stopped := false
+	defer func() {
+		if !stopped {
+			stop()
+			<-done
+			_ = o.Close()
+		}
+	}()
 	received()
 	require.Eventually(t, func() bool {
 		b, err := o.Backlog(context.Background())
 		return err == nil && b.Messages == 0
 	}, 10*time.Second, 20*time.Millisecond, "the relay acks what it published")
 	stop()
+	stopped = true
 	require.NoError(t, <-done)
 	require.NoError(t, o.Close())
+}
+
+// numbers is a derived table of the numbers 1 to n in a column seq, on
+// MySQL and MariaDB alike (MariaDB's seq_1_to_n tables are its own).
+func numbers(n int) string {
+	digits := "(SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4" +
+		" UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9)"
+	return fmt.Sprintf("(SELECT a.d + 10 * b.d + 100 * c.d + 1000 * e.d + 1 AS seq FROM %s a, %s b, %s c, %s e WHERE a.d + 10 * b.d + 100 * c.d + 1000 * e.d < %d) numbers",
+		digits, digits, digits, digits, n)
 }
 
 // TestTheOutboxPurgeEndsWhileRowsKeepAging, on PostgreSQL and MariaDB:
@@ -356,7 +374,7 @@ func TestTheOutboxPurgeEndsWhileRowsKeepAging(t *testing.T) {
 						 SELECT uuid || '-aging-' || g, LOCALTIMESTAMP - ` + fmt.Sprint(day) + ` * INTERVAL '1 second' + g * INTERVAL '50 milliseconds', payload, metadata, pg_current_xact_id()
 						 FROM watermill_postroom_outbox, generate_series(1, 1200) g WHERE "offset" = (SELECT MIN("offset") FROM watermill_postroom_outbox)`,
 						`UPDATE watermill_offsets_postroom_outbox SET last_processed_transaction_id = pg_current_xact_id(),
-						 offset_acked = (SELECT MAX("offset") FROM watermill_postroom_outbox)`,
+						 offset_acked = (SELECT MAX("offset") FROM watermill_postroom_outbox) WHERE consumer_group = '` + dialect.OutboxRelayGroup + `'`,
 					} {
 						if err := tx.Exec(q).Error; err != nil {
 							return err
@@ -367,10 +385,10 @@ func TestTheOutboxPurgeEndsWhileRowsKeepAging(t *testing.T) {
 			} else {
 				for _, q := range []string{
 					"INSERT INTO watermill_postroom_outbox (uuid, created_at, payload, metadata, `acked`)" +
-						" SELECT CONCAT(uuid, '-old-', seq), CURRENT_TIMESTAMP - INTERVAL 25 HOUR, payload, metadata, TRUE FROM watermill_postroom_outbox, seq_1_to_250",
+						" SELECT CONCAT(uuid, '-old-', seq), CURRENT_TIMESTAMP - INTERVAL 25 HOUR, payload, metadata, TRUE FROM watermill_postroom_outbox, " + numbers(250),
 					"INSERT INTO watermill_postroom_outbox (uuid, created_at, payload, metadata, `acked`)" +
 						" SELECT CONCAT(uuid, '-aging-', seq), CURRENT_TIMESTAMP(6) - INTERVAL " + fmt.Sprint(day) + " SECOND + INTERVAL seq * 50000 MICROSECOND, payload, metadata, TRUE" +
-						" FROM watermill_postroom_outbox, seq_1_to_1200 WHERE `offset` = (SELECT MIN(`offset`) FROM watermill_postroom_outbox)",
+						" FROM watermill_postroom_outbox, " + numbers(1200) + " WHERE `offset` = (SELECT MIN(`offset`) FROM watermill_postroom_outbox)",
 				} {
 					require.NoError(t, db.Exec(q).Error)
 				}
