@@ -197,19 +197,7 @@ func (p processSetup) startDownstream(t *testing.T, errorTopic string) {
 	if p.transport != "sql" {
 		deleteErrorQueue(t, errorTopic)
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- downstream.Run(ctx) }()
-	select {
-	case <-downstream.Running():
-	case <-time.After(20 * time.Second):
-		t.Fatal("the downstream endpoint did not start")
-	}
-	t.Cleanup(func() {
-		stop()
-		require.NoError(t, <-done)
-		require.NoError(t, downstream.Close())
-	})
+	run(t, downstream)
 }
 
 // events returns how many events of the setup's endpoint, numbered below
