@@ -10,7 +10,14 @@ export PATH="$PATH:/usr/local/go/bin:$(go env GOPATH)/bin"
 SECONDS=0
 step() { echo "test: [${SECONDS}s] $*"; }
 
-bash scripts/services.sh
+# services.sh says which PostgreSQL the tests use; where it started a
+# cluster of its own it hands on its DSN through this file.
+services_env=$(mktemp)
+POSTROOM_SERVICES_ENV=$services_env bash scripts/services.sh
+. "$services_env"
+rm -f "$services_env"
+export POSTROOM_POSTGRES_DSN
+echo "test: PostgreSQL for the tests: POSTROOM_POSTGRES_DSN=$(echo "$POSTROOM_POSTGRES_DSN" | sed -E 's#(://[^:/@]+):[^@/]*@#\1:xxxxx@#')"
 
 # Tests delete the queues and exchanges they declare (internal/amqptest);
 # runs before that left thousands, and on such a broker (each quorum queue a
