@@ -62,7 +62,7 @@ func TestBatchOnASequentialTransport(t *testing.T) {
 	tr, err := wsql.New(wsql.Config{DB: db, PollInterval: 20 * time.Millisecond})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = tr.Close() })
-	c := &confCase{db: db, tr: &sharedTransport{tr}, effects: testenv.Name("effects_"), errorTopic: testenv.Name("error_")}
+	c := &confCase{db: db, tr: tr, effects: testenv.Name("effects_"), errorTopic: testenv.Name("error_")}
 	require.NoError(t, db.Exec("CREATE TABLE "+c.effects+" (consumer VARCHAR(200) NOT NULL, id VARCHAR(250) NOT NULL, entity VARCHAR(200) NOT NULL DEFAULT '')").Error)
 	b := newConfBus(t, c, nil)
 	require.NoError(t, bus.Handle(b, record[ConfCmd](c, "cmd"), bus.WithInbox(), bus.WithBatch(100, time.Minute)))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"sync"
@@ -73,6 +74,11 @@ type Bus struct {
 	// transport closed), used one declaration at a time.
 	errorQueueMu  sync.Mutex
 	errorQueueSub message.Subscriber
+	// opened holds the subscribers the bus opened (its handlers' and its
+	// error queue's): Close closes them, not the transport, unless the bus
+	// created the transport itself (ownsTransport).
+	opened        []io.Closer
+	ownsTransport bool
 	consumers     []consumerKeys
 	cleanup       *scheduler.Scheduler // built by the first Run that needs it
 	metricsAddr   string
@@ -90,7 +96,8 @@ func New(cfg Config) (*Bus, error) {
 	if len(cfg.DelayedRetries.Delays) > 0 && cfg.DB == nil {
 		return nil, errors.New("bus: Config.DelayedRetries needs Config.DB: delayed retries wait in the database")
 	}
-	if cfg.Transport == nil {
+	ownsTransport := cfg.Transport == nil
+	if ownsTransport {
 		cfg.Transport = gochannel.New(gochannel.Config{})
 	}
 	if ls, ok := cfg.Transport.(transport.LoggerSetter); ok {
@@ -105,7 +112,7 @@ func New(cfg Config) (*Bus, error) {
 	}
 	b := &Bus{cfg: cfg, router: router, wmSink: wmSink, wmLog: wmLog, handlers: map[string]bool{},
 		retryTargets: map[string]func(string, *message.Message) error{}, retryDelays: map[string][]time.Duration{},
-		delayedAttempts: map[int64]int{}}
+		delayedAttempts: map[int64]int{}, ownsTransport: ownsTransport}
 	b.drain, b.endDrain = context.WithCancel(context.Background())
 	b.stopping = make(chan struct{})
 	b.suspects = make(chan struct{}, 1)
@@ -388,6 +395,9 @@ func (b *Bus) declareErrorQueue() error {
 			return fmt.Errorf("bus: error queue: %w", err)
 		}
 		b.errorQueueSub = sub
+		b.mu.Lock()
+		b.opened = append(b.opened, sub)
+		b.mu.Unlock()
 	}
 	if init, ok := b.errorQueueSub.(message.SubscribeInitializer); ok {
 		if err := init.SubscribeInitialize(b.cfg.ErrorTopic); err != nil {
@@ -441,12 +451,16 @@ func (b *Bus) isStopping() bool {
 	return b.closed || b.runCtx != nil && b.runCtx.Err() != nil
 }
 
-// Close stops handling and closes the transport. It takes no new message
-// and waits for the handlers still running: for Config.StopTimeout they
-// finish as usual; then their context is cancelled, an attempt in progress
-// rolls back, and its message goes back to the broker (not to the error
-// topic, unless a handler WithExternalEffects parks it), to be handled
-// again.
+// Close stops handling and closes the subscribers the bus opened. It
+// takes no new message and waits for the handlers still running: for
+// Config.StopTimeout they finish as usual; then their context is
+// cancelled, an attempt in progress rolls back, and its message goes back
+// to the broker (not to the error topic, unless a handler
+// WithExternalEffects parks it), to be handled again.
+//
+// A transport passed in Config.Transport stays open: close it after every
+// bus that uses it. The in-memory transport the bus made for itself, when
+// Config.Transport was nil, is closed.
 func (b *Bus) Close() error {
 	b.beginStop()
 	b.mu.Lock()
@@ -465,7 +479,17 @@ func (b *Bus) Close() error {
 	if b.outbox != nil {
 		errs = append(errs, b.outbox.Close())
 	}
-	return errors.Join(append(errs, b.cfg.Transport.Close())...)
+	b.mu.Lock()
+	opened := b.opened
+	b.opened = nil
+	b.mu.Unlock()
+	for _, sub := range opened {
+		errs = append(errs, sub.Close())
+	}
+	if b.ownsTransport {
+		errs = append(errs, b.cfg.Transport.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // closeRouter closes the router once it runs. A router whose Run returned

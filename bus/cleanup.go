@@ -92,7 +92,7 @@ func (b *Bus) newCleanup() (*scheduler.Scheduler, error) {
 			Every: b.cfg.Cleanup.Interval,
 		}},
 		Emit: func(ctx context.Context, tx *gorm.DB, s scheduler.Schedule, slot time.Time) error {
-			msg, err := b.newMessage(ctx, MessageName[handlers.CleanupStore](), &handlers.CleanupStore{
+			msg, _, err := b.newMessage(ctx, MessageName[handlers.CleanupStore](), &handlers.CleanupStore{
 				Retention: b.cfg.InboxRetention,
 				BatchSize: b.cfg.Cleanup.BatchSize,
 				Pause:     b.cfg.Cleanup.Pause,

@@ -310,11 +310,11 @@ func (c Config) validate() error {
 	if c.MaxDeliveries < 1 {
 		errs = append(errs, fmt.Errorf("bus: Config.MaxDeliveries %d: must be at least 1", c.MaxDeliveries))
 	}
-	if l, ok := c.Transport.(transport.DeliveryLimiter); ok && l.DeliveryLimit() > 0 && l.DeliveryLimit() < c.MaxDeliveries+deliveryLimitMargin {
+	if limit := deliveryLimit(c.Transport); limit > 0 && limit < c.MaxDeliveries+deliveryLimitMargin {
 		errs = append(errs, fmt.Errorf("bus: the transport's delivery limit %d is not above Config.MaxDeliveries %d by %d: "+
 			"the broker would drop a message that keeps failing, without a trace, before the bus moves it to the error topic "+
 			"(RabbitMQ also counts a channel closed at each restart); raise the limit (amqp.Config.DeliveryLimit) to %d or more, or lower MaxDeliveries",
-			l.DeliveryLimit(), c.MaxDeliveries, deliveryLimitMargin, c.MaxDeliveries+deliveryLimitMargin))
+			limit, c.MaxDeliveries, deliveryLimitMargin, c.MaxDeliveries+deliveryLimitMargin))
 	}
 	if c.Retry.MaxRetries < 0 || c.Retry.InitialBackoff < 0 || c.Retry.MaxBackoff < 0 || c.Retry.Multiplier < 1 {
 		errs = append(errs, errors.New("bus: Config.Retry: retries and backoffs must not be negative and the multiplier at least 1"))
@@ -350,4 +350,13 @@ func (c Config) validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// deliveryLimit is tr's broker-side delivery limit, 0 for none or no
+// transport.
+func deliveryLimit(tr transport.Transport) int {
+	if tr == nil {
+		return 0
+	}
+	return tr.Capabilities().DeliveryLimit
 }

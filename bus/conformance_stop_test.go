@@ -164,7 +164,7 @@ func checkHandleBatchSendsOnStop(t *testing.T, c *confCase) {
 	count := func() int { mu.Lock(); defer mu.Unlock(); return len(seen) }
 
 	logs := newRecordedLogs()
-	first := newBus(refusingTransport{c.tr.(*sharedTransport)}, slog.New(logs))
+	first := newBus(refusingTransport{c.tr}, slog.New(logs))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- first.Run(ctx) }()
@@ -179,7 +179,7 @@ func checkHandleBatchSendsOnStop(t *testing.T, c *confCase) {
 	// A sequential transport (SQL) hands out a group's next message only
 	// once this one is settled: the first is retried, the rest wait.
 	reached := 5
-	if c.tr.(*sharedTransport).Sequential() {
+	if c.tr.Capabilities().Sequential {
 		reached = 1
 	}
 	waitFor(t, fmt.Sprintf("fn to see %d commands", reached), func() bool { return count() == reached })
@@ -201,11 +201,11 @@ func checkHandleBatchSendsOnStop(t *testing.T, c *confCase) {
 
 // refusingTransport is a check's transport whose broker refuses every
 // publish, mandatory ones included; it keeps what else the transport says
-// of itself (Sequential, Reach).
-type refusingTransport struct{ *sharedTransport }
+// of itself (its Capabilities).
+type refusingTransport struct{ transport.Transport }
 
 func (t refusingTransport) Publisher() message.Publisher {
-	return brokenPublisher{t.sharedTransport.Publisher()}
+	return brokenPublisher{t.Transport.Publisher()}
 }
 
 func (refusingTransport) PublishMandatory(string, ...*message.Message) error {

@@ -26,44 +26,20 @@ import (
 // the database delivers it, one instance each message; due messages are
 // delivered within about Config.DelayedPollInterval.
 func DeliverAt(t time.Time) SendOption {
-	return func(m *message.Message) { m.Metadata.Set(deliverAtKey, t.UTC().Format(time.RFC3339Nano)) }
+	return func(o *sendOptions) { o.at, o.afterSet = t, false }
 }
 
 // DeliverAfter is DeliverAt, d after the send (NServiceBus's
 // DelayDeliveryWith).
 func DeliverAfter(d time.Duration) SendOption {
-	return func(m *message.Message) { m.Metadata.Set(deliverAfterKey, d.String()) }
+	return func(o *sendOptions) { o.after, o.afterSet, o.at = d, true, time.Time{} }
 }
-
-const (
-	deliverAtKey    = "postroom-deliver-at"
-	deliverAfterKey = "postroom-deliver-after"
-)
 
 // delayedPollIntervalDefault is the default Config.DelayedPollInterval.
 const delayedPollIntervalDefault = time.Second
 
 // delayedBatch is how many due messages one transaction delivers.
 const delayedBatch = 100
-
-// takeDeliveryTime removes the delivery options from msg's metadata and
-// returns when to deliver it (zero: now).
-func (b *Bus) takeDeliveryTime(msg *message.Message) (time.Time, error) {
-	at, after := msg.Metadata[deliverAtKey], msg.Metadata[deliverAfterKey]
-	delete(msg.Metadata, deliverAtKey)
-	delete(msg.Metadata, deliverAfterKey)
-	switch {
-	case at != "":
-		return time.Parse(time.RFC3339Nano, at)
-	case after != "":
-		d, err := time.ParseDuration(after)
-		if err != nil {
-			return time.Time{}, err
-		}
-		return b.cfg.Now().Add(d), nil
-	}
-	return time.Time{}, nil
-}
 
 // delay stores out for delivery at out.at, in db (the handler's
 // transaction, or the bus's database).
@@ -92,14 +68,13 @@ func (b *Bus) delay(ctx context.Context, db *gorm.DB, out outgoing) error {
 
 // delayedRelay is the target_group of the delayed deliveries this bus
 // sends, and publishes: those of any bus whose transport reaches the same
-// subscribers (transport.Reach), or, in memory, those of this endpoint.
-// Before, every bus on the database published every delayed delivery on
-// its own transport: a service on another broker, or with its own
-// in-memory transport, dropped another's events as unrouted and sent its
-// commands to its own error topic (found by a review).
+// subscribers (transport.Capabilities.Reach), or, in memory, those of
+// this endpoint: a service on another broker, or with its own in-memory
+// transport, would drop another's events as unrouted and send its
+// commands to its own error topic.
 func (b *Bus) delayedRelay() string {
-	if r, ok := b.cfg.Transport.(transport.Reach); ok && r.Reach() != "" {
-		return dialect.DelayedByReach(r.Reach())
+	if reach := b.cfg.Transport.Capabilities().Reach; reach != "" {
+		return dialect.DelayedByReach(reach)
 	}
 	return dialect.DelayedByEndpoint(b.cfg.Endpoint)
 }

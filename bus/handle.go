@@ -180,7 +180,8 @@ func (b *Bus) register(name string, byRun bool, opts []HandlerOption, build func
 	if err := hc.validate(); err != nil {
 		return err
 	}
-	if s, ok := b.cfg.Transport.(transport.Sequential); ok && s.Sequential() && hc.batchSize > 1 {
+	caps := b.cfg.Transport.Capabilities()
+	if caps.Sequential && hc.batchSize > 1 {
 		b.cfg.Logger.Info("bus: the transport hands out one message of a handler at a time: WithBatch commits each message alone", "handler", hc.name)
 		hc.batchSize, hc.batchWait = 1, 0
 	}
@@ -213,20 +214,20 @@ func (b *Bus) register(name string, byRun bool, opts []HandlerOption, build func
 		b.mu.Unlock()
 	}
 	lim := newLimiter(hc.name, b.cfg.RateLimit, b.cfg.Logger, b.cfg.Recorder)
-	subscriptions := 1
-	if b.cfg.Transport.Competing() {
-		// A batch fills with messages handled at the same time.
-		subscriptions = max(hc.concurrency, 1) * max(hc.batchSize, 1)
-	}
-	if l, ok := b.cfg.Transport.(transport.SubscriptionLimit); ok && 2*subscriptions > l.MaxSubscriptions() {
+	// A batch fills with messages handled at the same time.
+	subscriptions := max(hc.concurrency, 1) * max(hc.batchSize, 1)
+	if caps.MaxSubscriptions > 0 && 2*subscriptions > caps.MaxSubscriptions {
 		return fmt.Errorf("bus: handler %s: %d subscriptions on each of its 2 topics (concurrency %d × batch size %d) is over the transport's %d: lower the concurrency or WithBatch's size",
-			hc.name, subscriptions, max(hc.concurrency, 1), max(hc.batchSize, 1), l.MaxSubscriptions())
+			hc.name, subscriptions, max(hc.concurrency, 1), max(hc.batchSize, 1), caps.MaxSubscriptions)
 	}
 	plain, err := b.cfg.Transport.Subscriber(group)
 	if err != nil {
 		return fmt.Errorf("bus: handler %s: %w", hc.name, err)
 	}
 	sub := b.draining(plain)
+	b.mu.Lock()
+	b.opened = append(b.opened, sub) // the router closes it too, once it ran
+	b.mu.Unlock()
 	var traced message.HandlerMiddleware
 	if b.cfg.TracerProvider != nil {
 		if traced, err = tracing.New(tracing.Config{TracerProvider: b.cfg.TracerProvider, Propagator: b.cfg.Propagator, Handler: hc.name}); err != nil {

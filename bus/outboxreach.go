@@ -5,12 +5,11 @@ import (
 	"os"
 
 	"github.com/postroom/postroom/internal/dialect"
-	"github.com/postroom/postroom/transport"
 )
 
 // outboxReach is the reach the bus's outbox messages are written with and
 // its relay compares (outbox.Config.Reach): the transport's
-// (transport.Reach, as for delayed deliveries), or, for a transport
+// (transport.Capabilities.Reach, as for delayed deliveries), or, for a transport
 // without one (in memory), this process's. Every endpoint of one process
 // may share an in-memory transport, and their relays publish each other's
 // messages rightly; a relay of another process, whose in-memory transport
@@ -23,8 +22,8 @@ import (
 // restart, the rows the last process left are said once, from the old
 // process's reach (docs/guarantees.md).
 func (b *Bus) outboxReach() string {
-	if r, ok := b.cfg.Transport.(transport.Reach); ok && r.Reach() != "" {
-		return dialect.DelayedByReach(r.Reach())
+	if reach := b.cfg.Transport.Capabilities().Reach; reach != "" {
+		return dialect.DelayedByReach(reach)
 	}
 	return processReach
 }

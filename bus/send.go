@@ -20,15 +20,36 @@ import (
 	"github.com/postroom/postroom/transport"
 )
 
-// SendOption sets something on an outgoing message.
-type SendOption func(*message.Message)
+// SendOption sets something on an outgoing message. Options are typed:
+// metadata never acts as an option (WithMetadata refuses the keys postroom
+// reads as instructions).
+type SendOption func(*sendOptions)
+
+// sendOptions is what the options of one Send or Publish asked for.
+type sendOptions struct {
+	metadata map[string]string // WithMetadata and WithVersion
+	id       string            // WithMessageID; "" for a new UUIDv7
+	to       string            // To
+	toSet    bool              // To was given: To("") is refused, not this endpoint
+	at       time.Time         // DeliverAt
+	after    time.Duration     // DeliverAfter
+	afterSet bool
+	refused  error // the first option refused
+}
+
+func (o *sendOptions) set(key, value string) {
+	if o.metadata == nil {
+		o.metadata = map[string]string{}
+	}
+	o.metadata[key] = value
+}
 
 // WithVersion marks the message as a versioned update of one entity, for
 // handlers that use the stale-update check.
 func WithVersion(entityID string, at time.Time) SendOption {
-	return func(m *message.Message) {
-		m.Metadata.Set(metadata.EntityID, entityID)
-		m.Metadata.Set(metadata.Version, at.UTC().Format(time.RFC3339Nano))
+	return func(o *sendOptions) {
+		o.set(metadata.EntityID, entityID)
+		o.set(metadata.Version, at.UTC().Format(time.RFC3339Nano))
 	}
 }
 
@@ -36,23 +57,52 @@ func WithVersion(entityID string, at time.Time) SendOption {
 // that must send the same logical message again (a retried upload, a
 // scheduled slot) and have it deduplicated.
 func WithMessageID(id string) SendOption {
-	return func(m *message.Message) {
-		m.UUID = id
-		m.Metadata.Set(metadata.MessageID, id)
+	return func(o *sendOptions) { o.id = id }
+}
+
+// WithMetadata sets one metadata entry. The keys the bus sets itself from
+// the message and its options (the message ID and type) and those a bus or
+// transport reads as instructions (a command's endpoint, a delivery count,
+// a transport's error, the error topic's entries) are refused: Send and
+// Publish fail, naming the typed option to use where there is one.
+func WithMetadata(key, value string) SendOption {
+	return func(o *sendOptions) {
+		if instead, reserved := reservedMetadata[key]; reserved {
+			if o.refused == nil {
+				o.refused = fmt.Errorf("WithMetadata(%q): the key is postroom's own%s", key, instead)
+			}
+			return
+		}
+		o.set(key, value)
 	}
 }
 
-// WithMetadata sets one metadata entry.
-func WithMetadata(key, value string) SendOption {
-	return func(m *message.Message) { m.Metadata.Set(key, value) }
+// reservedMetadata are the keys WithMetadata refuses, each with the option
+// to use instead.
+var reservedMetadata = map[string]string{
+	metadata.MessageID:            ": use WithMessageID",
+	metadata.MessageType:          ": the message's Go type names it",
+	metadata.CommandTo:            ": use To",
+	metadata.TransportError:       "",
+	metadata.UnreadMetadata:       "",
+	metadata.DeliveryCount:        "",
+	metadata.Redelivered:          "",
+	metadata.DelayedRetries:       "",
+	metadata.Replayed:             "",
+	metadata.ErrorReason:          "",
+	metadata.ErrorHandler:         "",
+	metadata.ErrorAttempts:        "",
+	metadata.ErrorTopic:           "",
+	metadata.ErrorAt:              "",
+	metadata.ErrorDroppedMetadata: "",
+	metadata.ErrorGroup:           "",
 }
 
-// To sends a command to another endpoint instead of this one.
+// To sends a command to another endpoint instead of this one. Publish
+// refuses it: an event goes to every endpoint that subscribes to it.
 func To(endpoint string) SendOption {
-	return func(m *message.Message) { m.Metadata.Set(destinationKey, endpoint) }
+	return func(o *sendOptions) { o.to, o.toSet = endpoint, true }
 }
-
-const destinationKey = "postroom-destination"
 
 // Send sends a command to the one endpoint that owns it: this endpoint, or
 // the one named with To. Inside a handler it is dispatched after the
@@ -65,24 +115,19 @@ func Send[T any](ctx context.Context, b *Bus, cmd *T, opts ...SendOption) error 
 	if cmd == nil {
 		return fmt.Errorf("bus: send %s: the command is a nil pointer", MessageName[T]())
 	}
-	msg, err := b.newMessage(ctx, MessageName[T](), cmd, opts)
+	msg, o, err := b.newMessage(ctx, MessageName[T](), cmd, opts)
 	if err != nil {
 		return err
 	}
-	dest, named := msg.Metadata[destinationKey]
-	if !named {
+	dest := o.to
+	if !o.toSet {
 		dest = b.cfg.Endpoint
 	}
-	delete(msg.Metadata, destinationKey)
 	if !endpointName.MatchString(dest) {
 		return fmt.Errorf("bus: send %s to endpoint %q: not an endpoint name (1 to 40 letters, digits, '-', '_' or '.')", MessageName[T](), dest)
 	}
 	msg.Metadata.Set(metadata.CommandTo, dest)
-	out, err := b.outgoingOf(commandTopic(dest, MessageName[T]()), msg)
-	if err != nil {
-		return err
-	}
-	return b.dispatch(ctx, out)
+	return b.dispatch(ctx, b.outgoingOf(commandTopic(dest, MessageName[T]()), msg, o))
 }
 
 // Publish publishes an event to every endpoint that handles it. Inside a
@@ -91,32 +136,43 @@ func Publish[T any](ctx context.Context, b *Bus, event *T, opts ...SendOption) e
 	if event == nil {
 		return fmt.Errorf("bus: publish %s: the event is a nil pointer", MessageName[T]())
 	}
-	msg, err := b.newMessage(ctx, MessageName[T](), event, opts)
+	msg, o, err := b.newMessage(ctx, MessageName[T](), event, opts)
 	if err != nil {
 		return err
 	}
-	out, err := b.outgoingOf(eventTopic(MessageName[T]()), msg)
-	if err != nil {
-		return err
+	if o.toSet {
+		return fmt.Errorf("bus: publish %s: To(%q) is for Send: an event goes to every endpoint that subscribes to it", MessageName[T](), o.to)
 	}
-	return b.dispatch(ctx, out)
+	return b.dispatch(ctx, b.outgoingOf(eventTopic(MessageName[T]()), msg, o))
 }
 
-func (b *Bus) newMessage(ctx context.Context, name string, payload any, opts []SendOption) (*message.Message, error) {
+// newMessage is the message for payload, and what opts asked for.
+func (b *Bus) newMessage(ctx context.Context, name string, payload any, opts []SendOption) (*message.Message, sendOptions, error) {
+	var o sendOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.refused != nil {
+		return nil, o, fmt.Errorf("bus: %s: %w", name, o.refused)
+	}
 	body, err := b.cfg.Marshaler.Marshal(payload)
 	if err != nil {
-		return nil, fmt.Errorf("bus: marshal %s: %w", name, err)
+		return nil, o, fmt.Errorf("bus: marshal %s: %w", name, err)
 	}
 	if _, isJSON := b.cfg.Marshaler.(JSON); isJSON && bytes.Equal(bytes.TrimSpace(body), []byte("null")) {
 		// A nil slice, map or pointer type, or a MarshalJSON returning
 		// null: every handler would refuse it (JSON.Unmarshal).
-		return nil, fmt.Errorf("bus: marshal %s: %w", name, errNullPayload)
+		return nil, o, fmt.Errorf("bus: marshal %s: %w", name, errNullPayload)
 	}
-	id, err := uuid.NewV7()
-	if err != nil {
-		return nil, fmt.Errorf("bus: message ID: %w", err)
+	id := o.id
+	if id == "" {
+		v7, err := uuid.NewV7()
+		if err != nil {
+			return nil, o, fmt.Errorf("bus: message ID: %w", err)
+		}
+		id = v7.String()
 	}
-	msg := message.NewMessage(id.String(), body)
+	msg := message.NewMessage(id, body)
 	msg.Metadata.Set(metadata.MessageID, msg.UUID)
 	msg.Metadata.Set(metadata.MessageType, name)
 	msg.Metadata.Set(metadata.SentAt, b.cfg.Now().UTC().Format(time.RFC3339Nano))
@@ -131,11 +187,11 @@ func (b *Bus) newMessage(ctx context.Context, name string, payload any, opts []S
 	if b.cfg.TracerProvider != nil {
 		tracing.Inject(ctx, msg, b.cfg.Propagator)
 	}
-	for _, o := range opts {
-		o(msg)
+	for k, v := range o.metadata {
+		msg.Metadata.Set(k, v)
 	}
 	if err := checkID(msg.UUID); err != nil {
-		return nil, fmt.Errorf("bus: %s: %w", name, err)
+		return nil, o, fmt.Errorf("bus: %s: %w", name, err)
 	}
 	if msg.Metadata.Get(metadata.Version) != "" {
 		// WithVersion("", t) or a zero t was sent, and refused by every
@@ -147,20 +203,20 @@ func (b *Bus) newMessage(ctx context.Context, name string, payload any, opts []S
 			err = v.Check()
 		}
 		if err != nil {
-			return nil, fmt.Errorf("bus: %s: WithVersion: %w", name, err)
+			return nil, o, fmt.Errorf("bus: %s: WithVersion: %w", name, err)
 		}
 	}
-	return msg, nil
+	return msg, o, nil
 }
 
-// outgoingOf is the outgoing message for topic, with the delivery time its
-// options asked for.
-func (b *Bus) outgoingOf(topic string, msg *message.Message) (outgoing, error) {
-	at, err := b.takeDeliveryTime(msg)
-	if err != nil {
-		return outgoing{}, fmt.Errorf("bus: %s: delivery time: %w", msg.Metadata.Get(metadata.MessageType), err)
+// outgoingOf is the outgoing message for topic, with the delivery time o
+// asked for.
+func (b *Bus) outgoingOf(topic string, msg *message.Message, o sendOptions) outgoing {
+	at := o.at
+	if o.afterSet {
+		at = b.cfg.Now().Add(o.after)
 	}
-	return outgoing{topic: topic, msg: msg, at: at}, nil
+	return outgoing{topic: topic, msg: msg, at: at}
 }
 
 // ErrBadMessageID is wrapped by Send and Publish for an ID no transport or
@@ -211,7 +267,7 @@ func (b *Bus) dispatch(ctx context.Context, out outgoing) error {
 // message's type), which is not an error.
 func (b *Bus) publish(out outgoing) error {
 	if !out.at.IsZero() {
-		return b.delay(context.Background(), b.cfg.DB, out)
+		return b.delay(out.msg.Context(), b.cfg.DB, out)
 	}
 	var err error
 	to := out.msg.Metadata.Get(metadata.CommandTo) // set by Send

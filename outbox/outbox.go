@@ -39,7 +39,7 @@ type Config struct {
 	// Topic is the outbox's watermill-sql topic. Defaults to "postroom_outbox".
 	Topic string
 	// Reach names the subscribers Destination reaches (the bus: its
-	// transport's, see transport.Reach). Messages are written with it, and
+	// transport's, see transport.Capabilities.Reach). Messages are written with it, and
 	// a relay that publishes one of another reach says so at error: the
 	// services sharing this outbox may be on transports that do not reach
 	// each other, and then messages go where nobody reads them. Defaults

@@ -5,9 +5,16 @@ import (
 	"log/slog"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/postroom/postroom/metadata"
 )
 
-// Transport publishes and subscribes messages.
+// Transport publishes and subscribes messages. The subscriptions of one
+// group to one topic share its messages (competing consumers); every group
+// subscribed to a topic gets every message published to it.
+//
+// The bus uses a transport it is given and does not close it: whoever
+// created the transport closes it, after the buses that use it.
 type Transport interface {
 	// Publisher publishes to topics.
 	Publisher() message.Publisher
@@ -18,12 +25,55 @@ type Transport interface {
 	// bus.Config.StopTimeout); the message's own context ends with the
 	// subscription's.
 	Subscriber(group string) (message.Subscriber, error)
-	// Competing reports whether several subscriptions of one group to one
-	// topic share its messages. When false, each subscription gets every
-	// message, so the bus subscribes once per handler.
-	Competing() bool
+	// Capabilities says what the transport offers and what it limits.
+	Capabilities() Capabilities
 	// Close releases the transport's connections.
 	Close() error
+}
+
+// Capabilities is what a transport offers and what it limits, in one
+// place. The zero value is an unbounded transport local to its process.
+type Capabilities struct {
+	// Sequential is true for a transport that hands out one message of a
+	// group at a time, however many subscriptions the group has (the SQL
+	// transport: watermill-sql's subscriptions of one group take turns on
+	// the group's offsets row). More concurrency does not help there, and
+	// a batch would never hold more than one message: the bus commits
+	// each message of a batched handler alone.
+	Sequential bool
+	// Reach names where the transport publishes, for a transport whose
+	// messages reach subscribers beyond its own process (RabbitMQ: the
+	// broker's address and vhost; the SQL transport: the database's
+	// tables); the same for two transports that deliver to the same
+	// subscribers. A delayed delivery or an outbox row is published only
+	// by a bus whose transport has the reach of the sender's ("": only by
+	// the sending endpoint's buses), so that a service on another broker,
+	// sharing the database, does not publish it where nobody listens.
+	Reach string
+	// MaxSubscriptions bounds the subscriptions of one group (RabbitMQ: a
+	// group's subscriptions are channels on one connection). The bus
+	// refuses, at Handle, a handler whose subscriptions would pass it. 0:
+	// no bound.
+	MaxSubscriptions int
+	// DeliveryLimit is how often the broker delivers a message before it
+	// drops it (RabbitMQ's quorum queues: x-delivery-limit, counting nacks
+	// and closed channels); 0: no limit. A message the broker drops is lost
+	// without a trace, so the bus refuses, at New, a
+	// Config.MaxDeliveries that does not leave this limit above its own
+	// guard.
+	DeliveryLimit int
+}
+
+// DropControl removes from md what a transport says about a delivery
+// (metadata.DeliveryCount, metadata.Redelivered, metadata.TransportError).
+// A transport calls it on each message it
+// receives, before it sets its own: a producer that is not postroom, or a
+// copy replayed from the error topic, may carry these keys, and a forged
+// count or error would send the message to the error topic.
+func DropControl(md message.Metadata) {
+	for _, k := range []string{metadata.DeliveryCount, metadata.Redelivered, metadata.TransportError} {
+		delete(md, k)
+	}
 }
 
 // ErrNoRoute is wrapped by PublishMandatory's error when no queue takes the
@@ -64,47 +114,6 @@ type FromNow interface {
 // A transport declares it without a broker-side delivery limit: an
 // operator browsing it must never make the broker drop what it holds.
 const ErrorQueueGroup = "postroom_errors"
-
-// Sequential is implemented by a transport that hands out one message of a
-// group at a time, however many subscriptions the group has (the SQL
-// transport: watermill-sql's subscriptions of one group take turns on the
-// group's offsets row, each holding it until its message is acked). More
-// concurrency does not help there, and a batch would never have more than
-// one message: the bus commits each message of a batched handler alone.
-type Sequential interface {
-	Sequential() bool
-}
-
-// Reach is implemented by a transport whose messages reach subscribers
-// beyond its own process: Reach names where it publishes (RabbitMQ: the
-// broker's address and vhost; the SQL transport: the database's tables),
-// the same for two transports that deliver to the same subscribers. A
-// delayed delivery is published, when due, only by a bus whose transport
-// has the reach of the sender's (one without Reach, in memory: only by
-// the sending endpoint's buses), so that a service on another broker,
-// sharing the database, does not publish it where nobody listens.
-type Reach interface {
-	Reach() string
-}
-
-// SubscriptionLimit is implemented by a transport that bounds the
-// subscriptions of one group (RabbitMQ: a group's subscriptions are
-// channels on one connection, which carries at most 2,047 by default). The
-// bus refuses, at Handle, a handler whose subscriptions (concurrency, times
-// its batch size, on its command and event topics) would pass it.
-type SubscriptionLimit interface {
-	MaxSubscriptions() int
-}
-
-// DeliveryLimiter is implemented by a transport whose broker drops a
-// message delivered more often than a limit (RabbitMQ's quorum queues:
-// x-delivery-limit, counting nacks and closed channels). A message the
-// broker drops is lost without a trace, so the bus refuses, at New, a
-// Config.MaxDeliveries that does not leave the broker's limit above its own
-// guard. DeliveryLimit returns 0 when there is no such limit.
-type DeliveryLimiter interface {
-	DeliveryLimit() int
-}
 
 // Connectivity is implemented by a transport that holds connections to a
 // broker (RabbitMQ). Connected reports whether they are up: false while a

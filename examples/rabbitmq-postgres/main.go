@@ -87,6 +87,7 @@ func worker(dsn, endpoint string) error {
 	if err != nil {
 		return err
 	}
+	defer tr.Close() // after the bus: a bus leaves the transport it is given open
 	b, err := bus.New(bus.Config{
 		Endpoint:    endpoint,
 		Transport:   tr,
@@ -178,6 +179,7 @@ func run() error {
 		return err
 	}
 	defer func() { rabbit.add(tr.Declared()) }()
+	defer tr.Close() // after the buses that share it
 	audit, err := bus.New(bus.Config{Endpoint: schema + "_audit", Transport: tr, DB: db, Logger: quiet, Cleanup: bus.CleanupSchedule{Disabled: true}})
 	if err != nil {
 		return err
@@ -283,7 +285,8 @@ func run() error {
 	}
 	stopWorkers()
 	_ = sender.Close()
-	_ = audit.Close() // closes tr, which sender shares
+	_ = audit.Close()
+	_ = tr.Close() // after both buses that share it
 	stopAudit()
 	rabbit.add(tr.Declared())
 	queues, exchanges, err := rabbit.delete()

@@ -61,7 +61,7 @@ const (
 )
 
 // DelayedByReach is the target_group of a delayed delivery sent through a
-// transport of reach (transport.Reach); a reach too long for the column
+// transport of reach (transport.Capabilities.Reach); a reach too long for the column
 // is replaced by its hash, the same for every bus.
 func DelayedByReach(reach string) string {
 	if len(byReach+reach) > 255 {

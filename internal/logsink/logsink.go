@@ -5,10 +5,14 @@ package logsink
 
 import (
 	"context"
+	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"log/slog"
 	"maps"
+	"net"
 	"slices"
+	"strings"
 	"sync/atomic"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -23,11 +27,13 @@ type Sink struct {
 	stopping atomic.Bool // the owner began to stop: errors come at info
 }
 
-// Stopping says that the sink's owner has begun to stop: from now on every
-// error comes at info, with stopping=true. A stop cuts polls, reads and
-// acks short in ways whose errors do not all say "context canceled" (a
-// connection closed under a query: "driver: bad connection", "conn
-// closed"), and a routine stop should not page anyone.
+// Stopping says that the sink's owner has begun to stop: from now on an
+// error a stop causes comes at info, with stopping=true. A stop cuts polls,
+// reads and acks short in ways whose errors do not all say "context
+// canceled" (a connection closed under a query: "driver: bad connection",
+// "conn closed"), and a routine stop should not page anyone. Any other
+// error keeps its level: a commit that fails during the drain, a broker
+// refusing a publish, is for an operator whether or not a stop has begun.
 func (s *Sink) Stopping() { s.stopping.Store(true) }
 
 type logTarget struct {
@@ -85,7 +91,7 @@ func (f forwardingLogger) enabled(t *logTarget, level slog.Level) bool {
 // stop should not page anyone.
 func (f forwardingLogger) Error(msg string, err error, fields watermill.LogFields) {
 	t := f.sink.target.Load()
-	if f.sink.stopping.Load() || stopping(err, fields) {
+	if f.stopCaused(err, fields) {
 		if f.enabled(t, slog.LevelInfo) {
 			t.wm.Info(msg, f.fields.Add(fields).Add(watermill.LogFields{"err": err, "stopping": true}))
 		}
@@ -123,7 +129,7 @@ func (f forwardingLogger) Trace(msg string, fields watermill.LogFields) {
 func (f forwardingLogger) Log(level slog.Level, msg string, err error, fields watermill.LogFields) {
 	t := f.sink.target.Load()
 	all := f.fields.Add(fields)
-	if level >= slog.LevelWarn && (f.sink.stopping.Load() || stopping(err, fields)) {
+	if level >= slog.LevelWarn && f.stopCaused(err, fields) {
 		level, all["stopping"] = slog.LevelInfo, true
 	}
 	if !f.enabled(t, level) {
@@ -144,16 +150,61 @@ func (f forwardingLogger) With(fields watermill.LogFields) watermill.LoggerAdapt
 	return forwardingLogger{sink: f.sink, fields: f.fields.Add(fields)}
 }
 
-// stopping reports whether a Watermill error comes from a cancelled
+// stopCaused reports whether an error is one a stop causes: it comes of a
+// cancelled context (a stop cancels the contexts Watermill's components
+// run under), or the sink's owner is stopping and it says a connection
+// was closed under it.
+func (f forwardingLogger) stopCaused(err error, fields watermill.LogFields) bool {
+	return cancelled(err, fields) || (f.sink.stopping.Load() && closedUnder(err, fields))
+}
+
+// cancelled reports whether a Watermill error comes from a cancelled
 // context: err itself, or the error it followed (watermill-sql's "could
 // not rollback tx for querying message", whose err is "conn closed" and
 // whose query_err field the cancelled query's).
-func stopping(err error, fields watermill.LogFields) bool {
-	if errors.Is(err, context.Canceled) {
+func cancelled(err error, fields watermill.LogFields) bool {
+	return anyError(err, fields, func(e error) bool { return errors.Is(e, context.Canceled) })
+}
+
+// closedUnder reports whether an error says that a connection or a pool
+// was closed under the call: what a stop does to a query, a read or an ack
+// in flight. Drivers say it in their own words, not all with a sentinel.
+func closedUnder(err error, fields watermill.LogFields) bool {
+	return anyError(err, fields, func(e error) bool {
+		if errors.Is(e, net.ErrClosed) || errors.Is(e, sql.ErrConnDone) || errors.Is(e, driver.ErrBadConn) {
+			return true
+		}
+		text := e.Error()
+		for _, s := range closedTexts {
+			if strings.Contains(text, s) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// closedTexts are what the drivers postroom uses say when a connection is
+// closed under a call: pgx, database/sql, amqp091, the SQL transport's
+// and RabbitMQ transport's own.
+var closedTexts = []string{
+	"conn closed",
+	"sql: database is closed",
+	"use of closed network connection",
+	"channel/connection is not open",
+	"subscriber is closed",
+	"transport is closed",
+	"connection reset by peer",
+}
+
+// anyError reports whether match holds for err or for an error among
+// fields.
+func anyError(err error, fields watermill.LogFields, match func(error) bool) bool {
+	if err != nil && match(err) {
 		return true
 	}
 	for _, v := range fields {
-		if e, ok := v.(error); ok && errors.Is(e, context.Canceled) {
+		if e, ok := v.(error); ok && e != nil && match(e) {
 			return true
 		}
 	}

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"testing"
 
@@ -35,9 +37,19 @@ func TestLogAtALevel(t *testing.T) {
 	require.Equal(t, []string{`level=INFO msg=recovered relay=r1`}, trimTime(lines()))
 	l.Log(slog.LevelWarn, "failing", context.Canceled, nil)
 	require.Equal(t, []string{`level=INFO msg=failing relay=r1 stopping=true error="context canceled"`}, trimTime(lines()))
+	l.Log(slog.LevelWarn, "failing", errors.New("conn closed"), nil)
+	require.Equal(t, []string{`level=WARN msg=failing relay=r1 error="conn closed"`}, trimTime(lines()), "a closed connection is a stop's only during a stop")
 	s.Stopping()
+	l.Log(slog.LevelWarn, "failing", fmt.Errorf("read: %w", net.ErrClosed), nil)
+	require.Equal(t, []string{`level=INFO msg=failing relay=r1 stopping=true error="read: use of closed network connection"`}, trimTime(lines()))
+	l.Log(slog.LevelWarn, "failing", errors.New("could not rollback"), watermill.LogFields{"query_err": errors.New("conn closed")})
+	require.Equal(t, []string{`level=INFO msg=failing query_err="conn closed" relay=r1 stopping=true error="could not rollback"`}, trimTime(lines()))
+	// An error a stop does not cause keeps its level during a stop: a
+	// commit failing in the drain is for an operator.
 	l.Log(slog.LevelWarn, "failing", errors.New("broker down"), nil)
-	require.Equal(t, []string{`level=INFO msg=failing relay=r1 stopping=true error="broker down"`}, trimTime(lines()))
+	require.Equal(t, []string{`level=WARN msg=failing relay=r1 error="broker down"`}, trimTime(lines()))
+	s.Watermill().Error("commit", errors.New("deadlock detected"), nil)
+	require.Contains(t, lines()[0], `level=ERROR msg=commit error="deadlock detected"`)
 }
 
 func trimTime(lines []string) []string {

@@ -62,7 +62,7 @@ type Config struct {
 	// it, if the queue has a dead-letter exchange), a broker-side guard
 	// against redelivery loops behind the bus's own retries. Quorum queues
 	// only. Defaults to DeliveryLimitDefault (20). bus.New refuses a limit
-	// below its Config.MaxDeliveries + 5 (transport.DeliveryLimiter).
+	// below its Config.MaxDeliveries + 5 (transport.Capabilities).
 	DeliveryLimit int
 	// Prefetch is the basic.qos prefetch count of each subscription's
 	// channel. Defaults to PrefetchDefault (1).
@@ -122,11 +122,10 @@ type Transport struct {
 }
 
 var (
-	_ transport.Transport       = (*Transport)(nil)
-	_ transport.Mandatory       = (*Transport)(nil)
-	_ transport.LoggerSetter    = (*Transport)(nil)
-	_ transport.DeliveryLimiter = (*Transport)(nil)
-	_ transport.Connectivity    = (*Transport)(nil)
+	_ transport.Transport    = (*Transport)(nil)
+	_ transport.Mandatory    = (*Transport)(nil)
+	_ transport.LoggerSetter = (*Transport)(nil)
+	_ transport.Connectivity = (*Transport)(nil)
 )
 
 // New returns a transport for cfg; it connects nothing. The publisher
@@ -143,11 +142,18 @@ func New(cfg Config) (*Transport, error) {
 		publisher: newConfirmPublisher(cfg.URL, log, declared)}, nil
 }
 
-// Reach names the broker and vhost of the URL ("amqp://host:5672/%2F",
-// without credentials), for delayed deliveries (transport.Reach): two
+// Capabilities: the broker and vhost as its reach, a group's subscriptions
+// bounded by the channels of one connection, and the quorum queues'
+// delivery limit.
+func (t *Transport) Capabilities() transport.Capabilities {
+	return transport.Capabilities{Reach: t.reach(), MaxSubscriptions: maxSubscriptions, DeliveryLimit: t.deliveryLimit()}
+}
+
+// reach names the broker and vhost of the URL ("amqp://host:5672/%2F",
+// without credentials), for delayed deliveries and the outbox: two
 // services sharing a database relay each other's only when their URLs
 // name the broker the same way.
-func (t *Transport) Reach() string {
+func (t *Transport) reach() string {
 	uri, err := amqp091.ParseURI(t.cfg.URL)
 	if err != nil { // no dial succeeds with it either; never the URL, which may hold a password
 		return "amqp:unreadable-url"
@@ -240,25 +246,18 @@ func (t *Transport) Connected() bool {
 	return true
 }
 
-// Competing is true: subscriptions of one group share the queue.
-func (t *Transport) Competing() bool { return true }
-
 // maxSubscriptions is RabbitMQ's default channel_max per connection
 // (2,047), less room for the channels a subscriber opens to declare.
 const maxSubscriptions = 2000
 
-// DeliveryLimit is the x-delivery-limit of the quorum queues subscribers
-// declare, or 0 with classic queues (transport.DeliveryLimiter).
-func (t *Transport) DeliveryLimit() int {
+// deliveryLimit is the x-delivery-limit of the quorum queues subscribers
+// declare, or 0 with classic queues.
+func (t *Transport) deliveryLimit() int {
 	if t.cfg.QueueType != QueueQuorum {
 		return 0
 	}
 	return t.cfg.DeliveryLimit
 }
-
-// MaxSubscriptions is the most subscriptions of one group: each is a
-// channel on the group's connection.
-func (t *Transport) MaxSubscriptions() int { return maxSubscriptions }
 
 // Close closes the publishers and every subscriber.
 func (t *Transport) Close() error {

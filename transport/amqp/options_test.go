@@ -246,7 +246,7 @@ func TestReachNamesBrokerAndVhostWithoutCredentials(t *testing.T) {
 	} {
 		tr, err := amqp.New(amqp.Config{URL: url})
 		require.NoError(t, err)
-		require.Equal(t, want, tr.Reach(), url)
-		require.NotContains(t, tr.Reach(), "secret")
+		require.Equal(t, want, tr.Capabilities().Reach, url)
+		require.NotContains(t, tr.Capabilities().Reach, "secret")
 	}
 }

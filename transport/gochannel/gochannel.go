@@ -62,8 +62,8 @@ func (t *Transport) Subscriber(group string) (message.Subscriber, error) {
 	return &groupSubscriber{t: t, group: group, subs: map[*subscription]struct{}{}}, nil
 }
 
-// Competing is true: subscriptions of one group share the topic's messages.
-func (t *Transport) Competing() bool { return true }
+// Capabilities: in memory, in this process alone, unbounded.
+func (t *Transport) Capabilities() transport.Capabilities { return transport.Capabilities{} }
 
 // Close ends every subscription (closing its channel and cancelling the
 // context of the message it holds) and drops every queued message. Publish

@@ -124,18 +124,14 @@ func (t *Transport) Subscriber(group string) (message.Subscriber, error) {
 	return s, nil
 }
 
-// Competing is true: subscriptions of one group share its offsets.
-func (t *Transport) Competing() bool { return true }
-
-// Sequential is true: the subscriptions of one group take turns on its
-// offsets row, so one message of a group is handled at a time.
-func (t *Transport) Sequential() bool { return true }
-
-// Reach is the same for every SQL transport (transport.Reach): its topics
-// are tables of its database, which is, as a rule, the one the bus keeps
-// its delayed messages in, so any SQL transport that sees them reaches the
-// same tables.
-func (t *Transport) Reach() string { return "sql" }
+// Capabilities: Sequential, since the subscriptions of one group take
+// turns on its offsets row, so one message of a group is handled at a
+// time; Reach "sql" for every SQL transport, since its topics are tables
+// of its database, which is, as a rule, the one the bus keeps its delayed
+// messages in, so any SQL transport that sees them reaches the same tables.
+func (t *Transport) Capabilities() transport.Capabilities {
+	return transport.Capabilities{Sequential: true, Reach: "sql"}
+}
 
 // Close closes the publisher and every subscriber.
 func (t *Transport) Close() error {

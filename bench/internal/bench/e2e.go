@@ -69,7 +69,7 @@ func batchHandler(ctx context.Context, ws []*Work) error {
 	return bus.Tx(ctx).Exec(q.String(), args...).Error
 }
 
-// runE2EWith is runE2EOn with o.
+// runE2EWith is runE2EOn with o. It closes tr.
 func runE2EWith(ctx context.Context, tr transport.Transport, db *gorm.DB, kind Kind, concurrency int, n int64, o e2eOptions) (time.Duration, error) {
 	copies, meter := max(o.copies, 1), o.meter
 	cfg := bus.Config{
@@ -134,6 +134,7 @@ func runE2EWith(ctx context.Context, tr transport.Transport, db *gorm.DB, kind K
 		cfg.Middleware = append(cfg.Middleware, dedup.Middleware)
 		opts = append(opts, bus.WithTransaction())
 	}
+	defer tr.Close() // after the bus (a bus leaves the transport it is given open)
 	b, err := bus.New(cfg)
 	if err != nil {
 		return 0, err

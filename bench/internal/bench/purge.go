@@ -16,7 +16,6 @@ import (
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/handlers"
 	"github.com/postroom/postroom/metrics"
-	"github.com/postroom/postroom/transport/gochannel"
 )
 
 // PurgeResult is the cleanup measurement.
@@ -146,7 +145,7 @@ func startLatencyBus(ctx context.Context, db *gorm.DB, extra ...bus.HandlerOptio
 	// a few seconds (at the bus's start, over an inbox full of just-deleted
 	// rows, they stalled every handler for ~10 ms on 2026-12-03).
 	b, err := bus.New(bus.Config{
-		Endpoint: "bench", Transport: gochannel.New(gochannel.Config{}), DB: db,
+		Endpoint: "bench", DB: db,
 		Concurrency: 8, Logger: slog.New(slog.DiscardHandler), Cleanup: bus.CleanupSchedule{Disabled: true},
 		TableGaugeInterval: -1, Middleware: []message.HandlerMiddleware{timing},
 	})

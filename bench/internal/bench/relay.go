@@ -15,7 +15,6 @@ import (
 	"github.com/postroom/postroom/middleware/unitofwork"
 	"github.com/postroom/postroom/outbox"
 	"github.com/postroom/postroom/transport/amqp"
-	"github.com/postroom/postroom/transport/gochannel"
 )
 
 // Shipped is the event the outbox runs send.
@@ -101,7 +100,7 @@ func runRelay(ctx context.Context, db *gorm.DB, amqpURL string, n int64, out io.
 func handleWithSends(ctx context.Context, db *gorm.DB, send bool, n int64) (float64, error) {
 	gate := make(chan struct{})
 	b, err := bus.New(bus.Config{
-		Endpoint: "bench", Transport: gochannel.New(gochannel.Config{}), DB: db, Outbox: true,
+		Endpoint: "bench", DB: db, Outbox: true,
 		Concurrency: 8, Logger: slog.New(slog.DiscardHandler), Cleanup: bus.CleanupSchedule{Disabled: true},
 		Middleware: []message.HandlerMiddleware{func(h message.HandlerFunc) message.HandlerFunc {
 			return func(msg *message.Message) ([]*message.Message, error) { <-gate; return h(msg) }
