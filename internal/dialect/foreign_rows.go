@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/postroom/postroom/metadata"
+	"github.com/postroom/postroom/transport"
 )
 
 // UnmarshalMessage reads a row of a message table, also one another
@@ -37,10 +38,10 @@ func (s wideSchema) UnmarshalMessage(params wsql.UnmarshalMessageParams) (wsql.R
 	}
 	r.Msg = message.NewMessage(string(r.UUID), r.Payload)
 	md, err := ForeignMetadata(r.Metadata)
-	// Only this read says the transport could not read the message: the
-	// same key set by a producer (or kept by a replayed copy) would send
-	// the message to the error topic at every delivery.
-	delete(md, metadata.TransportError)
+	// Only this read says how the message was delivered: the keys set by a
+	// producer (or kept by a replayed copy) would send the message to the
+	// error topic at every delivery.
+	transport.DropControl(md)
 	if err != nil { // kept as text for the error topic (before, it was dropped: found by a cold trial)
 		md = message.Metadata{metadata.TransportError: "sql: " + err.Error(),
 			metadata.UnreadMetadata: strings.ToValidUTF8(string(r.Metadata), "\uFFFD")}

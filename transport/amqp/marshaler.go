@@ -17,6 +17,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/postroom/postroom/metadata"
+	"github.com/postroom/postroom/transport"
 )
 
 // Metadata keys that [Marshaler.Unmarshal] fills from the AMQP properties a
@@ -117,11 +118,10 @@ func (Marshaler) Unmarshal(d amqp091.Delivery) (*message.Message, error) {
 		}
 	}
 
-	// Only the broker's count is trusted: a header of that name a producer
-	// set (a message replayed from the error topic) would move the message
-	// aside at once.
-	delete(md, metadata.DeliveryCount)
-	delete(md, metadata.Redelivered)
+	// Only the broker's count and this read's problems are trusted: the
+	// keys a producer set (or a copy replayed from the error topic kept)
+	// would move the message aside at once.
+	transport.DropControl(md)
 	if c, ok := md[deliveryCountHeader]; ok { // moved, so a copy sent on does not carry it
 		md[metadata.DeliveryCount] = c
 		delete(md, deliveryCountHeader)
@@ -129,10 +129,6 @@ func (Marshaler) Unmarshal(d amqp091.Delivery) (*message.Message, error) {
 		md[metadata.Redelivered] = metadata.RedeliveredYes
 	}
 
-	// Only this read's problems count, as for the delivery count: the key
-	// set by a producer (or kept by a replayed copy) would send the message
-	// to the error topic at every delivery.
-	delete(md, metadata.TransportError)
 	reasons := make([]string, 0, len(problems)+1)
 	if id == "" {
 		reasons = append(reasons, ErrorNoID)

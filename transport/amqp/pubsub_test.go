@@ -9,7 +9,9 @@ import (
 
 	"github.com/postroom/postroom/internal/amqptest"
 	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/transport"
 	"github.com/postroom/postroom/transport/amqp"
+	"github.com/postroom/postroom/transport/transporttest"
 )
 
 // features is what the transport promises, not what makes a test pass.
@@ -58,4 +60,15 @@ func newGroupPubSub(t *testing.T, group string) (message.Publisher, message.Subs
 // subscriber wrapper.
 func TestPubSub(t *testing.T) {
 	tests.TestPubSub(t, features, newPubSub, newGroupPubSub)
+}
+
+// TestContract runs postroom's transport contract (transporttest).
+func TestContract(t *testing.T) {
+	transporttest.Run(t, func(t *testing.T) transport.Transport {
+		tr, err := amqp.New(amqp.Config{URL: testenv.RequireAMQP(t)})
+		require.NoError(t, err)
+		amqptest.Cleanup(t, tr)
+		t.Cleanup(func() { _ = tr.Close() })
+		return tr
+	})
 }

@@ -8,7 +8,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
 	"github.com/stretchr/testify/require"
 
+	"github.com/postroom/postroom/transport"
 	"github.com/postroom/postroom/transport/gochannel"
+	"github.com/postroom/postroom/transport/transporttest"
 )
 
 // features is what the transport promises, not what makes a test pass.
@@ -89,4 +91,13 @@ func TestQueueOutlivesItsSubscribers(t *testing.T) {
 	f := features
 	f.Persistent = true
 	tests.TestContinueAfterSubscribeClose(t, tests.TestContext{TestID: tests.NewTestID(), Features: f}, newPubSub)
+}
+
+// TestContract runs postroom's transport contract (transporttest).
+func TestContract(t *testing.T) {
+	transporttest.Run(t, func(t *testing.T) transport.Transport {
+		tr := gochannel.New(gochannel.Config{})
+		t.Cleanup(func() { require.NoError(t, tr.Close()) })
+		return tr
+	})
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/postroom/postroom/transport"
 )
 
 // maxOffers is how many free subscriptions the dispatcher offers the head
@@ -180,6 +182,7 @@ func (s *subscription) offering(head *message.Message) *delivery {
 		for k, v := range head.Metadata {
 			s.offer.msg.Metadata[k] = v
 		}
+		transport.DropControl(s.offer.msg.Metadata) // this transport says nothing of a delivery
 	}
 	return s.offer
 }

@@ -11,7 +11,9 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/transport"
 	wsql "github.com/postroom/postroom/transport/sql"
+	"github.com/postroom/postroom/transport/transporttest"
 )
 
 // features is what the transport promises, not what makes a test pass.
@@ -72,6 +74,25 @@ func TestPubSub(t *testing.T) {
 			}
 			group := pubSubOn(store.open)
 			tests.TestPubSub(t, features, func(t *testing.T) (message.Publisher, message.Subscriber) { return group(t, "default") }, group)
+		})
+	}
+}
+
+// TestContract runs postroom's transport contract (transporttest) on
+// PostgreSQL and MariaDB.
+func TestContract(t *testing.T) {
+	for _, store := range []struct {
+		name string
+		open func(testing.TB) *gorm.DB
+	}{{"postgres", testenv.Postgres}, {"mariadb", testenv.MySQL}} {
+		t.Run(store.name, func(t *testing.T) {
+			t.Parallel()
+			transporttest.Run(t, func(t *testing.T) transport.Transport {
+				tr, err := wsql.New(wsql.Config{DB: store.open(t), PollInterval: 10 * time.Millisecond})
+				require.NoError(t, err)
+				t.Cleanup(func() { require.NoError(t, tr.Close()) })
+				return tr
+			})
 		})
 	}
 }

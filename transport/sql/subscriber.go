@@ -266,7 +266,6 @@ func (s *subscriber) forward(ctx context.Context, topic string, msg *message.Mes
 	if n := s.lateCount(key); n > 0 {
 		cp.Metadata.Set(metadata.DeliveryCount, strconv.Itoa(n))
 	}
-	delete(cp.Metadata, metadata.Redelivered) // only the read below says it, not a producer
 	if s.firstRead(topic) {
 		cp.Metadata.Set(metadata.Redelivered, metadata.RedeliveredFirstRead)
 	}
