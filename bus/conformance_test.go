@@ -689,7 +689,7 @@ func sendRightAfterRun(t *testing.T, tr confTransport) {
 			want++
 		}
 		waitFor(t, fmt.Sprintf("round %d: every message handled", i), func() bool { return got.Load() == want })
-		<-b.Running() // stop a started router (see the closing note of issue 17 on stopping one mid-start)
+		<-b.Running() // stop a started router (stopping one mid-start is not what this checks)
 		if i == 1 || i == sendAfterRunRounds-1 {
 			// Only in two rounds: on RabbitMQ the durable queue of every
 			// earlier bus keeps a copy of each event.

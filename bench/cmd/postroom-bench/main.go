@@ -27,7 +27,7 @@ func main() {
 	chartsDir := flag.String("charts", "", "write throughput.png and growth.png to this folder (../docs/img for the docs, run from bench/)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	sizing := flag.Bool("sizing", false, "only the sizing figures: CPU per inbox message, bytes per inbox row (about 20 s)")
-	batchOnly := flag.Bool("batch", false, "only issue 20's figures: the inbox ceiling, batched commits, the RabbitMQ path's inbox, the relay")
+	batchOnly := flag.Bool("batch", false, "only the batching figures: the inbox ceiling, batched commits, the RabbitMQ path's inbox, the relay")
 	rounds := flag.Int("rounds", 5, "interleaved rounds of the raw and bus cases; the median counts (1 with -quick)")
 	flag.Parse()
 	if *cpuprofile != "" {

@@ -22,8 +22,8 @@ type batchSpec struct {
 }
 
 // batchDefault is the batching of kind InboxBatch, chosen before any
-// measurement: a hundred messages per transaction (the figure of issue 20's
-// pgbench run), and a wait short next to a commit on disk.
+// measurement: a hundred messages per transaction (the figure of a pgbench
+// run), and a wait short next to a commit on disk.
 var batchDefault = batchSpec{size: 100, maxWait: 10 * time.Millisecond}
 
 // batchSizes are the sizes of the throughput-against-batch-size table.

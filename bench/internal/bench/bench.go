@@ -54,7 +54,7 @@ type Config struct {
 	// SizingOnly runs the sizing figures alone: CPU per message and bytes
 	// per inbox row.
 	SizingOnly bool
-	// BatchOnly runs issue 20's figures alone: the raw pgx inbox ceiling
+	// BatchOnly runs the batching figures alone: the raw pgx inbox ceiling
 	// and the bus's inbox at concurrency 8, batched commits, the RabbitMQ
 	// path's inbox cases (hand-rolled, bus, bus batched) and the relay.
 	BatchOnly bool
@@ -170,13 +170,13 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	if cfg.BatchOnly {
 		line = fmt.Sprintf("ratios: framework/ceiling=%.2f", ratios["framework/ceiling"])
 	}
-	// Issue 20's ratios, after the older ones.
-	var issue20, extras string
+	// The batching ratios, after the others.
+	var batching, extras string
 	batch, err := runBatch(ctx, db, pool, cfg.Messages, cfg.Rounds, find(results, "raw", Inbox, 8), cfg.Out)
 	if err != nil {
 		return nil, fmt.Errorf("batch: %w", err)
 	}
-	issue20 += fmt.Sprintf(" batch/ceiling=%.2f batch_handler/ceiling=%.2f batch_p99/bound=%.2f", ratios["batch/ceiling"], ratios["batch_handler/ceiling"],
+	batching += fmt.Sprintf(" batch/ceiling=%.2f batch_handler/ceiling=%.2f batch_p99/bound=%.2f", ratios["batch/ceiling"], ratios["batch_handler/ceiling"],
 		float64(batch.P99)/float64(batchDefault.maxWait+2*batch.Raw.Commit))
 	var sqliteRates map[Kind]float64
 	if !cfg.BatchOnly {
@@ -198,13 +198,13 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			return nil, err
 		}
 		ceiling := find(results, "raw", Inbox, 8)
-		issue20 += fmt.Sprintf(" amqp/raw_amqp=%.2f amqp/ceiling=%.2f amqp_batch/ceiling=%.2f amqp_batch_handler/ceiling=%.2f",
+		batching += fmt.Sprintf(" amqp/raw_amqp=%.2f amqp/ceiling=%.2f amqp_batch/ceiling=%.2f amqp_batch_handler/ceiling=%.2f",
 			rabbit.Bus[Inbox]/rabbit.Raw, rabbit.Bus[Inbox]/ceiling, rabbit.Bus[InboxBatch]/ceiling, rabbit.Bus[BatchHandler]/ceiling)
 		r, err := runRelay(ctx, db, cfg.AMQPURL, cfg.Messages, cfg.Out)
 		if err != nil {
 			return nil, fmt.Errorf("outbox: %w", err)
 		}
-		issue20 += fmt.Sprintf(" relay/handlers=%.2f", r.RelayPerSecond/r.WithOneSend)
+		batching += fmt.Sprintf(" relay/handlers=%.2f", r.RelayPerSecond/r.WithOneSend)
 		extras += fmt.Sprintf(" outbox_send/no_send=%.2f relay_msg_s=%.0f", r.WithOneSend/r.WithoutSends, r.RelayPerSecond)
 	}
 	var growth []growthPoint
@@ -227,7 +227,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			return nil, err
 		}
 	}
-	line += issue20 + extras
+	line += batching + extras
 	if cfg.ChartsDir != "" {
 		if err := charts(cfg.ChartsDir, results, sqliteRates, rabbit, growth, batch); err != nil {
 			return nil, fmt.Errorf("charts: %w", err)
