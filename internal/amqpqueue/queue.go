@@ -52,8 +52,7 @@ func Open(url, topic, group string) (*Queue, error) {
 // Open found a quorum error queue without x-delivery-limit (declared by
 // an earlier postroom), and "" otherwise: each look at the queue counts
 // against RabbitMQ 4.0 to 4.2's default limit of 20, and an operator who
-// keeps looking drops its messages (found by a review: the bus warned at
-// start, postroom errors and the console did not).
+// keeps looking drops its messages.
 func (q *Queue) DeliveryLimitWarning() string { return q.warning }
 
 // checkDeliveryLimit runs deliverylimit.Check on a channel of its own
@@ -126,10 +125,9 @@ func (q *Queue) exists(name string) error {
 // at. If that one was sent and it is not sure that the broker removed it
 // (an ack is not answered: the next call on the channel, or one made for
 // it, proves the broker had it), Browse says so with [ErrNotRemoved].
-// Before, the messages taken were removed only when the
-// whole Browse ended, and a connection dropped during a "retry all" left
-// every copy sent and every original in the error queue, for the next
-// retry to send again (found by a review).
+// Removed only when the whole Browse ends, the messages taken would all
+// be sent again by the next retry after a connection dropped during a
+// "retry all": every copy sent, every original still in the error queue.
 func (q *Queue) Browse(ctx context.Context, limit int, visit func(*message.Message) (take bool, err error)) error {
 	ch, err := q.conn.Channel()
 	if err != nil {
@@ -273,8 +271,7 @@ func (q *Queue) Replay(ctx context.Context, msg *message.Message) (string, error
 func ReplayCopy(msg *message.Message) (topic, group string, out *message.Message, err error) {
 	if msg.UUID == "" {
 		// The bus refuses it at once, before any handler: a replay would
-		// only bring it back here (before, the command line sent it and
-		// said it had replayed nothing; found by a cold trial).
+		// only bring it back here.
 		return "", "", nil, fmt.Errorf("%w: amqpqueue: the message has no ID, and no handler takes one without: delete it, and have its producer set one", ErrNotReplayable)
 	}
 	topic, group = msg.Metadata.Get(metadata.ErrorTopic), msg.Metadata.Get(metadata.ErrorGroup)

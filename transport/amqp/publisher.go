@@ -35,10 +35,9 @@ var errTransportClosed = errors.New("amqp: the transport is closed")
 // Publishes take turns (turn), and each waits for its turn, its connect
 // and its confirms only as long as its messages' context lasts: a caller
 // of Send with a deadline gets its error at the deadline, also while the
-// broker takes connections and never answers. Before, the dial (up to
-// 30 s) ignored the context and the turn was a mutex, so callers queued
-// behind one dial after another: a Send with a 10 s deadline returned
-// after 120 s during an outage (found by a cold trial).
+// broker takes connections and never answers. The turn is a channel, not
+// a mutex, and the dial (up to 30 s) ends with the context, so callers
+// never queue behind one dial after another.
 type confirmPublisher struct {
 	url    string
 	log    *logsink.Sink
@@ -221,11 +220,10 @@ func returnedID(r amqp091.Return) string {
 // because its connection was lost to something that says nothing about
 // the messages in flight (connectionLost), or a write to it failed. The
 // outbox's relay and the delayed relay then do not count the attempt
-// against the message: before, each cut of a flapping broker mid-publish
-// counted as the broker's refusal, and five moved a sound message to the
-// error topic. A channel the broker closed (a message too large, an
-// exchange deleted meanwhile) or a connection it closed on another error
-// may be the message's doing, and err stays as it is.
+// against the message, so a flapping broker cannot move a sound message
+// to the error topic. A channel the broker closed (a message too large,
+// an exchange deleted meanwhile) or a connection it closed on another
+// error may be the message's doing, and err stays as it is.
 func (p *confirmPublisher) lost(err error) error {
 	var netErr net.Error
 	if errors.As(err, &netErr) {

@@ -149,12 +149,12 @@ func (s *subscriber) declareWith(topic string, wcfg wamqp.Config) error {
 // (nacked, or with their channel). Returning them first would let RabbitMQ
 // deliver them to a subscription not yet stopped, which returns them
 // again: on quorum queues each return counts towards the delivery limit,
-// and one stop of 32 subscriptions under a backlog raised the count of the
-// messages at the head of the queue to 24 (watermill-amqp's subscriber
-// closed its channels one by one). A handler's ack after Close is lost:
-// RabbitMQ redelivers the message. Close waits for the broker at most
-// closeWait in all: after that it closes the connection, which returns
-// everything, and the subscriptions stuck on the broker return.
+// so one stop of many subscriptions under a backlog would count the
+// messages at the head of the queue many times over. A handler's ack
+// after Close is lost: RabbitMQ redelivers the message. Close waits for
+// the broker at most closeWait in all: after that it closes the
+// connection, which returns everything, and the subscriptions stuck on
+// the broker return.
 func (s *subscriber) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()

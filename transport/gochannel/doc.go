@@ -53,7 +53,7 @@
 // subscriber's Subscribe. Closing a subscriber ends its subscriptions and
 // closes their channels.
 //
-// It replaced Watermill's GoChannel, which starts a goroutine per published
-// message, gives every subscription every message and needed a pump per
-// group on top (docs/decisions.md).
+// Watermill's GoChannel does not fit: it starts a goroutine per published
+// message, gives every subscription every message and would need a pump
+// per group on top (docs/decisions.md).
 package gochannel

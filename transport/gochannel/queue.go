@@ -199,8 +199,8 @@ func (s *subscription) end() {
 // dispatcher when s's context ends. A message held then is still settled
 // when its handler acks or nacks it, until the subscriber or the
 // transport closes: a caller that stops subscribing (the bus at a stop)
-// may let the messages in flight finish. Before, it went back to the
-// queue at once, to be handled again while its first run went on.
+// may let the messages in flight finish. Given back at once, it would be
+// handled again while its first run goes on.
 func (q *queue) watch(s *subscription) {
 	defer q.t.running.Done()
 	defer close(s.done)
@@ -229,9 +229,9 @@ func (q *queue) watch(s *subscription) {
 // dispatcher alone hands out and ends subscriptions, so a hand-out in
 // progress has finished), then waits for the settle of what s still
 // holds. The dispatcher never gives back what an ended subscription
-// holds: deciding that for one subscription while its watcher has not
-// seen its end gave back messages being handled, and their acks went
-// nowhere (found by a review: a router's subscriptions end together).
+// holds: it could decide so before the watcher has seen the end, and give
+// back a message still being handled, whose ack then goes nowhere (a
+// router's subscriptions end together, so this is no rare case).
 func (q *queue) ending(s *subscription) {
 	q.mu.Lock()
 	q.gone++

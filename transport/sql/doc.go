@@ -69,15 +69,12 @@
 // of a message being handled stays open until it is settled. So while one
 // message is handled, rows published since to any topic, for any group
 // (and the outbox relay's), wait: up to the handler's time, at most
-// AckDeadline. A review measured 8 s of delay for another topic's reader
-// behind a handler of 8 s. Any other transaction that has written or
-// locked a row anywhere on the server, in any database, holds the readers
-// back the same way while it stays open: a long batch job, a migration, a
-// handler draining at a stop (bus.Config.StopTimeout). Measured: a message
-// published while a transaction in another database of the server held
-// its transaction ID open for 5 s was delivered 4.6 s later. Keep handlers
-// and other transactions on that server short, or use MariaDB/MySQL (not
-// affected) or RabbitMQ.
+// AckDeadline. Any other transaction that has written or locked a row
+// anywhere on the server, in any database, holds the readers back the
+// same way while it stays open: a long batch job, a migration, a handler
+// draining at a stop (bus.Config.StopTimeout). Keep handlers and other
+// transactions on that server short, or use MariaDB/MySQL (not affected)
+// or RabbitMQ.
 //
 // # Tables
 //

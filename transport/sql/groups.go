@@ -15,8 +15,8 @@ const groupsAlterWait = 5 * time.Second
 
 // binaryGroups makes the group column of topic's offsets table binary on
 // MySQL/MariaDB where a table created before has it case insensitive
-// (dialect.GroupsBinary): there two groups alike but for case shared one
-// offsets row and each got a part of the messages. It looks once per
+// (dialect.GroupsBinary): there two groups alike but for case share one
+// offsets row and each gets a part of the messages. It looks once per
 // table and process; once altered, the check finds the binary column. An
 // ALTER that cannot get the table within groupsAlterWait is said at warn,
 // with the statement, unless another process altered it meanwhile, and
@@ -42,8 +42,8 @@ func (s *subscriber) binaryGroups(topic string) error {
 	}
 	err := db.Connection(func(pinned *gorm.DB) error {
 		// Each statement on an instance of its own: on Connection's own,
-		// a failed ALTER's error stayed, and the restore after it never
-		// ran (TestAnOffsetsTableItCannotAlterIsSaid).
+		// a failed ALTER's error stays, and the restore after it never
+		// runs (TestAnOffsetsTableItCannotAlterIsSaid).
 		conn := pinned.Session(&gorm.Session{NewDB: true})
 		var was int64
 		if err := conn.Raw(up.Wait).Scan(&was).Error; err != nil {

@@ -12,8 +12,8 @@ import (
 
 // publisher is watermill-sql's publisher, whose refusal of an ID too long
 // for a topic table from before postroom widened its ID column says what
-// to do (the bare "Data too long for column 'uuid'" stopped an outbox relay
-// after an upgrade without a hint: a cold trial).
+// to do: the bare "Data too long for column 'uuid'" gives the operator of
+// a stopped outbox relay no hint.
 type publisher struct {
 	*wsql.Publisher
 }

@@ -14,7 +14,7 @@ import (
 // stopped subscription ends its reading once the ack of its last message
 // is committed; knowing when that transaction ends lets it stop then,
 // instead of waiting ackCommitGrace for a next read that an empty topic
-// never brings (every stop right after a message took a second).
+// never brings.
 type reads struct {
 	mu   sync.Mutex
 	open chan struct{} // closed when the transaction open now ends; nil: none

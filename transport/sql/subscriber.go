@@ -99,9 +99,9 @@ func (s *subscriber) start(topic string, fromNow bool) error {
 // ends with ctx). watermill-sql's reading, whose transaction holds the
 // message, runs on a context of its own for that: it ends once nothing is
 // handed out and the last ack is committed (the transaction that read it
-// ended, see reads; at most ackCommitGrace after the ack), or at Close. Before, it ended with
-// ctx: an ack just before or after the stop was rolled back with the read,
-// and the message handled again.
+// ended, see reads; at most ackCommitGrace after the ack), or at Close.
+// Ended with ctx, it would roll back an ack made just before or after the
+// stop with the read, and the message would be handled again.
 func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if err := s.SubscribeInitialize(topic); err != nil {
 		return nil, err
@@ -125,8 +125,7 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		case handedOut: // stopped once it is settled (below)
 		case !acked.IsZero() && time.Since(acked) < ackCommitGrace:
 			// watermill-sql may still be committing that ack, on the read's
-			// context (an ack just before the stop was rolled back: found by
-			// a review).
+			// context: ending it now would roll the ack back.
 			committed, grace := ackCommitted, time.NewTimer(ackCommitGrace-time.Since(acked))
 			go func() {
 				defer stopReading()
@@ -191,9 +190,7 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 // message is handled again (the inbox skips it). It waits for the commit,
 // not the grace (TestAnAckJustBeforeAStopHolds), so a longer grace costs
 // only a stop whose commit is slow: 5 s, since a commit on a loaded
-// machine can take over a second (1 s before; a full run of the bus's
-// tests once saw one message of TestCompetingConsumerProcesses/mariadb+sql
-// handled again at a stop, likely so).
+// machine can take over a second.
 const ackCommitGrace = 5 * time.Second
 
 // awaitCommit waits until watermill-sql has committed the ack it was just
@@ -241,10 +238,11 @@ func (s *subscriber) firstRead(topic string) bool {
 // being handled in this process (or its own deadline passes: then it is
 // read again), and a delivery acked after its deadline (its context has
 // ended: watermill-sql stopped waiting and does not record the ack) is
-// logged at error and counted in the copies' metadata.DeliveryCount: the bus's poison-loop guard moves a
-// message whose handler always outlives the deadline to the error topic
-// after Config.MaxDeliveries. Before, such a handler ran again every 30 s,
-// two runs at a time, without a log line, forever (found by a review).
+// logged at error and counted in the copies' metadata.DeliveryCount: the
+// bus's poison-loop guard moves a message whose handler always outlives
+// the deadline to the error topic after Config.MaxDeliveries. Without
+// this, such a handler would run again at every deadline, two runs at a
+// time, without a log line, forever.
 func (s *subscriber) forward(ctx context.Context, topic string, msg *message.Message, out chan<- *message.Message) (acked bool) {
 	read := msg.Context() // watermill-sql's: it ends at the deadline
 	key := topic + "\x00" + msg.UUID
@@ -398,10 +396,10 @@ func (s *subscriber) lateAck(key, topic string, msg *message.Message, took time.
 //
 // It first lets each subscription settle what it holds: a message handed
 // out and acked meanwhile is passed on, and its ack committed, for at most
-// closeGrace; then it stops them. Before, Close ended watermill-sql's
-// reading at once, which rolled back an ack made just before: a stopping
-// bus, which closes its subscribers once its handlers have finished,
-// handled those messages again (found by a cold trial).
+// closeGrace; then it stops them. Ending watermill-sql's reading at once
+// would roll back the acks made just before Close, and a stopping bus,
+// which closes its subscribers once its handlers have finished, would
+// handle those messages again.
 func (s *subscriber) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.stopping)
