@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -56,114 +55,6 @@ func TestBrokerConnectionsClosedMidRun(t *testing.T) {
 }
 
 var faultBroker = flag.Bool("fault.broker", false, "run TestBrokerConnectionsClosedMidRun, which closes every connection of the local RabbitMQ, other tests' too (scripts/test.sh runs it alone)")
-
-var faultDB = flag.Bool("fault.db", false, "run TestDatabaseRestartedMidRun and TestDatabaseOutageOfAMinute, which restart the local PostgreSQL (scripts/test.sh runs them alone)")
-
-// TestDatabaseRestartedMidRun: PostgreSQL restarts while two consumer
-// processes work. Handlers fail, retry in process with backoff, and the run
-// converges: every message exactly once. It restarts the server every test
-// shares, so it runs only with -fault.db, alone (scripts/test.sh does).
-func TestDatabaseRestartedMidRun(t *testing.T) {
-	if !*faultDB {
-		t.Skip("restarts PostgreSQL: run alone with -fault.db, as scripts/test.sh does")
-	}
-	version := pgCluster(t)
-	p := newProcessSetup(t).withSender(t)
-	consumers := []*consumer{
-		startConsumer(t, p.dsn, p.url, p.endpoint, 0),
-		startConsumer(t, p.dsn, p.url, p.endpoint, 0),
-	}
-	const messages = 1500
-	sent := make(chan struct{})
-	go func() {
-		defer close(sent)
-		for n := range messages {
-			p.send(t, n)
-			time.Sleep(time.Millisecond)
-		}
-	}()
-	time.Sleep(time.Second)
-	out, err := exec.Command("pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart").CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	<-sent
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		var distinct int64
-		// The test's own pool reconnects too.
-		if err := p.db.Raw("SELECT COUNT(DISTINCT n) FROM effects").Scan(&distinct).Error; err == nil && distinct == messages {
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "did not converge after the restart")
-		time.Sleep(100 * time.Millisecond)
-	}
-	for _, c := range consumers {
-		c.stop(t)
-	}
-	rows, distinct := p.effects(t)
-	require.EqualValues(t, messages, distinct, "nothing lost")
-	require.EqualValues(t, messages, rows, "nothing doubled")
-}
-
-// pgCluster returns the version of the local Debian PostgreSQL cluster.
-func pgCluster(t *testing.T) string {
-	versions, _ := filepath.Glob("/etc/postgresql/*")
-	require.NotEmpty(t, versions, "needs a Debian PostgreSQL cluster (pg_ctlcluster) on this machine")
-	return filepath.Base(versions[len(versions)-1])
-}
-
-// TestDatabaseOutageOfAMinute: PostgreSQL is stopped for 60 seconds while
-// three consumer processes, with the default retry policy (3 retries, about
-// 0.7 s), handle a steady stream. Rate limiting waits the outage out: no
-// message reaches the error topic, none is lost or applied twice, and the
-// backlog is handled within two minutes of the restart. Run alone with
-// -fault.db (scripts/test.sh does).
-func TestDatabaseOutageOfAMinute(t *testing.T) {
-	if !*faultDB {
-		t.Skip("stops PostgreSQL: run alone with -fault.db, as scripts/test.sh does")
-	}
-	version := pgCluster(t)
-	p := newProcessSetup(t).withSender(t)
-	errorTopic := testenv.Name("error_")
-	deleteErrorQueue(t, errorTopic)
-	env := []string{childDefault + "=1", childErrors + "=" + errorTopic}
-	var consumers []*consumer
-	for range 3 {
-		consumers = append(consumers, startChild(t, "consumer", p.dsn, p.url, p.endpoint, 0, env...))
-	}
-	const messages = 2000 // one every 40 ms: 80 s of steady load around the outage
-	sent := p.steadyStream(t, messages)
-	time.Sleep(5 * time.Second)
-	pgctl := func(action string) {
-		out, err := exec.Command("pg_ctlcluster", "--skip-systemctl-redirect", version, "main", action).CombinedOutput()
-		require.NoError(t, err, "%s", out)
-	}
-	pgctl("stop")
-	t.Cleanup(func() { _ = exec.Command("pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "start").Run() })
-	time.Sleep(60 * time.Second)
-	pgctl("start")
-	restarted := time.Now()
-	<-sent
-	deadline := restarted.Add(2 * time.Minute)
-	for {
-		var distinct int64
-		if err := p.db.Raw("SELECT COUNT(DISTINCT n) FROM effects").Scan(&distinct).Error; err == nil && distinct == messages {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the backlog was not handled within two minutes of the restart: %s", p.whereAreMissing(t, messages, errorTopic))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Logf("every message handled %s after PostgreSQL started again", time.Since(restarted).Round(time.Second))
-	for _, c := range consumers {
-		c.stop(t)
-	}
-	rows, distinct := p.effects(t)
-	require.EqualValues(t, messages, distinct, "nothing lost")
-	require.EqualValues(t, messages, rows, "nothing doubled")
-
-	require.Zero(t, errorQueueLength(t, p.url, errorTopic), "no message reached the error topic")
-}
 
 // steadyStream sends Work 0..messages-1, one every 40 ms, in the
 // background; the channel closes when the last is sent.

@@ -110,7 +110,7 @@ step "the browser-test module (its own go.mod: ./... above does not reach it)"
 step "RabbitMQ's connections all closed mid-run (alone: it closes every test's connections)"
 go test -race -count=1 -run '^TestBrokerConnectionsClosedMidRun$' ./bus/ -fault.broker
 
-step "PostgreSQL restarted mid-run, then stopped for a minute (alone: they stop the server every test shares)"
+step "a PostgreSQL server of the tests' own restarted mid-run, then stopped for a minute (the shared PostgreSQL is not touched)"
 go test -race -count=1 -run '^(TestDatabaseRestartedMidRun|TestDatabaseOutageOfAMinute)$' ./bus/ -fault.db
 
 # Side by side (about 100 s, then the MariaDB test's second 100 s alone), neither disturbing the other's servers.
