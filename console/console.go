@@ -96,7 +96,7 @@ func (c Config) validate() error {
 	}
 	// A retry on the SQL transport goes through the delayed table, and a
 	// bus polls only the default one (bus.Config has no such name): a
-	// retry written elsewhere would wait for ever (found by a review).
+	// retry written elsewhere would wait for ever.
 	if c.Tables.Delayed != "" && c.Tables.Delayed != dialect.DelayedTableDefault {
 		errs = append(errs, fmt.Errorf("console: Tables.Delayed %q: a bus reads only %s, so a retry written there would never run: leave it empty",
 			c.Tables.Delayed, dialect.DelayedTableDefault))
@@ -266,11 +266,11 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if site := r.Header.Get("Sec-Fetch-Site"); site == "cross-site" || site == "same-site" {
 		// A page of another site (an <img> pointed at /failed) would make
 		// the console read the error queue, which on RabbitMQ returns
-		// every message it reads (found by a review). same-site is refused
-		// too: any other port of 127.0.0.1 or localhost (a dev server) is
-		// the same site. Only the console's own pages (same-origin), an
-		// address typed or bookmarked (none) and clients that send no
-		// Sec-Fetch-Site (scripts, old browsers) pass.
+		// every message it reads. same-site is refused too: any other
+		// port of 127.0.0.1 or localhost (a dev server) is the same site.
+		// Only the console's own pages (same-origin), an address typed or
+		// bookmarked (none) and clients that send no Sec-Fetch-Site
+		// (scripts, old browsers) pass.
 		c.refuse(w, r, http.StatusForbidden, "a page of another site asked for this (Sec-Fetch-Site: "+site+
 			"): the console answers only its own pages; open its address directly")
 		return

@@ -66,10 +66,9 @@ func failedOf(msg *message.Message, full bool) failedMessage {
 // reasonOf is the reason a failed message is grouped and selected by: the
 // bus's error reason or, for a message no bus moved (a dead-letter policy,
 // a shovel) or one the console could not read, the transport's problem
-// with it. Grouping and selection use this one function: before, a group
-// of such messages was shown by the transport's problem and selected by
-// the bus's (empty) reason, so its Delete matched nothing (found by a
-// review).
+// with it. Grouping and selection use this one function: a group of such
+// messages shown by the transport's problem and selected by the bus's
+// (empty) reason would match nothing.
 func reasonOf(msg *message.Message) string {
 	return cmp.Or(msg.Metadata.Get(metadata.ErrorReason), msg.Metadata.Get(metadata.TransportError))
 }
@@ -200,8 +199,8 @@ func groupText(group string) string {
 // only those of the endpoint group Group (metadata.ErrorGroup; "" is a
 // message without one). Two endpoints that handle one event each put a
 // copy with its ID in the error topic when both fail: the group tells
-// them apart. A request without a group (a form or a script of before)
-// selects as before: every copy of the ID, or of the handler and reason.
+// them apart. A request without a group (a form or a script that sends
+// none) selects every copy of the ID, or of the handler and reason.
 type selection struct {
 	ID, Copy, Handler, Reason, Group string
 	ByGroup                          bool // the request named a group, maybe ""
@@ -233,7 +232,7 @@ func (s selection) match(msg *message.Message) bool {
 		if asPosted(msg.Metadata.Get(metadata.ErrorHandler)) != s.Handler {
 			return false
 		}
-		if reasonShape(s.Reason) != s.Reason { // an exact reason (a form of before, a script): that reason alone
+		if reasonShape(s.Reason) != s.Reason { // an exact reason (a script, a page served before an upgrade): that reason alone
 			return asPosted(reasonOf(msg)) == s.Reason
 		}
 		return reasonShape(reasonOf(msg)) == s.Reason
@@ -245,9 +244,9 @@ func (s selection) match(msg *message.Message) bool {
 // page held: WHATWG's form encoding), NUL and bytes that are not UTF-8 as
 // U+FFFD (html/template writes NUL so, and a browser decodes the page so),
 // a run of U+FFFD as one (a browser and Go may read one bad sequence as a
-// different number of them). Before, a reason of several lines (errors.Join)
-// came back unequal to itself, and its group's Retry and Delete found
-// nothing (a cold trial).
+// different number of them). Otherwise a reason of several lines
+// (errors.Join) comes back unequal to itself, and its group's Retry and
+// Delete find nothing.
 func asPosted(s string) string {
 	if !strings.ContainsAny(s, "\r\x00\uFFFD") && utf8.ValidString(s) {
 		return s
@@ -291,9 +290,10 @@ func (s selection) String() string {
 // and the redelivered mark are left out, since they change each time a
 // page reads the error queue (RabbitMQ raises the count on quorum queues
 // and marks a message redelivered on classic ones once a read returned it;
-// the SQL transport marks a process's first read). Two copies with the same key are the same message, failed at the
-// same instant for the same reason: a confirmation counts them, and an
-// action takes as many as were counted.
+// the SQL transport marks a process's first read). Two copies with the
+// same key are the same message, failed at the same instant for the same
+// reason: a confirmation counts them, and an action takes as many as were
+// counted.
 func copyKey(msg *message.Message) string {
 	h := sha256.New()
 	field := func(s string) {
@@ -403,8 +403,8 @@ func (c *Console) takeFailed(w http.ResponseWriter, r *http.Request, done string
 			}
 			at = msg.UUID
 			if err := do(q, msg); errors.Is(err, amqpqueue.ErrNotReplayable) {
-				// It stays; the others are taken (before, the first such
-				// message failed the whole retry; found by a review).
+				// It stays; the others are taken: one such message does
+				// not fail the whole retry.
 				kept, keptErr = kept+1, err
 				return false, nil
 			} else if err != nil {

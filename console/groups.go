@@ -11,8 +11,8 @@ import (
 // by endpoint, exception type and stack trace; a reason here is the
 // error's text). The endpoint is the handler's subscriber group
 // (metadata.ErrorGroup): two endpoints that handle one event have
-// handlers of one name, and before, their failures were one group whose
-// rows looked alike (a cold trial).
+// handlers of one name, and grouped by handler alone their failures
+// would be one group whose rows look alike.
 type failureGroup struct {
 	Handler  string
 	Group    string // the failing handler's subscriber group; "" for a message no bus moved
@@ -51,9 +51,8 @@ var (
 // reasonShape is a reason with what varies per message written as "…":
 // "customer 17 has no VAT number" and "customer 42 has no VAT number" are
 // one failure group, "customer … has no VAT number". Grouped by the exact
-// text, a reason that names its message made a group per message (a cold
-// trial: 491 groups for 1,000 failures). Line breaks count as LF (see
-// asPosted).
+// text, a reason that names its message would make a group per message.
+// Line breaks count as LF (see asPosted).
 func reasonShape(reason string) string {
 	s := asPosted(reason)
 	s = uuidPattern.ReplaceAllString(s, "…")

@@ -219,7 +219,7 @@ func (c *Console) unresolvedResolve(w http.ResponseWriter, r *http.Request) {
 	}
 	// The attempt the confirmation showed, no later one: another operator
 	// may have released it since, and the next copy run and been parked
-	// again (found by a review).
+	// again.
 	if err := inbox.ResolveAttempt(r.Context(), c.cfg.DB, c.tables.Inbox, consumer, key, attempts, res, c.now()); err != nil {
 		c.log.Warn("console: resolve failed", "consumer", consumer, "message", id, "attempt", attempts, "err", c.redact(err))
 		text := c.redact(err)

@@ -97,15 +97,12 @@ func (c *Control) setPaused(ctx context.Context, name string, paused bool) error
 // Trigger makes a schedule due now: the next tick of any instance fires it.
 // It only ever moves the next slot earlier. A schedule that is late
 // already keeps its due slots, which the next tick settles by its missed
-// slot policy (before, Trigger overwrote the oldest due slot with now and
-// a CatchUp schedule five hours late emitted one slot instead of six;
-// found by a review). A triggered slot is off the schedule's grid: its
-// slot time, and so its message ID ([SlotID]), is now; the schedule then
-// continues on its grid.
+// slot policy (a late CatchUp schedule still emits each of them). A
+// triggered slot is off the schedule's grid: its slot time, and so its
+// message ID ([SlotID]), is now; the schedule then continues on its grid.
 //
 // A paused schedule is refused with an error that [errors.Is] [ErrPaused]:
-// it would not fire, and the console and the CLI said it would (found by
-// a review).
+// it would not fire, and the console and the CLI would say it did.
 func (c *Control) Trigger(ctx context.Context, name string, now time.Time) error {
 	t := c.d.Time(now)
 	res := c.db.WithContext(ctx).Exec(c.stmts.Trigger, t, name, t)
@@ -141,8 +138,8 @@ func (e *PausedError) Is(target error) bool { return target == ErrPaused }
 // none of that name.
 func (c *Control) paused(ctx context.Context, name string) (bool, error) {
 	// Scanned by database/sql, not into a struct by gorm: gorm's schema
-	// parse of a field of type any printed "[error] failed to parse field:
-	// NextRunAt" at each pause, resume and trigger (a cold trial).
+	// parse of a field of type any prints "[error] failed to parse field:
+	// NextRunAt" at each pause, resume and trigger.
 	var next any
 	var paused bool
 	query := c.db.WithContext(ctx).Raw(c.stmts.State, name)
@@ -162,7 +159,7 @@ func (c *Control) paused(ctx context.Context, name string) (bool, error) {
 // one checks the update res of the schedule name: an error unless it
 // exists. MySQL counts only the rows an update changed, so pausing a
 // paused schedule changes none there: it is looked up before "no
-// schedule" is said (before, MariaDB said it; found by a review).
+// schedule" is said.
 func (c *Control) one(ctx context.Context, res *gorm.DB, name string) error {
 	if res.Error != nil {
 		return fmt.Errorf("scheduler: %q: %w", name, res.Error)

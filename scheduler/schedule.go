@@ -73,8 +73,8 @@ func (s *Schedule) prepare() error {
 			errs = append(errs, fmt.Errorf("scheduler: schedule %q: cron %q: %w", s.Name, s.Cron, err))
 		} else if c.Next(time.Now()).IsZero() {
 			// robfig/cron gives up after five years: a date that never
-			// comes (February 30) was stored as a zero next_run_at, and
-			// every tick then failed with "has no next_run_at".
+			// comes (February 30) would be stored as a zero next_run_at,
+			// and every tick would then fail with "has no next_run_at".
 			errs = append(errs, fmt.Errorf("scheduler: schedule %q: cron %q never fires", s.Name, s.Cron))
 		}
 		s.cron = c

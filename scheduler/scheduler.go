@@ -226,12 +226,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 	if err := s.Define(ctx); err != nil {
 		if ctx.Err() != nil {
-			// Stopped while defining: not an error. (SQLite reports a
-			// query cut short as "interrupted (9)", which does not wrap
-			// ctx's error: a CI run's bus Run failed so when stopped right
-			// after starting. Returning ctx's error instead failed the
-			// getting-started program of docs/ when its Ctrl-C came while
-			// the scheduler waited for SQLite's one connection.)
+			// Stopped while defining: not an error (see Run), whatever
+			// err says: SQLite reports a query cut short as
+			// "interrupted (9)", which does not wrap ctx's error.
 			return nil
 		}
 		return err

@@ -70,9 +70,8 @@ func (o *errorOptions) open(cmd *cobra.Command) (*amqpqueue.Queue, error) {
 type failedMessage struct {
 	ID      string `json:"id"`
 	Handler string `json:"handler"`
-	// Group is the endpoint group of the handler that failed: two
-	// endpoints' handlers of one name differ there (a cold trial could
-	// not tell them apart without show).
+	// Group is the endpoint group of the handler that failed: it tells
+	// apart two endpoints' handlers of one name.
 	Group    string            `json:"group"`
 	Topic    string            `json:"topic"`
 	Attempts int               `json:"attempts,omitempty"` // left out when the metadata has no count
@@ -215,8 +214,8 @@ For a handler WithExternalEffects, resolve a parked message first
 			replayed, kept := 0, 0
 			// sent is the message whose copy was sent last: Browse removes
 			// it from the error topic before it reads the next, so it is
-			// printed as replayed only then (before, "replayed" came before
-			// the removal, which a dropped connection could prevent).
+			// printed as replayed only then: a dropped connection may
+			// prevent the removal.
 			var sent, sentTo string
 			removed := func() {
 				if sent != "" {
@@ -238,8 +237,8 @@ For a handler WithExternalEffects, resolve a parked message first
 				}
 				queue, err := q.Replay(cmd.Context(), msg)
 				if errors.Is(err, amqpqueue.ErrNotReplayable) {
-					// It stays; the others are replayed (before, the first
-					// such message stopped the whole replay).
+					// It stays; the others are replayed: one such message
+					// does not stop the whole replay.
 					kept++
 					fmt.Fprintf(out, "kept %s in the error topic: %s\n", printable(msg.UUID), printable(err.Error()))
 					return false, nil
@@ -272,9 +271,8 @@ For a handler WithExternalEffects, resolve a parked message first
 				return fmt.Errorf("%d message(s) cannot be replayed and stay in the error topic (listed above)", kept)
 			}
 			if all && seen == o.limit && held > o.limit {
-				// Browse stopped at the limit: say what it did not look at
-				// (before, --all replayed the first 1,000 and said nothing
-				// of the rest: found by a cold trial).
+				// Browse stopped at the limit: say what it did not look
+				// at, or --all would leave the rest in silence.
 				return fmt.Errorf("replay --all looked at the first %d of the %d messages in error topic %s (--limit %d): run it again for the rest, or raise --limit",
 					o.limit, held, o.topic, o.limit)
 			}
