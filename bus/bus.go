@@ -79,7 +79,6 @@ type Bus struct {
 	// created the transport itself (ownsTransport).
 	opened        []io.Closer
 	ownsTransport bool
-	consumers     []consumerKeys
 	cleanup       *scheduler.Scheduler // built by the first Run that needs it
 	metricsAddr   string
 }
@@ -184,7 +183,6 @@ func (b *Bus) Run(ctx context.Context) error {
 	// clears it, so it can be called again.
 	b.running = true
 	cleanup := b.needsCleanup && !b.cfg.Cleanup.Disabled
-	consumers := b.consumers
 	b.mu.Unlock()
 	started := false
 	defer func() {
@@ -213,20 +211,6 @@ func (b *Bus) Run(ctx context.Context) error {
 			b.cfg.Logger.WarnContext(ctx, "bus: "+warning)
 		}
 	}
-	for _, c := range consumers {
-		// A copy of many keys (the first start after migration 5) takes
-		// a while: said, not silent (a cold trial waited 13.7 s for 1.2
-		// million rows without a line).
-		slow := time.AfterFunc(adoptSlow, func() {
-			b.cfg.Logger.InfoContext(ctx, "bus: copying the inbox keys and watermarks from before migration 5 to their consumer; once, at the first start after the upgrade",
-				"consumer", c.name)
-		})
-		err := store.AdoptLegacyKeys(ctx, b.cfg.DB, store.Tables{}, c.name, c.legacyInbox, c.watermarks)
-		slow.Stop()
-		if err != nil {
-			return startupError(ctx, err)
-		}
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var background []func() error
@@ -236,17 +220,13 @@ func (b *Bus) Run(ctx context.Context) error {
 			background = append(background, func() error { b.reportOutbox(ctx, gauges); return nil })
 		}
 	}
-	if b.redeliveries != nil && b.redeliveries.missing(ctx) {
-		b.cfg.Logger.WarnContext(ctx, "bus: the database has no "+dialect.DeliveriesTableDefault+" table (migration 9): a message that kills its process is counted in this process only, and may loop; run `postroom migrate`, then restart the bus (it looks for the table at Run)")
-		b.redeliveries = nil // set before the router starts: no delivery reads it yet
-	}
 	if b.cfg.DB != nil && b.delayedTableExists(ctx) {
 		b.mu.Lock()
 		b.delayedReady = true
 		b.mu.Unlock()
 		background = append(background, func() error { return b.relayDelayed(ctx) })
 	} else if b.wantsDelayedRetries() {
-		return errors.New("bus: delayed retries are configured, but the database has no delayed table: run `postroom migrate` (migration 7)")
+		return errors.New("bus: delayed retries are configured, but the database has no delayed table: run `postroom migrate`")
 	}
 	if gauges, ok := b.cfg.Recorder.(metrics.GaugeSetter); ok {
 		if c, ok := b.cfg.Transport.(transport.Connectivity); ok {
@@ -330,10 +310,6 @@ func startupError(ctx context.Context, err error) error {
 	}
 	return fmt.Errorf("bus: %w (has `postroom migrate` run?)", err)
 }
-
-// adoptSlow is how long the copy of keys from before migration 5 runs
-// before the bus says what it is doing.
-const adoptSlow = 2 * time.Second
 
 // serveMetrics listens on Config.MetricsAddr and returns the function that
 // serves /metrics until ctx is done.

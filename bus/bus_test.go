@@ -536,21 +536,6 @@ func TestNegativeSettingsAreRefused(t *testing.T) {
 	require.NoError(t, bus.Handle(b, ok, bus.WithConcurrency(2)), "a failed Handle leaves the name free")
 }
 
-// TestADatabaseBeforeMigration9IsSaidAtRun: without the deliveries table a
-// bus cannot count a message that kills its process across processes; it
-// says so once at Run (with what to do), instead of a warning at each
-// redelivery, and runs.
-func TestADatabaseBeforeMigration9IsSaidAtRun(t *testing.T) {
-	for _, migrated := range []bool{true, false} {
-		db := testenv.SQLite(t)
-		if !migrated {
-			require.NoError(t, db.Exec("DROP TABLE postroom_deliveries").Error)
-		}
-		said := warnedAtRun(t, bus.Config{Endpoint: "before9", DB: db})
-		require.Equal(t, !migrated, strings.Contains(said, "has no postroom_deliveries table (migration 9)"), said)
-	}
-}
-
 // warnedAtRun runs a bus of cfg with an inbox handler, stops it once it
 // runs, and returns what it logged at warn and above.
 func warnedAtRun(t *testing.T, cfg bus.Config) string {

@@ -102,7 +102,6 @@ var confChecks = []confCheck{
 	{"two endpoints on one database, named alike but for case, each apply it once", false, checkTwoEndpoints, nil},
 	{"stale updates converge whatever the order, IDs differing only in case and spaces", false, checkStaleConvergence, nil},
 	{"IDs of 37 to 200 bytes travel and are applied once; 201 is refused at Send", false, checkLongIDs, nil},
-	{"keys written before consumers named their endpoint still protect", false, checkLegacyKeys, nil},
 	{"CleanupStore fires and purges the inbox", false, checkCleanupPurges, nil},
 	{"IDs of 37 to 200 bytes travel through the outbox", true, checkLongIDsThroughOutbox, nil},
 	{"CleanupStore purges relayed outbox rows", true, checkCleanupPurgesOutbox, nil},
@@ -466,28 +465,6 @@ func checkLongIDs(t *testing.T, c *confCase) {
 	err := bus.Send(context.Background(), b, &ConfCmd{}, bus.WithMessageID(longID(201)))
 	require.ErrorIs(t, err, bus.ErrBadMessageID)
 	require.ErrorContains(t, err, "200")
-}
-
-// checkLegacyKeys writes an inbox key and a watermark as postroom wrote
-// them before consumers named their endpoint (the handler's name alone;
-// no consumer), then redelivers: nothing is applied again.
-func checkLegacyKeys(t *testing.T, c *confCase) {
-	b := newConfBus(t, c, nil)
-	require.NoError(t, bus.Handle(b, record[ConfChanged](c, "changed"), bus.WithInbox(), bus.WithStale()))
-	id, entity := testenv.Name("old-"), testenv.Name("e-")
-	at := time.Now().Add(-time.Minute)
-	now := time.Now().UTC().Format("2006-01-02 15:04:05.000000")
-	require.NoError(t, c.db.Exec("INSERT INTO postroom_inbox (consumer, source, message_id, message_type, received_at) VALUES (?, ?, ?, ?, ?)",
-		"conf.Changed", "legacy-sender", id, "conf.Changed", now).Error)
-	require.NoError(t, c.db.Exec("INSERT INTO postroom_stale_watermarks (consumer, message_type, entity_id, version_at, message_id, updated_at) VALUES ('', ?, ?, ?, ?, ?)",
-		"conf.Changed", entity, at.UnixNano(), "zzz", now).Error)
-	run(t, b)
-	require.NoError(t, bus.Publish(context.Background(), b, &ConfChanged{}, bus.WithMessageID(id), bus.WithMetadata(metadata.SourceEndpoint, "legacy-sender"), bus.WithVersion(testenv.Name("e-"), at)))
-	require.NoError(t, bus.Publish(context.Background(), b, &ConfChanged{}, bus.WithMessageID(testenv.Name("m-")), bus.WithVersion(entity, at.Add(-time.Second))))
-	settled(t, b, "conf.Changed", 2)
-	require.EqualValues(t, 1, b.Counters().Get("conf.Changed", metrics.Duplicate), "the old inbox key still protects")
-	require.EqualValues(t, 1, b.Counters().Get("conf.Changed", metrics.Stale), "the old watermark still protects")
-	require.Empty(t, effects(t, c))
 }
 
 // shortRetention lets cleanup purge what a check wrote a few seconds ago:

@@ -327,21 +327,6 @@ func declare(sub message.Subscriber, topic string, event bool) error {
 // Endpoint names have no '/', so the two parts never run together.
 func (b *Bus) consumer(handler string) string { return b.cfg.Endpoint + "/" + handler }
 
-// consumerKeys is what Run carries over from before consumers named their
-// endpoint (see store.AdoptLegacyKeys).
-type consumerKeys struct {
-	name        string
-	legacyInbox string // the handler's name alone, when it uses the inbox
-	watermarks  bool
-}
-
-func legacyIf(inbox bool, name string) string {
-	if inbox {
-		return name
-	}
-	return ""
-}
-
 // group is the subscriber group of a handler: one queue per handler.
 func (b *Bus) group(handler string) string { return GroupOf(b.cfg.Endpoint, handler) }
 
@@ -442,7 +427,7 @@ func (b *Bus) checkRetention(hc handlerConfig) error {
 }
 
 // keepsKeys records that the handler keeps inbox keys or watermarks under
-// its consumer, which Run carries over from older names and cleanup purges.
+// its consumer, which cleanup purges.
 func (b *Bus) keepsKeys(hc handlerConfig) error {
 	if !hc.inbox && !hc.stale {
 		return nil
@@ -454,7 +439,6 @@ func (b *Bus) keepsKeys(hc handlerConfig) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.needsCleanup = true
-	b.consumers = append(b.consumers, consumerKeys{name: consumer, legacyInbox: legacyIf(hc.inbox, hc.name), watermarks: hc.stale})
 	return nil
 }
 

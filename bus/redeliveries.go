@@ -91,14 +91,6 @@ func (r *redeliveries) looped(ctx context.Context, consumer string, msg *message
 	return err == nil && n > 0
 }
 
-// missing reports whether the database lacks the table (before migration
-// 9). A database out of reach is not taken for one without it: the count
-// is kept on, and each redelivery it cannot count is said.
-func (r *redeliveries) missing(ctx context.Context) bool {
-	err := r.db.WithContext(ctx).Exec(r.stmts.Probe).Error
-	return err != nil && !dialect.Transient(err) && ctx.Err() == nil
-}
-
 // forget deletes the count of a message that was settled.
 func (r *redeliveries) forget(ctx context.Context, consumer, id string) error {
 	if err := r.db.WithContext(ctx).Exec(r.stmts.Forget, consumer, id).Error; err != nil {

@@ -205,8 +205,7 @@ func sqlTxOf(pool gorm.ConnPool) (*sql.Tx, bool) {
 // Run relays committed messages until ctx is done or Close is called (at
 // once if Close came first). It first creates the outbox tables if they
 // are missing (`postroom migrate` creates them, and then the bus needs no
-// DDL rights), and on MySQL finishes their upgrade to per-row acks
-// (upgradeMySQL). When ctx ends, Run returns once the relay stopped: it
+// DDL rights). When ctx ends, Run returns once the relay stopped: it
 // finishes the publish in flight and records its batch's published
 // messages as relayed, within Config.StopTimeout.
 func (o *Outbox) Run(ctx context.Context) error {
@@ -216,11 +215,6 @@ func (o *Outbox) Run(ctx context.Context) error {
 	if err := o.cfg.DB.WithContext(ctx).Exec(o.d.OutboxTablesExist(o.cfg.Topic)).Error; err != nil {
 		if err := o.sub.SubscribeInitialize(o.cfg.Topic); err != nil {
 			return fmt.Errorf("outbox: create the outbox tables (or run `postroom migrate`): %w", err)
-		}
-	}
-	if o.d == dialect.MySQL {
-		if err := o.upgradeMySQL(ctx); err != nil {
-			return fmt.Errorf("outbox: upgrade the outbox table to per-row acks (or run `postroom migrate`): %w", err)
 		}
 	}
 	o.mu.Lock()

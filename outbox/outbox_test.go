@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -119,69 +120,76 @@ func TestPublishJoinsAPreparedStatementTransaction(t *testing.T) {
 	}
 }
 
-// TestTableFromBeforePerRowAcks, on MariaDB: an outbox table made before the
-// relay acked row by row (the offsets of a consumer group), untouched or
-// with migration 8 cut short after it added the acked column, gets its
-// column and index at Run, with the rows the relay had acked marked and
-// its offsets row deleted; only the others are relayed.
-func TestTableFromBeforePerRowAcks(t *testing.T) {
-	for _, cutShort := range []bool{false, true} {
-		t.Run(fmt.Sprintf("column added before=%v", cutShort), func(t *testing.T) {
-			db := testenv.MySQL(t)
-			const topic = "legacy_outbox"
-			d, err := dialect.Of(db)
+// TestRunCreatesATopicsTablesAsMigrateDoes, on PostgreSQL and MariaDB: a
+// relay on a topic of its own, whose tables Migrate did not create, creates
+// them at Run with the columns and indexes of the migrated outbox's (on
+// MySQL the acked column and the index of the relay's query), and relays.
+func TestRunCreatesATopicsTablesAsMigrateDoes(t *testing.T) {
+	for _, db := range testenv.ServerDatabases {
+		t.Run(db.Name, func(t *testing.T) {
+			gdb := db.Open(t)
+			d, err := dialect.Of(gdb)
 			require.NoError(t, err)
-			for _, stmt := range d.OutboxTables(topic) { // as migration 6 made them
-				require.NoError(t, db.Exec(stmt).Error)
-			}
+			const topic = "own_outbox"
 			broker := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
 			defer broker.Close()
-			o, err := outbox.New(outbox.Config{DB: db, Destination: broker, Topic: topic, PollInterval: 10 * time.Millisecond})
+			o, err := outbox.New(outbox.Config{DB: gdb, Destination: broker, Topic: topic, PollInterval: 10 * time.Millisecond})
 			require.NoError(t, err)
-			for _, id := range []string{"relayed-1", "relayed-2", "waiting-3"} {
-				msg := message.NewMessage(id, []byte("{}"))
-				_, err := unitofwork.Run(db, msg, func(msg *message.Message) ([]*message.Message, error) {
-					return nil, o.Publish(msg.Context(), unitofwork.Tx(msg.Context()), "shipped", msg)
-				})
-				require.NoError(t, err)
-			}
-			var second int64
-			require.NoError(t, db.Raw("SELECT `offset` FROM `watermill_"+topic+"` ORDER BY `offset` LIMIT 1 OFFSET 1").Scan(&second).Error)
-			require.NoError(t, db.Exec("INSERT INTO `watermill_offsets_"+topic+"` (consumer_group, offset_acked, offset_consumed) VALUES (?, ?, ?)",
-				dialect.OutboxRelayGroup, second, second).Error)
-			if cutShort {
-				require.NoError(t, db.Exec(d.OutboxAddAcked(topic)).Error)
-			}
+			require.Error(t, gdb.Exec(d.OutboxTablesExist(topic)).Error, "no tables before Run")
 
 			ctx, stop := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() { done <- o.Run(ctx) }()
 			received, err := broker.Subscribe(ctx, "shipped")
 			require.NoError(t, err)
+			require.Eventually(t, func() bool { return gdb.Exec(d.OutboxTablesExist(topic)).Error == nil }, 20*time.Second, 10*time.Millisecond)
+			msg := message.NewMessage("own-1", []byte("{}"))
+			_, err = unitofwork.Run(gdb, msg, func(msg *message.Message) ([]*message.Message, error) {
+				return nil, o.Publish(msg.Context(), unitofwork.Tx(msg.Context()), "shipped", msg)
+			})
+			require.NoError(t, err)
 			select {
 			case m := <-received:
 				m.Ack()
-				require.Equal(t, "waiting-3", m.UUID, "the relay had acked the first two")
+				require.Equal(t, "own-1", m.UUID)
 			case <-time.After(20 * time.Second):
 				t.Fatal("relay did not publish")
 			}
-			require.Eventually(t, func() bool {
-				b, err := o.Backlog(ctx)
-				return err == nil && b.Messages == 0
-			}, 10*time.Second, 20*time.Millisecond)
-			select {
-			case m := <-received:
-				t.Fatalf("relayed again: %s", m.UUID)
-			case <-time.After(200 * time.Millisecond):
-			}
-			var indexes, offsets int64
-			require.NoError(t, db.Raw(d.OutboxAckedIndexExists(topic)).Scan(&indexes).Error)
-			require.NotZero(t, indexes, "the relay's index")
-			require.NoError(t, db.Raw("SELECT COUNT(*) FROM `watermill_offsets_"+topic+"`").Scan(&offsets).Error)
-			require.Zero(t, offsets, "the old offsets row is gone")
 			stop()
 			require.NoError(t, <-done)
 			require.NoError(t, o.Close())
+
+			schema := map[dialect.Dialect]string{dialect.Postgres: "current_schema()", dialect.MySQL: "DATABASE()"}[d]
+			columns := func(table string) []string {
+				var out []string
+				require.NoError(t, gdb.Raw("SELECT CONCAT(column_name, ' ', data_type, ' ', is_nullable, ' ', COALESCE(character_maximum_length, 0))"+
+					" FROM information_schema.columns WHERE table_schema = "+schema+" AND table_name = ? ORDER BY ordinal_position", table).Scan(&out).Error)
+				return out
+			}
+			indexes := func(table string) []string {
+				var out []string
+				q := "SELECT DISTINCT CONCAT(index_name, ' ', column_name, ' ', seq_in_index) FROM information_schema.statistics WHERE table_schema = DATABASE() AND table_name = ? ORDER BY 1"
+				if d == dialect.Postgres {
+					q = "SELECT replace(indexdef, indexname, '') FROM pg_indexes WHERE schemaname = current_schema() AND tablename = ? ORDER BY 1"
+				}
+				require.NoError(t, gdb.Raw(q, table).Scan(&out).Error)
+				for i := range out {
+					out[i] = strings.ReplaceAll(out[i], topic, dialect.OutboxTopicDefault)
+				}
+				return out
+			}
+			for _, table := range []string{"watermill_%s", "watermill_offsets_%s"} {
+				own, migrated := fmt.Sprintf(table, topic), fmt.Sprintf(table, dialect.OutboxTopicDefault)
+				if d == dialect.MySQL && table == "watermill_offsets_%s" {
+					continue // the relay acks row by row on MySQL: no offsets
+				}
+				require.NotEmpty(t, columns(migrated))
+				require.Equal(t, columns(migrated), columns(own), table)
+				require.Equal(t, indexes(migrated), indexes(own), table)
+			}
+			if d == dialect.MySQL {
+				require.Contains(t, indexes("watermill_"+topic), "postroom_outbox_acked acked 1", "the index of the relay's query")
+			}
 		})
 	}
 }

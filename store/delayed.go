@@ -35,7 +35,7 @@ func ListDelayed(ctx context.Context, db *gorm.DB, tables Tables, limit int) ([]
 	}
 	rows, err := db.WithContext(ctx).Raw(stmts.List, limit).Rows()
 	if err != nil {
-		return nil, fmt.Errorf("store: list delayed messages: %w (has `postroom migrate` run? they need migration 7)", err)
+		return nil, fmt.Errorf("store: list delayed messages: %w (has `postroom migrate` run?)", err)
 	}
 	defer rows.Close()
 	out := []Delayed{}

@@ -107,7 +107,7 @@ func Migrate(ctx context.Context, db *gorm.DB, names Tables) ([]int, error) {
 					return nil
 				}
 				for _, stmt := range m.Statements {
-					if err := tx.Exec(stmt).Error; err != nil && !alreadyApplied(d, err) {
+					if err := tx.Exec(stmt).Error; err != nil {
 						return fmt.Errorf("store: migration %d (%s): %w", m.Version, m.Name, err)
 					}
 				}
@@ -146,13 +146,6 @@ func widenIDs(conn *gorm.DB, d dialect.Dialect) error {
 		}
 	}
 	return nil
-}
-
-// alreadyApplied reports an error that a rerun of a MySQL step cut short
-// after its DDL committed meets: the column or the index is there already
-// (MySQL has no ADD COLUMN IF NOT EXISTS; MariaDB has, MySQL 8 has not).
-func alreadyApplied(d dialect.Dialect, err error) bool {
-	return d == dialect.MySQL && dialect.MySQLError(err, 1060, 1061) // ER_DUP_FIELDNAME, ER_DUP_KEYNAME
 }
 
 // prepare returns db's dialect and the validated table names, defaults

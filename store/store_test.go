@@ -51,20 +51,69 @@ func TestMigrateIsIdempotentAndSafeConcurrently(t *testing.T) {
 			for v := range applied {
 				all = append(all, v...)
 			}
-			require.ElementsMatch(t, []int{1, 2, 3, 4, 5, 6, 7, 8, 9}, all, "each version applied exactly once")
+			require.ElementsMatch(t, []int{1}, all, "each version applied exactly once")
+
+			db, err := store.Open(dsn)
+			require.NoError(t, err)
+			defer store.Close(db)
+			versions, err := store.Migrate(context.Background(), db, store.Tables{})
+			require.NoError(t, err)
+			require.Empty(t, versions, "a second Migrate applies nothing")
 
 			if tc.name == "sqlite" {
 				return // its DDL commits with the version row: a step is never cut short
 			}
 			// A step cut short after its DDL committed (MySQL commits DDL
 			// at once) runs again: the version row is written last.
-			db, err := store.Open(dsn)
+			require.NoError(t, db.Exec("DELETE FROM postroom_migrations").Error)
+			versions, err = store.Migrate(context.Background(), db, store.Tables{})
+			require.NoError(t, err)
+			require.Equal(t, []int{1}, versions)
+		})
+	}
+}
+
+// TestVersion1CreatesExactlyPostroomsTables: a fresh database migrated to
+// version 1 has postroom's tables and indexes, and no other.
+func TestVersion1CreatesExactlyPostroomsTables(t *testing.T) {
+	common := []string{"postroom_delayed", "postroom_deliveries", "postroom_inbox", "postroom_migrations", "postroom_schedules", "postroom_stale_watermarks"}
+	outbox := []string{"watermill_offsets_postroom_outbox", "watermill_postroom_outbox"}
+	indexes := []string{"postroom_delayed_due_at", "postroom_deliveries_updated_at", "postroom_inbox_received_at", "postroom_stale_watermarks_updated_at"}
+	for _, tc := range []struct {
+		name                  string
+		dsn                   func(testing.TB) string
+		tables, indexes       string
+		wantTables, wantIndex []string
+	}{
+		{"postgres", testenv.PostgresSchemaDSN,
+			"SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() ORDER BY 1",
+			"SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() AND indexname NOT LIKE '%_pkey' ORDER BY 1",
+			append(common, outbox...), indexes},
+		{"mariadb", testenv.MySQLDatabaseDSN,
+			"SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() ORDER BY 1",
+			"SELECT DISTINCT index_name FROM information_schema.statistics WHERE table_schema = DATABASE() AND index_name <> 'PRIMARY' ORDER BY 1",
+			append(common, outbox...), append([]string{"postroom_outbox_acked"}, indexes...)},
+		{"sqlite", testenv.SQLiteDSN,
+			"SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY 1",
+			"SELECT name FROM sqlite_master WHERE type = 'index' AND name NOT LIKE 'sqlite_%' ORDER BY 1",
+			common, indexes},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			db, err := store.Open(tc.dsn(t))
 			require.NoError(t, err)
 			defer store.Close(db)
-			require.NoError(t, db.Exec("DELETE FROM postroom_migrations WHERE version >= 4").Error)
 			versions, err := store.Migrate(context.Background(), db, store.Tables{})
 			require.NoError(t, err)
-			require.Equal(t, []int{4, 5, 6, 7, 8, 9}, versions)
+			require.Equal(t, []int{1}, versions)
+			var tables, idx []string
+			require.NoError(t, db.Raw(tc.tables).Scan(&tables).Error)
+			require.Equal(t, tc.wantTables, tables)
+			require.NoError(t, db.Raw(tc.indexes).Scan(&idx).Error)
+			require.ElementsMatch(t, tc.wantIndex, idx)
+			var recorded []string
+			require.NoError(t, db.Raw("SELECT name FROM postroom_migrations ORDER BY version").Scan(&recorded).Error)
+			require.Equal(t, []string{"postroom schema"}, recorded)
 		})
 	}
 }

@@ -127,33 +127,3 @@ const inboxExpired = "received_at < ? AND status <> '" + StatusParked + "' AND (
 func (d Dialect) InboxCountDuplicate(table string) string {
 	return "UPDATE " + table + " SET duplicates = duplicates + 1 WHERE " + keyMatch
 }
-
-// InboxAdopt copies the keys of a consumer name from before consumers
-// named their endpoint (the handler alone) to the new name, if the new one
-// has no key yet: after an upgrade, a redelivery of a message handled
-// before it is still a duplicate. Arguments: new consumer, old consumer,
-// new consumer.
-func (d Dialect) InboxAdopt(table string) string {
-	cols := inboxColumns + ", status, lease_until, attempts, checksum, payload, duplicates"
-	return "INSERT INTO " + table + " (" + cols + ") SELECT ?, old.source, old.message_id, old.message_type, old.received_at," +
-		" old.status, old.lease_until, old.attempts, old.checksum, old.payload, old.duplicates FROM " + table + " old" +
-		" WHERE old.consumer = ? AND NOT EXISTS (SELECT 1 FROM " + table + " cur WHERE cur.consumer = ?)" + d.onConflictKeep()
-}
-
-// WatermarkAdopt copies the watermarks from before watermarks had a
-// consumer (consumer ”) to a consumer that has none yet.
-// Arguments: consumer, consumer.
-func (d Dialect) WatermarkAdopt(table string) string {
-	return "INSERT INTO " + table + " (consumer, message_type, entity_id, version_at, message_id, updated_at)" +
-		" SELECT ?, old.message_type, old.entity_id, old.version_at, old.message_id, old.updated_at FROM " + table + " old" +
-		" WHERE old.consumer = '' AND NOT EXISTS (SELECT 1 FROM " + table + " cur WHERE cur.consumer = ?)" + d.onConflictKeep()
-}
-
-// onConflictKeep is onConflictSkip for an INSERT … SELECT, where MySQL
-// cannot name a column of the target table alone.
-func (d Dialect) onConflictKeep() string {
-	if d == MySQL {
-		return " ON DUPLICATE KEY UPDATE consumer = VALUES(consumer)"
-	}
-	return " ON CONFLICT DO NOTHING"
-}

@@ -11,8 +11,6 @@ type DeliveriesStatements struct {
 	Read string
 	// Forget deletes a message's count. Arguments: consumer, message_id.
 	Forget string
-	// Probe fails when the table does not exist (before migration 9).
-	Probe string
 }
 
 // Probe is a statement that fails when table does not exist and reads no
@@ -34,6 +32,5 @@ func (d Dialect) Deliveries(table string) (DeliveriesStatements, error) {
 		Count:  count,
 		Read:   "SELECT deliveries FROM " + table + " WHERE consumer = ? AND message_id = ?",
 		Forget: "DELETE FROM " + table + " WHERE consumer = ? AND message_id = ?",
-		Probe:  Probe(table),
 	}, nil
 }

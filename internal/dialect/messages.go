@@ -3,6 +3,7 @@ package dialect
 import (
 	"database/sql"
 	"fmt"
+	"strconv"
 	"strings"
 
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
@@ -70,10 +71,15 @@ func (d Dialect) OutboxSchema(batch int) (wsql.SchemaAdapter, wsql.OffsetsAdapte
 	return schema, offsets, OutboxRelayGroup, err
 }
 
-// readCommitted reads at READ COMMITTED (see OutboxSchema).
+// readCommitted reads at READ COMMITTED (see OutboxSchema), and creates
+// the outbox's table as the migration does (outboxMySQL).
 type readCommitted struct{ wideSchema }
 
 func (readCommitted) SubscribeIsolationLevel() sql.IsolationLevel { return sql.LevelReadCommitted }
+
+func (s readCommitted) SchemaInitializingQueries(params wsql.SchemaInitializingQueriesParams) ([]wsql.Query, error) {
+	return []wsql.Query{{Query: s.d.outboxMySQL(params.Topic)}}, nil
+}
 
 // queueOffsets is watermill-sql's MySQLQueueOffsetsAdapter acking only the
 // rows of a batch up to the last one handled. Its own AckMessageQuery marks
@@ -92,72 +98,6 @@ func (a queueOffsets) AckMessageQuery(p wsql.AckMessageQueryParams) (wsql.Query,
 	}
 	p.Rows = handled
 	return a.MySQLQueueOffsetsAdapter.AckMessageQuery(p)
-}
-
-// OutboxAckedRows returns migration 8: the statements that turn an outbox
-// table of MySQL/MariaDB made before per-row acks into one with them (the
-// acked column, an index for the relay's query, the rows the relay had
-// acked marked, and its offsets row deleted); nothing on other dialects.
-// Each step can run again: a rerun meets the column or the index (errors
-// 1060, 1061, which migrations skip), and the marking is idempotent while
-// the offsets row exists. Until that row is gone the relay does not start
-// (the outbox's Run finishes the upgrade), so no row it had acked is
-// relayed again.
-func (d Dialect) OutboxAckedRows(topic string) []string {
-	if d != MySQL {
-		return nil
-	}
-	messages, offsets := d.messageTables(topic)
-	return []string{
-		d.OutboxAddAcked(topic),
-		d.OutboxAddAckedIndex(topic),
-		"UPDATE " + messages + " SET `acked` = TRUE WHERE `offset` <= COALESCE((SELECT offset_acked FROM " + offsets +
-			" WHERE consumer_group = '" + OutboxRelayGroup + "'), 0)",
-		d.OutboxForgetRelayOffset(topic),
-	}
-}
-
-// OutboxAddAcked adds the acked column to a MySQL outbox table.
-func (d Dialect) OutboxAddAcked(topic string) string {
-	messages, _ := d.messageTables(topic)
-	return "ALTER TABLE " + messages + " ADD COLUMN `acked` BOOLEAN NOT NULL DEFAULT FALSE"
-}
-
-// OutboxAddAckedIndex adds the index of the relay's query (the rows not
-// acked, in offset order) to a MySQL outbox table.
-func (d Dialect) OutboxAddAckedIndex(topic string) string {
-	messages, _ := d.messageTables(topic)
-	return "ALTER TABLE " + messages + " ADD INDEX postroom_outbox_acked (`acked`, `offset`)"
-}
-
-// OutboxAckedIndexExists returns a query of the number of indexes of a
-// MySQL outbox table named as OutboxAddAckedIndex names its index.
-func (d Dialect) OutboxAckedIndexExists(topic string) string {
-	messages, _ := d.messageTables(topic)
-	return "SELECT COUNT(*) FROM information_schema.statistics WHERE table_schema = DATABASE() AND table_name = '" +
-		strings.Trim(messages, "`") + "' AND index_name = 'postroom_outbox_acked'"
-}
-
-// OutboxRelayOffset returns a query of the relay's acked offset from
-// before per-row acks on MySQL, locking its row; no row once the upgrade
-// is done.
-func (d Dialect) OutboxRelayOffset(topic string) string {
-	_, offsets := d.messageTables(topic)
-	return "SELECT offset_acked FROM " + offsets + " WHERE consumer_group = '" + OutboxRelayGroup + "' FOR UPDATE"
-}
-
-// OutboxMarkAcked marks acked the rows of a MySQL outbox table at or below
-// an offset, the one argument.
-func (d Dialect) OutboxMarkAcked(topic string) string {
-	messages, _ := d.messageTables(topic)
-	return "UPDATE " + messages + " SET `acked` = TRUE WHERE `offset` <= ? AND NOT `acked`"
-}
-
-// OutboxForgetRelayOffset deletes the relay's offsets row from before
-// per-row acks on MySQL: the end of the upgrade.
-func (d Dialect) OutboxForgetRelayOffset(topic string) string {
-	_, offsets := d.messageTables(topic)
-	return "DELETE FROM " + offsets + " WHERE consumer_group = '" + OutboxRelayGroup + "'"
 }
 
 func columnType(t string) func(string) string { return func(string) string { return t } }
@@ -180,6 +120,22 @@ func (s wideSchema) RequiresTransaction() bool {
 // SchemaInitializingQueries creates the table with the wide ID column and
 // widens it where an older table has the narrow one.
 func (s wideSchema) SchemaInitializingQueries(params wsql.SchemaInitializingQueriesParams) ([]wsql.Query, error) {
+	qs, err := s.create(params)
+	if err != nil {
+		return nil, err
+	}
+	if s.d != Postgres {
+		// MySQL has no conditional DDL, and an ALTER here would wait for
+		// every open transaction on the table at each subscribe: Migrate
+		// widens the tables watermill-sql created (NarrowIDTables).
+		return qs, nil
+	}
+	messages, _ := s.d.messageTables(params.Topic)
+	return append(qs, wsql.Query{Query: s.d.widenID(messages)}), nil
+}
+
+// create creates the table with the wide ID column.
+func (s wideSchema) create(params wsql.SchemaInitializingQueriesParams) ([]wsql.Query, error) {
 	qs, err := s.SchemaAdapter.SchemaInitializingQueries(params)
 	if err != nil {
 		return nil, err
@@ -188,14 +144,7 @@ func (s wideSchema) SchemaInitializingQueries(params wsql.SchemaInitializingQuer
 	for i := range qs {
 		qs[i].Query = strings.Replace(qs[i].Query, "VARCHAR(36)", wide, 1)
 	}
-	if s.d != Postgres {
-		// MySQL has no conditional DDL, and an ALTER here would wait for
-		// every open transaction on the table at each subscribe: tables
-		// from before are widened by migration 6 (the outbox) or by hand.
-		return qs, nil
-	}
-	messages, _ := s.d.messageTables(params.Topic)
-	return append(qs, wsql.Query{Query: s.d.widenID(messages)}), nil
+	return qs, nil
 }
 
 // messageTables returns the quoted names of watermill-sql's tables for
@@ -251,36 +200,48 @@ func (d Dialect) widenID(quotedTable string) string {
 
 // OutboxTables returns the statements that create the outbox's tables for
 // topic (the messages and the relay's offsets), as watermill-sql would
-// but with the wide ID column: `postroom migrate` applies them, so a bus
-// with an outbox needs no DDL rights at run time.
+// but with the wide ID column and, on MySQL, the acked column of per-row
+// acks (OutboxSchema) and its index: `postroom migrate` applies them, so a
+// bus with an outbox needs no DDL rights at run time.
 func (d Dialect) OutboxTables(topic string) []string {
 	schema, offsets, err := d.MessageSchema(1)
 	if err != nil {
 		return nil // SQLite has no outbox
 	}
-	qs, _ := schema.SchemaInitializingQueries(wsql.SchemaInitializingQueriesParams{Topic: topic})
-	oqs, _ := offsets.SchemaInitializingQueries(wsql.OffsetsSchemaInitializingQueriesParams{Topic: topic})
+	var qs []wsql.Query
 	if d == MySQL {
-		messages, _ := d.messageTables(topic)
-		qs = append(qs, wsql.Query{Query: d.widenID(messages)})
+		qs = []wsql.Query{{Query: d.outboxMySQL(topic)}}
+	} else {
+		qs, _ = schema.(wideSchema).create(wsql.SchemaInitializingQueriesParams{Topic: topic})
 	}
+	oqs, _ := offsets.SchemaInitializingQueries(wsql.OffsetsSchemaInitializingQueriesParams{Topic: topic})
 	var out []string
 	for _, q := range append(qs, oqs...) {
 		if strings.Contains(q.Query, "pg_advisory_xact_lock") {
 			continue // the migration holds its own lock
 		}
-		out = append(out, strings.TrimSpace(q.Query))
+		out = append(out, strings.TrimRight(strings.TrimSpace(q.Query), ";"))
 	}
 	return out
 }
 
+// outboxMySQL creates the outbox's message table on MySQL: watermill-sql's
+// with the wide ID column, the acked column and the index of the relay's
+// query (the rows not acked, in offset order).
+func (d Dialect) outboxMySQL(topic string) string {
+	messages, _ := d.messageTables(topic)
+	return "CREATE TABLE IF NOT EXISTS " + messages + " (`offset` BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, `uuid` VARCHAR(" + strconv.Itoa(MessageIDColumnLength) + ") NOT NULL," +
+		" `created_at` TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, `payload` LONGBLOB DEFAULT NULL, `metadata` JSON DEFAULT NULL," +
+		" `acked` BOOLEAN NOT NULL DEFAULT FALSE, INDEX postroom_outbox_acked (`acked`, `offset`))"
+}
+
 // OutboxTablesExist returns a query that fails unless the outbox's tables
-// for topic exist as the relay reads them (it reads no row): on MySQL the
-// messages with their acked column (OutboxAckedRows).
+// for topic exist (it reads no row): on MySQL the messages, the only one
+// its relay reads.
 func (d Dialect) OutboxTablesExist(topic string) string {
 	messages, offsets := d.messageTables(topic)
 	if d == MySQL {
-		return "SELECT 1 FROM " + messages + " WHERE `acked` AND 1 = 0"
+		return "SELECT 1 FROM " + messages + " WHERE 1 = 0"
 	}
 	return "SELECT 1 FROM " + messages + " WHERE 1 = 0 UNION ALL SELECT 1 FROM " + offsets + " WHERE 1 = 0"
 }

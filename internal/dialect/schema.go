@@ -113,90 +113,43 @@ func (d Dialect) boolean() string {
 }
 
 // Migrations returns postroom's schema as versioned steps, oldest first.
-// A step, once released, never changes: new schema goes in a new step.
+// Version 1 creates every table in its present form. A step, once
+// released, never changes: new schema goes in a new step (version 2 on),
+// and is tested by migrating a database up from version 1.
+//
+// Key columns compare bytes exactly (exactKey): the inbox keys, the
+// watermarks, the schedules' names and the redelivery counts.
 func (d Dialect) Migrations(t Tables) []Migration {
 	t = t.WithDefaults()
-	ts, id := d.timestamp(), "VARCHAR(200)"
-	return []Migration{
-		{Version: 1, Name: "inbox", Statements: d.tableWithIndex(t.Inbox,
-			"consumer "+id+" NOT NULL, source "+id+" NOT NULL, message_id "+id+" NOT NULL, message_type VARCHAR(255) NOT NULL, received_at "+ts+" NOT NULL, PRIMARY KEY (consumer, source, message_id)",
-			"received_at", true)},
-		{Version: 2, Name: "stale watermarks", Statements: d.tableWithIndex(t.Watermarks,
-			"message_type VARCHAR(255) NOT NULL, entity_id "+id+" NOT NULL, version_at BIGINT NOT NULL, message_id "+id+" NOT NULL, updated_at "+ts+" NOT NULL, PRIMARY KEY (message_type, entity_id)",
-			"updated_at", false)},
-		{Version: 3, Name: "schedules", Statements: []string{
-			"CREATE TABLE IF NOT EXISTS " + t.Schedules + " (name " + id + " NOT NULL PRIMARY KEY, spec VARCHAR(255) NOT NULL, next_run_at " + ts + " NOT NULL, last_run_at " + ts + " NULL, last_fired_by " + id + " NOT NULL DEFAULT '', paused " + d.boolean() + " NOT NULL DEFAULT FALSE, updated_at " + ts + " NOT NULL)",
-		}},
-		{Version: 4, Name: "inbox claims, message log and duplicate counts", Statements: d.addColumns(t.Inbox,
-			"status VARCHAR(16) NOT NULL DEFAULT '"+StatusDone+"'",
-			"lease_until "+ts+" NULL",
-			"attempts INTEGER NOT NULL DEFAULT 1",
-			"checksum VARCHAR(64) NOT NULL DEFAULT ''",
-			"payload "+d.blob()+" NULL",
-			"duplicates INTEGER NOT NULL DEFAULT 0",
-		)},
-		{Version: 5, Name: "watermarks per consumer; key columns compare bytes exactly", Statements: d.exactKeys(t)},
-		{Version: 6, Name: "outbox tables", Statements: d.OutboxTables(OutboxTopicDefault)},
-		{Version: 7, Name: "delayed messages", Statements: d.tableWithIndex(t.Delayed,
-			d.serial()+", due_at "+ts+" NOT NULL, topic VARCHAR(255) NOT NULL, target_group VARCHAR(255) NOT NULL DEFAULT '', message_id VARCHAR(255) NOT NULL, payload "+d.blob()+" NULL, metadata TEXT NOT NULL, created_at "+ts+" NOT NULL",
-			"due_at", false)},
-		{Version: 8, Name: "outbox rows acked one by one on MySQL", Statements: d.OutboxAckedRows(OutboxTopicDefault)},
-		{Version: 9, Name: "redeliveries counted across processes", Statements: d.tableWithIndex(t.Deliveries,
-			"consumer "+d.exactKey(200)+" NOT NULL, message_id "+d.exactKey(200)+" NOT NULL, deliveries INTEGER NOT NULL, updated_at "+ts+" NOT NULL, PRIMARY KEY (consumer, message_id)",
-			"updated_at", false)},
-	}
+	ts, key := d.timestamp(), d.exactKey
+	var schema []string
+	schema = append(schema, d.tableWithIndex(t.Inbox,
+		"consumer "+key(200)+" NOT NULL, source "+key(200)+" NOT NULL, message_id "+key(200)+" NOT NULL, message_type VARCHAR(255) NOT NULL, received_at "+ts+" NOT NULL,"+
+			" status VARCHAR(16) NOT NULL DEFAULT '"+StatusDone+"', lease_until "+ts+" NULL, attempts INTEGER NOT NULL DEFAULT 1, checksum VARCHAR(64) NOT NULL DEFAULT '',"+
+			" payload "+d.blob()+" NULL, duplicates INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (consumer, source, message_id)",
+		"received_at", true)...)
+	schema = append(schema, d.tableWithIndex(t.Watermarks,
+		"consumer "+key(200)+" NOT NULL DEFAULT '', message_type "+key(255)+" NOT NULL, entity_id "+key(200)+" NOT NULL, version_at BIGINT NOT NULL,"+
+			" message_id "+key(200)+" NOT NULL, updated_at "+ts+" NOT NULL, PRIMARY KEY (consumer, message_type, entity_id)",
+		"updated_at", false)...)
+	schema = append(schema, "CREATE TABLE IF NOT EXISTS "+t.Schedules+" (name "+key(200)+" NOT NULL PRIMARY KEY, spec VARCHAR(255) NOT NULL,"+
+		" next_run_at "+ts+" NOT NULL, last_run_at "+ts+" NULL, last_fired_by VARCHAR(200) NOT NULL DEFAULT '', paused "+d.boolean()+" NOT NULL DEFAULT FALSE, updated_at "+ts+" NOT NULL)")
+	schema = append(schema, d.OutboxTables(OutboxTopicDefault)...)
+	schema = append(schema, d.tableWithIndex(t.Delayed,
+		d.serial()+", due_at "+ts+" NOT NULL, topic VARCHAR(255) NOT NULL, target_group VARCHAR(255) NOT NULL DEFAULT '', message_id VARCHAR(255) NOT NULL,"+
+			" payload "+d.blob()+" NULL, metadata TEXT NOT NULL, created_at "+ts+" NOT NULL",
+		"due_at", false)...)
+	schema = append(schema, d.tableWithIndex(t.Deliveries,
+		"consumer "+key(200)+" NOT NULL, message_id "+key(200)+" NOT NULL, deliveries INTEGER NOT NULL, updated_at "+ts+" NOT NULL, PRIMARY KEY (consumer, message_id)",
+		"updated_at", false)...)
+	return []Migration{{Version: 1, Name: "postroom schema", Statements: schema}}
 }
 
-// exactKeys gives every watermark a consumer (its primary key becomes
-// consumer, message_type, entity_id; rows from before belong to consumer
-// ”, which the bus copies to each of its consumers at start) and makes
-// every key column compare bytes exactly: MySQL's default collation ignores
-// case and trailing spaces, so its key columns become VARBINARY; on
-// PostgreSQL they take the "C" collation, so that the stale tie-break
-// orders message IDs by bytes as MySQL and SQLite do; SQLite compares
-// bytes already.
-func (d Dialect) exactKeys(t Tables) []string {
-	wm := t.Watermarks
-	switch d {
-	case Postgres:
-		key := func(n int) string { return "VARCHAR(" + strconv.Itoa(n) + ") COLLATE \"C\"" }
-		return []string{
-			"ALTER TABLE " + wm + " ADD COLUMN IF NOT EXISTS consumer " + key(200) + " NOT NULL DEFAULT ''",
-			// The primary key's name is PostgreSQL's choice (cut short for a
-			// long table name): look it up.
-			"DO $pk$ DECLARE c text; BEGIN SELECT conname INTO c FROM pg_constraint WHERE conrelid = '" + wm + "'::regclass AND contype = 'p';" +
-				" IF c IS NOT NULL THEN EXECUTE 'ALTER TABLE " + wm + " DROP CONSTRAINT ' || quote_ident(c); END IF; END $pk$",
-			"ALTER TABLE " + wm + " ADD PRIMARY KEY (consumer, message_type, entity_id)",
-			"ALTER TABLE " + wm + " ALTER COLUMN message_type TYPE " + key(255) + ", ALTER COLUMN entity_id TYPE " + key(200) + ", ALTER COLUMN message_id TYPE " + key(200),
-			"ALTER TABLE " + t.Inbox + " ALTER COLUMN consumer TYPE " + key(200) + ", ALTER COLUMN source TYPE " + key(200) + ", ALTER COLUMN message_id TYPE " + key(200),
-			"ALTER TABLE " + t.Schedules + " ALTER COLUMN name TYPE " + key(200),
-		}
-	case MySQL:
-		// One ALTER per table, each atomic: a rerun after a cut-short step
-		// meets "duplicate column" on the first only if it had committed.
-		return []string{
-			"ALTER TABLE " + wm + " ADD COLUMN consumer VARBINARY(200) NOT NULL DEFAULT '' FIRST," +
-				" MODIFY message_type VARBINARY(255) NOT NULL, MODIFY entity_id VARBINARY(200) NOT NULL, MODIFY message_id VARBINARY(200) NOT NULL," +
-				" DROP PRIMARY KEY, ADD PRIMARY KEY (consumer, message_type, entity_id)",
-			"ALTER TABLE " + t.Inbox + " MODIFY consumer VARBINARY(200) NOT NULL, MODIFY source VARBINARY(200) NOT NULL, MODIFY message_id VARBINARY(200) NOT NULL",
-			"ALTER TABLE " + t.Schedules + " MODIFY name VARBINARY(200) NOT NULL",
-		}
-	default:
-		// SQLite cannot change a primary key: the table is rebuilt.
-		next := wm + "_v5"
-		return []string{
-			"CREATE TABLE " + next + " (consumer VARCHAR(200) NOT NULL DEFAULT '', message_type VARCHAR(255) NOT NULL, entity_id VARCHAR(200) NOT NULL," +
-				" version_at BIGINT NOT NULL, message_id VARCHAR(200) NOT NULL, updated_at " + d.timestamp() + " NOT NULL, PRIMARY KEY (consumer, message_type, entity_id))",
-			"INSERT INTO " + next + " (consumer, message_type, entity_id, version_at, message_id, updated_at) SELECT '', message_type, entity_id, version_at, message_id, updated_at FROM " + wm,
-			"DROP TABLE " + wm,
-			"ALTER TABLE " + next + " RENAME TO " + unqualified(wm),
-			"CREATE INDEX IF NOT EXISTS " + indexName(wm, "updated_at") + " ON " + wm + " (updated_at)",
-		}
-	}
-}
-
-// exactKey is the type of a key column that compares bytes exactly, as
-// exactKeys makes them.
+// exactKey is the type of a key column that compares bytes exactly.
+// MySQL's default collation ignores case and trailing spaces, so its key
+// columns are VARBINARY; on PostgreSQL they take the "C" collation, so
+// that the stale tie-break orders message IDs by bytes as MySQL and SQLite
+// do; SQLite compares bytes already.
 func (d Dialect) exactKey(n int) string {
 	switch d {
 	case Postgres:
@@ -239,29 +192,9 @@ func (d Dialect) blob() string {
 	}
 }
 
-// addColumns adds columns to a table. PostgreSQL skips a column that
-// exists; on MySQL the one ALTER is atomic, and the migration treats
-// "duplicate column" as already applied (a step cut short after the ALTER
-// committed); SQLite adds one column per statement inside the step's
-// transaction.
-func (d Dialect) addColumns(table string, columns ...string) []string {
-	switch d {
-	case Postgres:
-		return []string{"ALTER TABLE " + table + " ADD COLUMN IF NOT EXISTS " + strings.Join(columns, ", ADD COLUMN IF NOT EXISTS ")}
-	case MySQL:
-		return []string{"ALTER TABLE " + table + " ADD COLUMN " + strings.Join(columns, ", ADD COLUMN ")}
-	default:
-		out := make([]string, len(columns))
-		for i, c := range columns {
-			out[i] = "ALTER TABLE " + table + " ADD COLUMN " + c
-		}
-		return out
-	}
-}
-
 // tableWithIndex creates a table and an index on one time column, both
-// idempotently, so a migration step cut short (MySQL commits DDL at once)
-// can be run again. appendOnly tables get a BRIN index on PostgreSQL: their
+// idempotently, so that a migration cut short (MySQL commits DDL at once)
+// can run again. appendOnly tables get a BRIN index on PostgreSQL: their
 // rows arrive in time order, so a tiny index finds the old pages.
 func (d Dialect) tableWithIndex(table, columns, indexed string, appendOnly bool) []string {
 	index := indexName(table, indexed)

@@ -4,17 +4,25 @@ import (
 	"fmt"
 	"testing"
 
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/stretchr/testify/require"
 
 	"github.com/postroom/postroom/internal/dialect"
 )
 
 // topicTables creates a watermill-sql topic's message and offsets tables
-// as postroom does, and returns a function that publishes a message to it.
+// as the SQL transport does, and returns a function that publishes a
+// message to it.
 func (e *env) topicTables(topic string) (messages string, publish func(id string)) {
 	e.t.Helper()
-	for _, q := range e.d.OutboxTables(topic) {
-		e.exec(e.db, q)
+	schema, offsets, err := e.d.MessageSchema(1)
+	require.NoError(e.t, err)
+	qs, err := schema.SchemaInitializingQueries(wsql.SchemaInitializingQueriesParams{Topic: topic})
+	require.NoError(e.t, err)
+	oqs, err := offsets.SchemaInitializingQueries(wsql.OffsetsSchemaInitializingQueriesParams{Topic: topic})
+	require.NoError(e.t, err)
+	for _, q := range append(qs, oqs...) {
+		e.exec(e.db, q.Query, q.Args...)
 	}
 	messages = map[dialect.Dialect]string{dialect.Postgres: `"watermill_` + topic + `"`, dialect.MySQL: "`watermill_" + topic + "`"}[e.d]
 	insert := "INSERT INTO " + messages + " (uuid, payload, metadata) VALUES (?, ?, '{}')"
