@@ -12,9 +12,8 @@ import (
 // are settled only once that dispatch is done, and fail with it: when the
 // stop cuts the dispatch short during a broker outage, every message of
 // the call goes back to the broker, and a handler without the inbox sends
-// all of it again on the redeliveries. Before, only the first went back
-// and the others were acked: their sends were lost though the error line
-// said a redelivery would send them again (found by a review).
+// all of it again on the redeliveries. Were the others acked, their sends
+// would be lost though the error line says a redelivery sends them again.
 type batchSends struct {
 	carrier *incoming // the first message of the call
 	ids     []string  // every message of the call, for the error line

@@ -32,9 +32,9 @@ const outboxTable = "watermill_" + outbox.TopicDefault
 
 func (b *Bus) newCleanup() (*scheduler.Scheduler, error) {
 	// Only this endpoint's keys and watermarks: another endpoint on the
-	// database may keep its own longer (found by a review: a short
-	// retention here purged another endpoint's keys inside its
-	// redelivery window, and it handled a redelivery again).
+	// database may keep its own longer, and a short retention here would
+	// purge its keys inside its redelivery window, and have it handle a
+	// redelivery again.
 	ccfg := handlers.CleanupConfig{DB: b.cfg.DB, Logger: b.cfg.Logger, Now: b.cfg.Now, ConsumerPrefix: b.consumer("")}
 	if b.outbox != nil {
 		ccfg.OutboxTopic = outbox.TopicDefault
@@ -51,8 +51,8 @@ func (b *Bus) newCleanup() (*scheduler.Scheduler, error) {
 		// by hand with a shorter Retention, a Before too recent, or none
 		// (handlers' own default, 10 days, under a longer
 		// InboxRetention), or emitted by an instance of a rolling deploy
-		// whose retention was shorter, purged keys a redelivery still
-		// needed, and the redelivery was handled again (a cold trial).
+		// whose retention was shorter, would purge keys a redelivery
+		// still needs, and the redelivery would be handled again.
 		now := b.cfg.Now()
 		limit := now.Add(-b.cfg.InboxRetention)
 		cutoff := m.Before

@@ -34,7 +34,7 @@ func DelayedRetriesDefault() []time.Duration {
 // still be handled: the redelivery horizon, and each delayed retry's wait
 // with its round of immediate retries and its lease. An inbox key purged
 // sooner would not stop a copy that succeeded meanwhile from being applied
-// again by a late delayed retry (found by a review).
+// again by a late delayed retry.
 func (b *Bus) keyHorizon(hc handlerConfig) time.Duration {
 	delays := b.cfg.DelayedRetries.Delays
 	if hc.delays != nil {
@@ -92,11 +92,11 @@ type claimedRetry struct {
 type claimedKey struct{}
 
 // reschedule turns the claimed row into the next delayed retry out, in one
-// statement, while the lease holds. Before, the next retry was a new row
-// and the claimed one was deleted after it: a crash in between left both,
-// and the message ran its remaining retries twice, reaching the error
-// topic twice (found by a review). A lease lost meanwhile leaves the retry
-// to the instance that took it over.
+// statement, while the lease holds: with a new row for the next retry and
+// a delete of the claimed one, a crash in between would leave both, and
+// the message would run its remaining retries twice and reach the error
+// topic twice. A lease lost meanwhile leaves the retry to the instance
+// that took it over.
 func (b *Bus) reschedule(c *claimedRetry, out outgoing) error {
 	d, stmts, err := b.delayedStatements(b.cfg.DB)
 	if err != nil {
@@ -130,8 +130,7 @@ func (b *Bus) runDelayedRetry(ctx context.Context, r delayedRow, msg *message.Me
 	}
 	msg.SetContext(ctx)
 	// As a delivery from the broker: a stop lets it finish within
-	// Config.StopTimeout (before, the stop cancelled it at once, a cold
-	// trial); runClaimed counts it in b.handling.
+	// Config.StopTimeout; runClaimed counts it in b.handling.
 	defer b.outliveStop(msg)()
 	return target(r.Topic, msg)
 }

@@ -26,9 +26,9 @@ type JSON struct {
 	// DisallowUnknownFields refuses a payload with a field the message's
 	// type does not have (a misrouted message, a misspelt field) as
 	// malformed: it goes to the error topic instead of reaching the
-	// handler with zero values (found by a cold trial: another type's
-	// payload was handled as an empty command). Use it when producers and
-	// consumers change their types together.
+	// handler with zero values (another type's payload handled as an
+	// empty command). Use it when producers and consumers change their
+	// types together.
 	DisallowUnknownFields bool
 }
 
@@ -40,7 +40,7 @@ func (JSON) Marshal(v any) ([]byte, error) { return json.Marshal(v) }
 // handler would get a zero message). So is one that is not valid UTF-8,
 // which JSON must be (RFC 8259): encoding/json would put U+FFFD in place
 // of each bad byte, and a producer writing Latin-1 would have its text
-// changed without a word (found by a cold trial).
+// changed without a word.
 func (j JSON) Unmarshal(data []byte, v any) error {
 	if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
 		return errNullPayload

@@ -35,8 +35,8 @@ func (b *Bus) addRouterMetrics() {
 // sets a handler's subscriptions apart (Watermill's router wants a name
 // each). Labelled by that name, a HandleBatch handler on RabbitMQ (its
 // concurrency times its batch size subscriptions: 1,600 at WithBatch(100)
-// and Concurrency 16) served as many series of each metric, histograms
-// included (found by a review).
+// and Concurrency 16) would serve as many series of each metric,
+// histograms included.
 func handlerAndTopic(ctx context.Context) string {
 	name := message.HandlerNameFromCtx(ctx)
 	if i := strings.LastIndexByte(name, '#'); i >= 0 {
@@ -128,8 +128,8 @@ func (b *Bus) reportTables(ctx context.Context, gauges metrics.GaugeSetter) {
 // consumers was received (zero: none). The cleanup lag is counted from it,
 // not from the table's oldest key: this endpoint's cleanup purges only its
 // own keys, and another endpoint on the database may keep its keys
-// longer, which made the lag grow for ever and its alert fire on the
-// wrong service (found by a review). The consumers "<endpoint>/…" are the
+// longer, which would make the lag grow for ever and its alert fire on
+// the wrong service. The consumers "<endpoint>/…" are the
 // range from "<endpoint>/" to "<endpoint>0" ('0' follows '/'), which the
 // primary key serves.
 func (b *Bus) oldestOwnKey(ctx context.Context) (time.Time, error) {

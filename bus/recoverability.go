@@ -56,9 +56,9 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 	// out of reach for everyone, not just for this message, and waiting
 	// does not spend its retries. An attempt begun before may still
 	// succeed: a COMMIT on its way when the database went (counted, it
-	// sent a message to the error topic in process, and likely in a
-	// MariaDB stop), or a statement on a connection the server had not
-	// closed yet while it refused new ones. Only a success between two of
+	// would move a message to the error topic during an outage), or a
+	// statement on a connection the server had not closed yet while it
+	// refused new ones. Only a success between two of
 	// its failures says the failure is this message's own. It waits at
 	// most RateLimit.MaxWait that way.
 	var outageMark uint64
@@ -67,7 +67,7 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 	for {
 		// A message waiting its turn under rate limiting is not running:
 		// a stop gives it back at once instead of holding the stop for
-		// StopTimeout (found by a cold trial).
+		// StopTimeout.
 		release, limited, waitErr := lim.acquire(msg.Context(), b.stopping)
 		if errors.Is(waitErr, errStopping) {
 			return fmt.Errorf("bus: %s: %w while rate limited (after: %v)", handler, errStopping, err)
@@ -98,9 +98,7 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 				// mid-call: its key is parked, and the message reaches
 				// the error topic only at its next delivery (another
 				// instance, or this one's restart). Said at warn: an
-				// operator has an outcome to find out (a cold trial saw
-				// it at info only, and docs/effects.md said the error
-				// topic).
+				// operator has an outcome to find out.
 				b.cfg.Logger.Warn("bus: attempt ended by the stop with its outcome unknown: its key is parked; the message goes back to the broker, "+
 					"and its next delivery moves it to the error topic", "handler", handler,
 					"message_id", msg.UUID, "attempt", attempts, "error", err)
@@ -113,9 +111,9 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 		// A deadlock or lock wait lost to another transaction (WithBatch
 		// batches of competing processes claim keys in arrival order) is
 		// not the message's fault: retried after a pause, up to
-		// maxContentionRetries times, without spending its retries.
-		// Before, each spent one, and a message could reach the error
-		// topic for having lost to others (found by a review).
+		// maxContentionRetries times, without spending its retries, so
+		// that a message does not reach the error topic for having lost
+		// to others.
 		contended := !transient && !IsUnrecoverable(err) && dialect.Contention(err) && contentions < maxContentionRetries
 		level := slog.LevelWarn
 		if contended {
@@ -123,8 +121,8 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 		}
 		if limited && transient {
 			// Waiting out an outage under rate limiting: the limiter says
-			// when it starts and ends; a line per attempt (one a Wait, per
-			// handler and instance) buried them (found by a review).
+			// when it starts and ends, and a line per attempt (one a Wait,
+			// per handler and instance) would bury those.
 			level = slog.LevelDebug
 		}
 		b.cfg.Logger.Log(context.Background(), level, "bus: attempt failed", "handler", handler, "message_id", msg.UUID, "attempt", attempts,
@@ -204,10 +202,9 @@ var slowAttempt = time.Minute
 
 // watchSlowAttempt says at warn, once, that an attempt still runs after
 // slowAttempt: a handler that waits for what never comes (a lock, a
-// connection its own transaction holds) otherwise hangs its message, and
-// a stop, without a word (found by a cold trial: a handler writing through
-// Config.DB on SQLite waited forever for the one connection). The caller
-// stops the returned timer when the attempt ends.
+// connection its own transaction holds, as a write through Config.DB on
+// SQLite does) otherwise hangs its message, and a stop, without a word.
+// The caller stops the returned timer when the attempt ends.
 func (b *Bus) watchSlowAttempt(handler, messageID string, attempt int) *time.Timer {
 	return time.AfterFunc(slowAttempt, func() {
 		b.cfg.Logger.Warn("bus: an attempt is still running after "+slowAttempt.String(), "handler", handler, "message_id", messageID,
@@ -413,9 +410,8 @@ func (b *Bus) moveToErrorTopic(handler, topic string, msg *message.Message, atte
 	dropped, err := b.publishFailed(publish, failed)
 	if errors.Is(err, transport.ErrNoRoute) {
 		// The error queue was deleted while the bus ran (an operator, a
-		// broker reset): declared again, it takes the message. Before,
-		// the message was nacked and redelivered at once, 8,290 times in
-		// 10 s with three log lines each, until a restart (a cold trial).
+		// broker reset): declared again, it takes the message, which
+		// would otherwise be nacked and redelivered until a restart.
 		b.cfg.Logger.Error("bus: the error topic's queue is gone; declaring it again", "error_topic", b.cfg.ErrorTopic, "message_id", msg.UUID)
 		b.mu.Lock()
 		b.errorQueueDeclared = false

@@ -29,10 +29,10 @@ func (b *Bus) beginStop() {
 // let the messages in flight complete on stop too. The transport's
 // context ends with the subscription at the stop; anything else that
 // ends it (the SQL transport's ack deadline, which the copy keeps, a
-// Middleware's cancel) ends the new one at once. Before, a stop cancelled
-// every handler in flight: its work rolled back and was done again, and a
-// handler WithExternalEffects in the middle of its call was parked as
-// "outcome unknown" at every deploy under load. The transports keep a
+// Middleware's cancel) ends the new one at once. Cancelled at the stop, a
+// handler in flight would roll its work back to do it again, and a
+// handler WithExternalEffects in the middle of its call would be parked
+// as "outcome unknown" at every deploy under load. The transports keep a
 // message they handed out ackable after its subscription stopped (see
 // transport.Transport). Call the returned function when the delivery is
 // settled.
@@ -105,9 +105,8 @@ const drainWait = 10 * time.Second
 // drainingSubscriber is a handler's subscriber as the router sees it.
 // Watermill's router closes a handler's subscriber as soon as the router
 // begins to close, which returns to the broker the messages the handlers
-// still hold: their acks, when they finish within StopTimeout, were lost,
-// and the messages handled again (found by a cold trial: every stop by
-// Close, one in four by Run's context). Its Close instead ends its
+// still hold: their acks, when they finish within StopTimeout, would be
+// lost, and the messages handled again. Its Close instead ends its
 // subscriptions (the transport delivers nothing more, and keeps what it
 // handed out ackable), waits until the bus's handlers hold no delivery
 // (or the drain ended and drainWait passed), and only then closes the

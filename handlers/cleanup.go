@@ -186,9 +186,9 @@ func (c *Cleanup) Purge(ctx context.Context, m CleanupStore) (CleanupResult, err
 
 // present reports whether t's table is there to purge: not for no table
 // (the outbox's, without an outbox), nor for the deliveries table of a
-// database not migrated to version 9 yet, which is said at warn. Before,
-// a database at migration 8 failed every cleanup, and `postroom inbox
-// purge` purged nothing (a review).
+// database not migrated to version 9 yet, which is said at warn: the
+// other tables are purged all the same, by the bus and by `postroom inbox
+// purge`.
 func (c *Cleanup) present(ctx context.Context, t target) bool {
 	if t.Table == "" {
 		return false
@@ -231,9 +231,9 @@ func (c *Cleanup) Pending(ctx context.Context, m CleanupStore) (CleanupResult, e
 // so locks are held for one batch only, and rests between batches (pause).
 // A short batch is not the end: on PostgreSQL a row updated while the
 // batch ran (a duplicate counted on an expired key) moves, and its
-// batch comes back short with expired rows left (a cold trial: 2,001 of
-// 100,000 left behind). For an aging target it is: there, an empty batch
-// may never come while rows keep crossing the cut-off (a review).
+// batch comes back short with expired rows left. For an aging target it
+// is: there, an empty batch may never come while rows keep crossing the
+// cut-off.
 func (c *Cleanup) purge(ctx context.Context, t target, batch int, pause time.Duration, batches *int) (int64, error) {
 	args := append(append([]any{}, t.args...), batch)
 	var total int64

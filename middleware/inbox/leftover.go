@@ -16,9 +16,9 @@ import (
 // WithExternalEffects before under the same consumer: a released key (the
 // effect did not happen) is taken over and handled, a parked one or one
 // whose lease ran out (outcome unknown; the latter is parked) goes to the
-// error topic, and one an attempt still holds is retried. Before, the plain
-// inbox took any row for a handled message and acked the message as a
-// duplicate without running it (found by a review).
+// error topic, and one an attempt still holds is retried. Taking any row
+// for a handled message would ack the message as a duplicate without
+// running it.
 type leftovers struct {
 	cfg        Config
 	d          dialect.Dialect
@@ -129,7 +129,7 @@ func changedError(consumer string, key Key) error {
 var ErrClaimHeld = errors.New("inbox: an attempt of the external-effects mode holds the key")
 
 // HeldClaimError says that an attempt of the external-effects mode holds a
-// message's key (the handler ran WithExternalEffects before, on an
+// message's key (the handler ran WithExternalEffects earlier, on an
 // instance still running): the message is retried, and goes to the error
 // topic if the claim outlives the retries.
 type HeldClaimError struct {

@@ -45,8 +45,9 @@ type OutcomeUnknownError struct {
 
 // Error names the message and says what the operator does next.
 func (e *OutcomeUnknownError) Error() string {
-	// Said of a key an earlier attempt left: a cold trial read "lease ran
-	// out" for one parked by a call the bus's stop cut short.
+	// Said of a key an earlier attempt left, whichever way it was left:
+	// "lease ran out" alone would mislead for one parked by a call the
+	// bus's stop cut short.
 	cause := "an earlier attempt left the key parked or its lease ran out (its call failed with an unknown outcome, or its process stopped mid-call)"
 	if e.Err != nil {
 		cause = "the handler failed: " + e.Err.Error()

@@ -134,8 +134,8 @@ func resolve(ctx context.Context, db *gorm.DB, table, consumer string, key Key, 
 		return nil
 	}
 	// Say why: the claim is at another attempt now, or not unresolved, and
-	// what it is (a second --done said only "no unresolved claim": a cold
-	// trial could not tell it from a mistyped key).
+	// what it is (a bare "no unresolved claim" does not tell a second
+	// --done from a mistyped key).
 	var cur struct {
 		Status   string
 		Attempts int

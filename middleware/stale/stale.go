@@ -125,7 +125,7 @@ func New(cfg Config) (message.HandlerMiddleware, error) {
 				cfg.Recorder.Record(consumer, metrics.Stale)
 				if at := msg.Metadata.Get(metadata.Replayed); at != "" {
 					// An operator asked for it: said, not left to a debug
-					// line (a cold trial: "replayed 1", and nothing ran).
+					// line, or the replay says "replayed 1" and nothing runs.
 					cfg.Logger.InfoContext(ctx, "stale: a message replayed from the error topic is older than the update applied since; skipped, its handler did not run",
 						"consumer", consumer, "message_type", messageType, "entity_id", v.EntityID, "version", v.At, "message_id", msg.UUID, "moved_to_error_topic_at", at)
 					return nil, nil

@@ -45,8 +45,7 @@ func MetadataVersion(msg *message.Message) (Version, error) {
 	}
 	if err != nil {
 		// Go's parse error names layout fragments ("cannot parse "536566" as
-		// "-""): the example says what is wanted (a cold trial sent Unix
-		// seconds).
+		// "-""): the example says what is wanted.
 		return Version{}, &VersionError{Reason: fmt.Sprintf("version %q is not an RFC 3339 timestamp such as %s", raw, versionExample), Err: err}
 	}
 	return Version{EntityID: id, At: at}, nil

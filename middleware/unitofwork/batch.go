@@ -157,8 +157,8 @@ func (b *batcher) joinWith(ctx context.Context, it *Collected) (*batch, int) {
 func (b *batcher) joinLocked(ctx context.Context, it *Collected, alone bool) (*batch, int) {
 	if old := b.open; old != nil && old.tx.ctx.Err() != nil {
 		// Every member's context ended, and with them the transaction's:
-		// the batch can take no more. Before, a later message joined it and
-		// failed with its dead transaction (found by a review).
+		// the batch can take no more: a later message joining it would
+		// fail with its dead transaction.
 		old.timer.Stop()
 		b.open = nil
 		go old.close() // it ends once its members have run
@@ -437,8 +437,7 @@ func (u *unit) endSavepoint(conn gorm.ConnPool, commit bool) error {
 	// The savepoint's statements run on the batch's context, not the
 	// member's: a member whose context ended (a Middleware's timeout) is
 	// rolled back to its savepoint alone. On its own context the rollback
-	// failed at once and broke the batch, failing every member (found by a
-	// review).
+	// would fail at once and break the batch, failing every member.
 	ctx := u.parent.ctx
 	if !commit {
 		return u.rollbackTo(ctx, conn)
