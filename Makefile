@@ -1,12 +1,12 @@
-.PHONY: test test-fast services quickstart bench bench-quick bench-sizing bench-charts bench-check
+.PHONY: test test-short services quickstart bench bench-quick bench-sizing bench-charts bench-check
 
 # The whole suite: brings up PostgreSQL, MariaDB and RabbitMQ if needed.
 test:
 	bash scripts/test.sh
 
-# The inner loop: no server, no race detector (scripts/test-fast.sh).
-test-fast:
-	bash scripts/test-fast.sh
+# The inner loop: no server, no race detector (scripts/test-short.sh).
+test-short:
+	bash scripts/test-short.sh
 
 services:
 	bash scripts/services.sh
