@@ -10,6 +10,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"gorm.io/gorm"
+
+	"github.com/postroom/postroom/internal/dialect"
 )
 
 // ErrBatchBroken wraps the error that left a batch's transaction unusable
@@ -442,7 +444,7 @@ func (u *unit) endSavepoint(conn gorm.ConnPool, commit bool) error {
 	if !commit {
 		return u.rollbackTo(ctx, conn)
 	}
-	if u.releaseLater && u.db.Dialector.Name() == "postgres" {
+	if d, _ := dialect.Of(u.db); u.releaseLater && d == dialect.Postgres {
 		// Released with the next member's SAVEPOINT, or before the COMMIT,
 		// in one round trip (one simple query: pgx without arguments).
 		u.parent.mu.Lock()
