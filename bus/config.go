@@ -103,8 +103,8 @@ type Config struct {
 	// Transport carries the messages. Defaults to an in-memory gochannel
 	// transport. New hands a transport that logs its Logger
 	// (transport.LoggerSetter): a transport shared by several buses logs
-	// through the last one's, so its lines name that bus (found by a cold
-	// trial); give each bus a transport of its own to tell them apart.
+	// through the last one's, so its lines name that bus; give each bus a
+	// transport of its own to tell them apart.
 	Transport transport.Transport
 	// DB is the database of handlers' transactions, the inbox and the
 	// watermarks. Required when a handler uses WithTransaction, WithInbox (or
@@ -157,9 +157,9 @@ type Config struct {
 	// lets the messages being handled finish: the bus takes no new
 	// message, and a handler still running gets this long before its
 	// context is cancelled (its transaction then rolls back and its
-	// message goes back to the broker, as before). Keep it below the
-	// time your supervisor waits before it kills the process (30 s on
-	// Kubernetes by default). Defaults to 20 s; negative: cancel at once.
+	// message goes back to the broker). Keep it below the time your
+	// supervisor waits before it kills the process (30 s on Kubernetes by
+	// default). Defaults to 20 s; negative: cancel at once.
 	// A message waiting its turn (rate limiting, a retry's backoff) is
 	// given back at once. On the SQL transport a message's ack deadline
 	// (sql.Config.AckDeadline, 30 s from its read) can end it sooner. A
@@ -319,12 +319,12 @@ func (c Config) validate() error {
 	if c.Retry.MaxRetries < 0 || c.Retry.InitialBackoff < 0 || c.Retry.MaxBackoff < 0 || c.Retry.Multiplier < 1 {
 		errs = append(errs, errors.New("bus: Config.Retry: retries and backoffs must not be negative and the multiplier at least 1"))
 	}
-	if c.RedeliveryWindow < 0 { // it would shorten the horizon the inbox retention is checked against (a cold trial)
+	if c.RedeliveryWindow < 0 { // it would shorten the horizon the inbox retention is checked against
 		errs = append(errs, fmt.Errorf("bus: Config.RedeliveryWindow %s is negative", c.RedeliveryWindow))
 	}
-	// Negative values that meant nothing: two made Run panic (a ticker of
-	// a negative interval), the others failed every message or named
-	// another setting (a cold trial).
+	// Negative values mean nothing: two would make Run panic (a ticker of
+	// a negative interval), the others would fail every message or fail
+	// with an error naming another setting.
 	for _, d := range []struct {
 		name string
 		d    time.Duration

@@ -184,8 +184,7 @@ func (b *Bus) deliverDue(ctx context.Context) (int, error) {
 		// A claim holds the rows until their turn: each run renews its
 		// own lease when it begins (runClaimed). Short, so that the rows
 		// a process claimed and never began (it died) wait a minute, not
-		// a whole lease (a cold trial: 9 retries waited 6 minutes after a
-		// SIGKILL, without a line).
+		// a whole lease.
 		lease := b.cfg.Now().Add(min(b.retryLease(), delayedClaimLease))
 		claimedUntil = lease
 		for _, r := range rows {
@@ -200,8 +199,8 @@ func (b *Bus) deliverDue(ctx context.Context) (int, error) {
 			out := outgoing{topic: r.Topic, msg: msg}
 			// The due rows stay locked while it is published: bound the
 			// wait for a broker that takes connections and never answers,
-			// and let the stop end it (it held a stop 45 s, and the rows
-			// for every dial, found by a cold trial).
+			// and let the stop end it: unbounded, such a broker holds the
+			// stop, and the rows, through every dial.
 			pubCtx, cancel := context.WithTimeout(ctx, delayedPublishTimeout)
 			msg.SetContext(pubCtx)
 			err := b.publish(out)
@@ -247,8 +246,8 @@ const delayedClaimLease = time.Minute
 
 // releaseClaimed makes delayed retries this instance holds (their lease
 // ends at until) due now, for the next instance or start, and says so.
-// Before, a stop left them held until their lease ran out (a cold trial:
-// about 6 minutes, silently for those not begun).
+// Left held at a stop, they would wait until their lease ran out, silently
+// for those not begun.
 func (b *Bus) releaseClaimed(ctx context.Context, d dialect.Dialect, stmts dialect.DelayedStatements, rows []delayedRow, until time.Time, why string) {
 	if len(rows) == 0 {
 		return
@@ -284,10 +283,10 @@ const maxDelayedAttempts = 5
 // delayedRefused handles a due message the transport refused: one no queue
 // takes, or one refused maxDelayedAttempts times, goes to the error topic
 // (nil: delete it); otherwise, or when the error topic refuses it too (an
-// outage), the error says to try again later. Before, one message the
-// broker always refused (over its size limit) held back every delayed
-// message of the database and sent the ones before it again at every tick
-// (found by a review).
+// outage), the error says to try again later. Without this, one message
+// the broker always refuses (over its size limit) would hold back every
+// delayed message of the database and have the ones before it sent again
+// at every tick.
 func (b *Bus) delayedRefused(r delayedRow, out outgoing, err error) error {
 	if errors.Is(err, transport.ErrUnreachable) {
 		// The broker could not be reached: an outage, not this message's
@@ -333,7 +332,7 @@ func (b *Bus) retryLease() time.Duration {
 // batch took their time), and only while this instance still holds it:
 // once it ran out, another instance may have claimed the retry, and
 // running it here too would run the handler twice, each run sending the
-// message on to its next retry or the error topic (found by a review).
+// message on to its next retry or the error topic.
 func (b *Bus) runClaimed(ctx context.Context, d dialect.Dialect, stmts dialect.DelayedStatements, r delayedRow, claimedUntil time.Time) error {
 	// Held as a delivery from the broker is, from before its lease is
 	// renewed: a stop that begins meanwhile waits for it (Close), or it
@@ -373,9 +372,8 @@ func (b *Bus) runClaimed(ctx context.Context, d dialect.Dialect, stmts dialect.D
 	}
 	// The run may have outlived a stop (Config.StopTimeout): its row is
 	// deleted all the same.
-	// A deadlock with another instance's claim is tried again: the row
-	// stayed, and ran again when its lease ended (a cold trial on MariaDB,
-	// six minutes later, said only as the poll failing).
+	// A deadlock with another instance's claim (as on MariaDB) is tried
+	// again: a row not deleted stays, and runs again when its lease ends.
 	settleCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	settled, err := dialect.ExecContended(settleCtx, b.cfg.DB, stmts.Settle, r.ID, d.Time(lease))

@@ -21,9 +21,9 @@ var (
 // that never comes: those of a transport reach or an endpoint this bus
 // does not publish. A sender whose broker URL names the broker otherwise
 // (localhost against 127.0.0.1) writes them for a reach no running bus
-// has, and they waited in the table without a word until a bus with that
-// URL ran (found by a cold trial). Another service on the database that is
-// down shows the same way, and is worth saying too.
+// has; unsaid, they would wait in the table until a bus with that URL
+// runs. Another service on the database that is down shows the same way,
+// and is worth saying too.
 type strandedDelayed struct {
 	last time.Time            // the last look
 	said map[string]time.Time // by target group: when it was last said

@@ -124,14 +124,14 @@ func (u *unsettled) settle(group, id string, nacked, stored bool) (wasStored boo
 // deliveries that ended with their process.
 //
 // Every message in flight at a crash comes back as a redelivery. Counted
-// together, the innocent ones reached MaxDeliveries with the one that
-// kills its process and went to the error topic with it (a cold trial: 7
-// of a batch of 8). So a redelivery is handled alone, not in a batch
-// (WithBatch, HandleBatch), whose other members it would take down with it
-// again; and a broker's redelivery counted in the database (RabbitMQ's
-// classic queues) that came back before without being settled is handled
-// one at a time in the bus, counted when its turn comes, so that a crash
-// in its run is counted against it alone. The first redelivery after a
+// together, the innocent ones would reach MaxDeliveries with the one that
+// kills its process and go to the error topic with it. So a redelivery is
+// handled alone, not in a batch (WithBatch, HandleBatch), whose other
+// members it would take down with it again; and a broker's redelivery
+// counted in the database (RabbitMQ's classic queues) that came back
+// before without being settled is handled one at a time in the bus,
+// counted when its turn comes, so that a crash in its run is counted
+// against it alone. The first redelivery after a
 // crash, or after a connection was lost, runs as usual, side by side: an
 // innocent message is counted at most twice.
 func (b *Bus) guarded(handler, topic string, delivery message.HandlerFunc) func(*message.Message) error {

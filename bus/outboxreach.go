@@ -13,9 +13,9 @@ import (
 // without one (in memory), this process's. Every endpoint of one process
 // may share an in-memory transport, and their relays publish each other's
 // messages rightly; a relay of another process, whose in-memory transport
-// nobody here reads, says so. Before, an in-memory reach was the
-// endpoint's, and two endpoints sharing one in-memory transport and a
-// database were said at error to publish where nobody reads.
+// nobody here reads, says so. With an in-memory reach per endpoint, two
+// endpoints sharing one in-memory transport and a database would be said
+// at error to publish where nobody reads.
 //
 // What a reach per process cannot tell: two in-memory transports in one
 // process (each endpoint with its own) share it, and are not said; after a

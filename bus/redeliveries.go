@@ -18,8 +18,8 @@ import (
 // (metadata.Redelivered: RabbitMQ's classic queues, the SQL transport's
 // first read, each run of a delayed retry). The poison-loop guard's own count lives
 // in the process; a message whose handling kills the process (out of
-// memory, a fatal error in C code, a watchdog's SIGKILL) was delivered to
-// each restarted process forever (a cold trial; docs/guarantees.md). Only
+// memory, a fatal error in C code, a watchdog's SIGKILL) would be
+// delivered to each restarted process forever (docs/guarantees.md). Only
 // these deliveries pay: one transaction (upsert and read) before the
 // handler runs, after a read on RabbitMQ's classic queues (looped: one
 // that came back before waits for the bus's slot), and a delete once the

@@ -194,10 +194,10 @@ func (b *Bus) newMessage(ctx context.Context, name string, payload any, opts []S
 		return nil, o, fmt.Errorf("bus: %s: %w", name, err)
 	}
 	if msg.Metadata.Get(metadata.Version) != "" {
-		// WithVersion("", t) or a zero t was sent, and refused by every
-		// receiver's stale check (found by a cold trial). Only with a
-		// version: an entity ID alone may be metadata of a sender whose
-		// receivers read the version from the payload.
+		// WithVersion("", t) or a zero t is refused here: every receiver's
+		// stale check would refuse it. Only with a version: an entity ID
+		// alone may be metadata of a sender whose receivers read the
+		// version from the payload.
 		v, err := stale.MetadataVersion(msg)
 		if err == nil {
 			err = v.Check()
@@ -253,9 +253,9 @@ func (b *Bus) dispatch(ctx context.Context, out outgoing) error {
 		in.outgoing = append(in.outgoing, out)
 		return nil
 	}
-	// The publish waits for the broker as long as the caller's context
-	// lasts (before, a Send with a 10 s deadline waited up to 120 s during
-	// an outage: found by a cold trial).
+	// The publish waits for the broker only as long as the caller's
+	// context lasts: during an outage, a Send with a deadline returns at
+	// that deadline instead of waiting on past it.
 	out.msg.SetContext(ctx)
 	return b.publish(out)
 }

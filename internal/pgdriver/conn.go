@@ -112,7 +112,7 @@ func (c *conn) QueryContext(ctx context.Context, query string, args []driver.Nam
 // it begins a pending transaction as any statement does (pgx's own
 // statement runs on pgx's connection directly: a statement prepared on
 // the pool and reused in a transaction, as database/sql's Tx.StmtContext
-// and gorm's PrepareStmt sessions do, ran outside it; found by a review).
+// and gorm's PrepareStmt sessions do, would run outside it).
 func (c *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
 	if c.aborted != nil {
 		return nil, c.abortedErr()

@@ -9,5 +9,5 @@
 // Everything above the driver is unchanged: transactions are *sql.Tx, with
 // database/sql's rollback when their context ends, prepared statements and
 // gorm's sessions. store.Open opens PostgreSQL through it; a *gorm.DB
-// opened otherwise works as before, one round trip more per transaction.
+// opened otherwise works too, with one round trip more per transaction.
 package pgdriver

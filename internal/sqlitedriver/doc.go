@@ -4,8 +4,8 @@
 // SQLite keeps a transaction open when its COMMIT fails (a deferred
 // foreign key still violated, say), while database/sql takes the
 // transaction as ended and hands the connection out again: the next
-// BEGIN on it failed ("cannot start a transaction within a transaction"),
-// and what else ran on it ran inside the failed transaction, which saw
+// BEGIN on it fails ("cannot start a transaction within a transaction"),
+// and what else runs on it runs inside the failed transaction, which sees
 // the failed message's writes. mattn/go-sqlite3 rolls back after a COMMIT
 // that failed; glebarez/go-sqlite (v1.21.2) does not. Here every failed
 // COMMIT is followed by a ROLLBACK on its connection, and a connection the
