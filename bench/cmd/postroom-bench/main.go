@@ -4,7 +4,7 @@
 // It lives in a module of its own (bench/), so that its chart code is no
 // requirement of the library's module. From the repository's root:
 //
-//	cd bench && go run ./cmd/postroom-bench [-quick] [-sizing | -batch] [-postgres DSN]
+//	cd bench && go run ./cmd/postroom-bench [-quick] [-sizing | -batch | -footprint] [-postgres DSN]
 package main
 
 import (
@@ -28,8 +28,23 @@ func main() {
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	sizing := flag.Bool("sizing", false, "only the sizing figures: CPU per inbox message, bytes per inbox row (about 20 s)")
 	batchOnly := flag.Bool("batch", false, "only the batching figures: the inbox ceiling, batched commits, the RabbitMQ path's inbox, the relay")
+	footprint := flag.Bool("footprint", false, "only the footprint: goroutines idle, peak heap and RSS of two endpoint shapes, each in a process of its own (about a minute)")
 	rounds := flag.Int("rounds", 5, "interleaved rounds of the raw and bus cases; the median counts (1 with -quick)")
 	flag.Parse()
+	if spec := os.Getenv(bench.FootprintChildEnv); spec != "" { // a child of -footprint
+		if err := bench.FootprintChild(context.Background(), *dsn, spec, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "postroom-bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *footprint {
+		if err := bench.RunFootprints(context.Background(), *dsn, 200, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "postroom-bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		if err != nil {
