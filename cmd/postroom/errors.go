@@ -30,18 +30,19 @@ func newErrors(opts *options) *cobra.Command {
 	o := &errorOptions{secrets: &opts.secrets}
 	cmd := &cobra.Command{
 		Use:   "errors",
-		Short: "List, show and replay the messages in the error topic (RabbitMQ)",
+		Short: "List, show, replay and delete the messages in the error topic (RabbitMQ)",
 		Long: `errors reads the error topic's queue on RabbitMQ ("<error topic>_postroom_errors"),
 where the bus moves a message after its last failed attempt, with the reason,
 handler, attempt count and time in its metadata. Listing and showing leave the
 messages in place. Replaying sends a message back to the queue of the handler
 that failed, with its original ID, and removes it from the error topic: a
-handler with an inbox skips it if it was handled since.`,
+handler with an inbox skips it if it was handled since. Deleting removes a
+message for good.`,
 	}
 	cmd.PersistentFlags().StringVar(&o.url, "amqp", "", "RabbitMQ URL, amqp://user:pass@host:5672/ (default: $POSTROOM_AMQP_URL)")
 	cmd.PersistentFlags().StringVar(&o.topic, "error-topic", bus.ErrorTopicDefault, "the bus's Config.ErrorTopic")
 	cmd.PersistentFlags().IntVar(&o.limit, "limit", 1000, "look at most at this many messages, oldest first")
-	cmd.AddCommand(newErrorsList(o), newErrorsShow(o), newErrorsReplay(o))
+	cmd.AddCommand(newErrorsList(o), newErrorsShow(o), newErrorsReplay(o), newErrorsDelete(o))
 	return cmd
 }
 
@@ -280,5 +281,63 @@ For a handler WithExternalEffects, resolve a parked message first
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "replay every message (up to --limit)")
+	return cmd
+}
+
+func newErrorsDelete(o *errorOptions) *cobra.Command {
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "delete (ID... | --all)",
+		Short: "Remove messages from the error topic for good, without handling them",
+		Long: `delete removes each chosen message from the error topic: it is not handled,
+and nothing keeps a copy (show it first to keep its payload). Every copy of an
+ID is deleted (a message moved there by two endpoints' handlers has one copy
+each). It looks only at the messages in the error topic when it starts.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if all == (len(args) > 0) {
+				return errors.New("pass the IDs to delete, or --all")
+			}
+			q, err := o.open(cmd)
+			if err != nil {
+				return err
+			}
+			defer q.Close()
+			out := cmd.OutOrStdout()
+			deleted := 0
+			// taken is the message removed last: Browse confirms its
+			// removal before it reads the next, so it is printed then.
+			taken := ""
+			confirm := func() {
+				if taken != "" {
+					deleted++
+					fmt.Fprintf(out, "deleted %s\n", printable(taken))
+					taken = ""
+				}
+			}
+			err = q.Browse(cmd.Context(), o.limit, func(msg *message.Message) (bool, error) {
+				confirm()
+				if !all && !slices.Contains(args, msg.UUID) {
+					return false, nil
+				}
+				taken = msg.UUID
+				return true, nil
+			})
+			if errors.Is(err, amqpqueue.ErrNotRemoved) && taken != "" {
+				fmt.Fprintf(out, "%s may still be in the error topic: the connection dropped as it was removed\n", printable(taken))
+				taken = ""
+			}
+			confirm()
+			if err != nil {
+				fmt.Fprintf(out, "deleted %d before the stop; the rest stay in the error topic\n", deleted)
+				return err
+			}
+			if deleted == 0 {
+				return fmt.Errorf("nothing to delete in the first %d of error topic %s", o.limit, o.topic)
+			}
+			fmt.Fprintf(out, "deleted %d\n", deleted)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "delete every message (up to --limit)")
 	return cmd
 }

@@ -107,6 +107,52 @@ func TestErrorsListShowReplay(t *testing.T) {
 	require.ErrorContains(t, err, "nothing to replay")
 }
 
+// TestErrorsDelete: delete removes the chosen messages from the error
+// topic, every copy of an ID, without handling them; --all removes the
+// rest; a delete that finds nothing fails.
+func TestErrorsDelete(t *testing.T) {
+	url, _, errorTopic, b := billingOnRabbitMQ(t)
+	var handled atomic.Int32
+	require.NoError(t, bus.Handle(b, func(ctx context.Context, m *Invoice) error {
+		handled.Add(1)
+		return errors.New("tax service down")
+	}))
+	ctx := testbus.Run(t, b)
+	c := b.Counters()
+	for _, id := range []string{"del-1", "del-1", "del-2", "del-3"} {
+		require.NoError(t, bus.Send(ctx, b, &Invoice{N: 1}, bus.To(b.Endpoint()), bus.WithMessageID(id)))
+	}
+	waitUntil(t, func() bool { return c.Total(metrics.Failed) == 4 })
+	ids := func() []string {
+		out, err := run(t, "errors", "list", "--json", "--amqp", url, "--error-topic", errorTopic)
+		require.NoError(t, err)
+		var list []failedMessage
+		require.NoError(t, json.Unmarshal([]byte(out), &list))
+		var ids []string
+		for _, m := range list {
+			ids = append(ids, m.ID)
+		}
+		return ids
+	}
+
+	flags := []string{"--amqp", url, "--error-topic", errorTopic}
+	out, err := run(t, append([]string{"errors", "delete", "del-1"}, flags...)...)
+	require.NoError(t, err)
+	require.Contains(t, out, "deleted 2\n", "both copies of the ID")
+	require.ElementsMatch(t, []string{"del-2", "del-3"}, ids())
+
+	_, err = run(t, append([]string{"errors", "delete"}, flags...)...)
+	require.ErrorContains(t, err, "pass the IDs to delete, or --all")
+	_, err = run(t, append([]string{"errors", "delete", "del-1"}, flags...)...)
+	require.ErrorContains(t, err, "nothing to delete")
+
+	out, err = run(t, append([]string{"errors", "delete", "--all"}, flags...)...)
+	require.NoError(t, err)
+	require.Contains(t, out, "deleted 2\n")
+	require.Empty(t, ids())
+	require.EqualValues(t, 4, handled.Load(), "a deleted message is not handled")
+}
+
 func waitUntil(t *testing.T, cond func() bool) {
 	t.Helper()
 	require.Eventually(t, cond, 20*time.Second, 10*time.Millisecond)
