@@ -201,7 +201,7 @@ func (b *Bus) Run(ctx context.Context) error {
 		return err
 	}
 	if b.cfg.DB != nil {
-		if err := store.CheckFoundRows(ctx, b.cfg.DB, store.Tables{}); err != nil {
+		if err := store.CheckFoundRows(ctx, b.cfg.DB); err != nil {
 			return fmt.Errorf("bus: %w", err)
 		}
 		if err := store.CheckTimeZone(ctx, b.cfg.DB); err != nil {

@@ -8,6 +8,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/handlers"
+	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/outbox"
 	"github.com/postroom/postroom/scheduler"
@@ -70,7 +71,7 @@ func (b *Bus) newCleanup() (*scheduler.Scheduler, error) {
 		res, err := cleanup.Purge(ctx, *m)
 		b.add(metrics.CleanupDeleted(tables.Inbox), float64(res.Inbox))
 		b.add(metrics.CleanupDeleted(tables.Watermarks), float64(res.Watermarks))
-		b.add(metrics.CleanupDeleted(tables.Deliveries), float64(res.Deliveries))
+		b.add(metrics.CleanupDeleted(dialect.DeliveriesTableDefault), float64(res.Deliveries))
 		if b.outbox != nil {
 			b.add(metrics.CleanupDeleted(outboxTable), float64(res.Outbox))
 		}

@@ -53,7 +53,7 @@ type CleanupResult struct {
 	// Outbox counts the relayed outbox rows deleted (with OutboxTopic).
 	Outbox int64
 	// Deliveries counts the redelivery counts deleted: messages counted
-	// (store.Tables.Deliveries) and not delivered since.
+	// (postroom_deliveries) and not delivered since.
 	Deliveries int64
 	Batches    int
 }

@@ -50,19 +50,15 @@ func checkMySQLDSN(dsn string) error {
 // transaction it rolls back: 0 rows changed on a right connection, 1
 // found on such a one. Nothing to check on other databases, or before the
 // first migration.
-func CheckFoundRows(ctx context.Context, db *gorm.DB, t Tables) error {
+func CheckFoundRows(ctx context.Context, db *gorm.DB) error {
 	d, err := dialect.Of(db)
 	if err != nil || d != dialect.MySQL {
 		return err
 	}
-	t = t.WithDefaults()
-	if err := dialect.ValidateIdentifier(t.Migrations); err != nil {
-		return fmt.Errorf("store: %w", err)
-	}
 	probe := errors.New("probe done")
 	var rows int64
 	err = db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		res := tx.Exec("UPDATE " + t.Migrations + " SET version = version LIMIT 1")
+		res := tx.Exec("UPDATE " + dialect.MigrationsTableDefault + " SET version = version LIMIT 1")
 		if res.Error != nil {
 			return res.Error
 		}

@@ -12,7 +12,12 @@ import (
 
 // Tables names postroom's tables; an unset field takes its default. Each
 // name must be a plain identifier (letters, digits, '_'), which Migrate and
-// the other functions check.
+// the other functions check. Two tables always have their default names:
+// postroom_migrations, which records the applied schema versions, and
+// postroom_deliveries, which counts the redeliveries of messages on a
+// transport that does not count them itself (RabbitMQ's classic queues,
+// the SQL transport, delayed retries), so that a message that kills its
+// process each time reaches the error topic.
 type Tables struct {
 	// Inbox holds one row per handled message key. Defaults to "postroom_inbox".
 	Inbox string
@@ -21,18 +26,9 @@ type Tables struct {
 	Watermarks string
 	// Schedules holds the durable schedules. Defaults to "postroom_schedules".
 	Schedules string
-	// Migrations records the applied schema versions. Defaults to
-	// "postroom_migrations".
-	Migrations string
 	// Delayed holds messages sent for later delivery (bus.DeliverAt).
 	// Defaults to "postroom_delayed".
 	Delayed string
-	// Deliveries counts the redeliveries of messages on a transport that
-	// does not count them itself (RabbitMQ's classic queues, the SQL
-	// transport, delayed retries), so that a message that kills its process
-	// each time reaches the error topic.
-	// Defaults to "postroom_deliveries".
-	Deliveries string
 }
 
 // WithDefaults returns t with every unset name filled in.
@@ -56,7 +52,7 @@ func Plan(dsn string, tables Tables) ([]string, error) {
 		return nil, err
 	}
 	tables = tables.WithDefaults()
-	stmts, err := d.MigrationsTable(tables.Migrations)
+	stmts, err := d.MigrationsTable(dialect.MigrationsTableDefault)
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +72,7 @@ func Migrate(ctx context.Context, db *gorm.DB, names Tables) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
-	stmts, err := d.MigrationsTable(tables.Migrations)
+	stmts, err := d.MigrationsTable(dialect.MigrationsTableDefault)
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +86,7 @@ func Migrate(ctx context.Context, db *gorm.DB, names Tables) ([]int, error) {
 			defer conn.Exec(unlock)
 		}
 		if err := conn.Exec(stmts.Create).Error; err != nil {
-			return fmt.Errorf("store: create %s: %w", tables.Migrations, err)
+			return fmt.Errorf("store: create %s: %w", dialect.MigrationsTableDefault, err)
 		}
 		for _, m := range d.Migrations(tables) {
 			ran := false
@@ -101,7 +97,7 @@ func Migrate(ctx context.Context, db *gorm.DB, names Tables) ([]int, error) {
 			err := conn.Transaction(func(tx *gorm.DB) error {
 				var n int64
 				if err := tx.Raw(stmts.Applied, m.Version).Scan(&n).Error; err != nil {
-					return fmt.Errorf("store: read %s: %w", tables.Migrations, err)
+					return fmt.Errorf("store: read %s: %w", dialect.MigrationsTableDefault, err)
 				}
 				if n > 0 {
 					return nil

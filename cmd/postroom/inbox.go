@@ -10,6 +10,7 @@ import (
 
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/handlers"
+	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/middleware/inbox"
 	"github.com/postroom/postroom/store"
 )
@@ -108,7 +109,7 @@ yourself (the bus refuses an InboxRetention below it).`,
 				return err
 			}
 			tables := opts.tables.WithDefaults()
-			progress.pending = map[string]int64{tables.Inbox: pending.Inbox, tables.Watermarks: pending.Watermarks, tables.Deliveries: pending.Deliveries}
+			progress.pending = map[string]int64{tables.Inbox: pending.Inbox, tables.Watermarks: pending.Watermarks, dialect.DeliveriesTableDefault: pending.Deliveries}
 			res, err := c.Purge(cmd.Context(), m)
 			progress.done()
 			if err != nil {

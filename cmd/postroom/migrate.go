@@ -20,11 +20,10 @@ only prints the SQL of every version for this kind of database (for a DBA
 to review or apply), without connecting.
 
 Three tables can be renamed here: --inbox-table, --watermarks-table and
---schedules-table. The others always get their default names:
-postroom_delayed, postroom_deliveries and postroom_migrations (only
-store.Tables in Go names them). A bus (bus.New) uses the default name of
-every table, so rename tables only for the inbox, stale and scheduler
-packages used without the bus.`,
+--schedules-table. The others get their default names: postroom_delayed,
+postroom_deliveries and postroom_migrations. A bus (bus.New) uses the
+default name of every table, so rename tables only for the inbox, stale
+and scheduler packages used without the bus.`,
 		Example: `  postroom migrate --dsn 'postgres://postgres@127.0.0.1:5432/app?sslmode=disable'
   postroom migrate --print --dsn 'mysql://root@tcp(127.0.0.1:3306)/app'
   postroom migrate --print --dsn sqlite:app.db`,

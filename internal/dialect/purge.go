@@ -51,10 +51,10 @@ func (d Dialect) Cleanup(t Tables, outboxTopic string) (CleanupStatements, error
 		Watermarks:   d.purgeTarget(t.Watermarks, "updated_at < ?"),
 		InboxOf:      d.purgeTarget(t.Inbox, inboxExpired+consumerPrefix),
 		WatermarksOf: d.purgeTarget(t.Watermarks, "updated_at < ?"+consumerPrefix),
-		Deliveries:   d.purgeTarget(t.Deliveries, "updated_at < ?"),
-		DeliveriesOf: d.purgeTarget(t.Deliveries, "updated_at < ?"+consumerPrefix),
+		Deliveries:   d.purgeTarget(DeliveriesTableDefault, "updated_at < ?"),
+		DeliveriesOf: d.purgeTarget(DeliveriesTableDefault, "updated_at < ?"+consumerPrefix),
 	}
-	c.Deliveries.Probe = Probe(t.Deliveries)
+	c.Deliveries.Probe = Probe(DeliveriesTableDefault)
 	c.DeliveriesOf.Probe = c.Deliveries.Probe
 	if outboxTopic != "" {
 		if err := ValidateIdentifier(outboxTopic); err != nil {

@@ -15,16 +15,12 @@ type Tables struct {
 	Watermarks string
 	// Schedules holds the durable schedules. Defaults to "postroom_schedules".
 	Schedules string
-	// Migrations records the applied schema versions. Defaults to "postroom_migrations".
-	Migrations string
 	// Delayed holds messages sent for later delivery. Defaults to "postroom_delayed".
 	Delayed string
-	// Deliveries counts the redeliveries of messages on a transport that
-	// does not count them itself. Defaults to "postroom_deliveries".
-	Deliveries string
 }
 
-// Default table names.
+// Default table names. The migrations and deliveries tables always have
+// theirs.
 const (
 	InboxTableDefault      = "postroom_inbox"
 	WatermarksTableDefault = "postroom_stale_watermarks"
@@ -40,9 +36,7 @@ func (t Tables) WithDefaults() Tables {
 		Inbox:      cmp.Or(t.Inbox, InboxTableDefault),
 		Watermarks: cmp.Or(t.Watermarks, WatermarksTableDefault),
 		Schedules:  cmp.Or(t.Schedules, SchedulesTableDefault),
-		Migrations: cmp.Or(t.Migrations, MigrationsTableDefault),
 		Delayed:    cmp.Or(t.Delayed, DelayedTableDefault),
-		Deliveries: cmp.Or(t.Deliveries, DeliveriesTableDefault),
 	}
 }
 
@@ -53,9 +47,7 @@ func (t Tables) Validate() error {
 		ValidateIdentifier(t.Inbox),
 		ValidateIdentifier(t.Watermarks),
 		ValidateIdentifier(t.Schedules),
-		ValidateIdentifier(t.Migrations),
 		ValidateIdentifier(t.Delayed),
-		ValidateIdentifier(t.Deliveries),
 	)
 }
 
@@ -139,7 +131,7 @@ func (d Dialect) Migrations(t Tables) []Migration {
 		d.serial()+", due_at "+ts+" NOT NULL, topic VARCHAR(255) NOT NULL, target_group VARCHAR(255) NOT NULL DEFAULT '', message_id VARCHAR(255) NOT NULL,"+
 			" payload "+d.blob()+" NULL, metadata TEXT NOT NULL, created_at "+ts+" NOT NULL",
 		"due_at", false)...)
-	schema = append(schema, d.tableWithIndex(t.Deliveries,
+	schema = append(schema, d.tableWithIndex(DeliveriesTableDefault,
 		"consumer "+key(200)+" NOT NULL, message_id "+key(200)+" NOT NULL, deliveries INTEGER NOT NULL, updated_at "+ts+" NOT NULL, PRIMARY KEY (consumer, message_id)",
 		"updated_at", false)...)
 	return []Migration{{Version: 1, Name: "postroom schema", Statements: schema}}

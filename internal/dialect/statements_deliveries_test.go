@@ -15,7 +15,7 @@ import (
 // row), Read reads it, Forget deletes it; keys compare bytes.
 func TestStatementsDeliveriesCount(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
-		s, err := e.d.Deliveries(e.tables.Deliveries)
+		s, err := e.d.Deliveries(dialect.DeliveriesTableDefault)
 		require.NoError(t, err)
 		read := func(consumer, id string) (int64, error) {
 			var n int64
@@ -39,10 +39,10 @@ func TestStatementsDeliveriesCount(t *testing.T) {
 			require.EqualValues(t, 1, n, "%q counts on its own", k)
 		}
 		var updated any
-		e.scan("SELECT updated_at FROM "+e.tables.Deliveries+" WHERE consumer = ? AND message_id = ?", []any{"c", "m"}, &updated)
+		e.scan("SELECT updated_at FROM "+dialect.DeliveriesTableDefault+" WHERE consumer = ? AND message_id = ?", []any{"c", "m"}, &updated)
 		require.Equal(t, e.parse(e.tm(t0)), e.parse(updated))
 		e.exec(e.db, s.Count, "c", "m", e.tm(t0.Add(1e9)))
-		e.scan("SELECT updated_at FROM "+e.tables.Deliveries+" WHERE consumer = ? AND message_id = ?", []any{"c", "m"}, &updated)
+		e.scan("SELECT updated_at FROM "+dialect.DeliveriesTableDefault+" WHERE consumer = ? AND message_id = ?", []any{"c", "m"}, &updated)
 		require.Equal(t, e.parse(e.tm(t0.Add(1e9))), e.parse(updated), "a count moves updated_at")
 
 		require.EqualValues(t, 1, e.exec(e.db, s.Forget, "c", "m"))
@@ -59,7 +59,7 @@ func TestStatementsDeliveriesCount(t *testing.T) {
 // Counts racing from many connections lose none.
 func TestStatementsDeliveriesConcurrentCounts(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
-		s, err := e.d.Deliveries(e.tables.Deliveries)
+		s, err := e.d.Deliveries(dialect.DeliveriesTableDefault)
 		require.NoError(t, err)
 		const n = 20
 		var wg sync.WaitGroup

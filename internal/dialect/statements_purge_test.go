@@ -70,7 +70,7 @@ func TestStatementsPurgeOfAConsumerPrefix(t *testing.T) {
 		now, cutoff := t0, t0.Add(-time.Hour)
 		old := cutoff.Add(-time.Second)
 		consumers := []string{"a_b/H", "a_b/G", "axb/H", "A_B/H", "a_b", "x/a_b/H"}
-		deliveries, err := e.d.Deliveries(e.tables.Deliveries)
+		deliveries, err := e.d.Deliveries(dialect.DeliveriesTableDefault)
 		require.NoError(t, err)
 		for _, consumer := range consumers {
 			require.EqualValues(t, 1, e.exec(e.db, e.d.InboxInsert(e.tables.Inbox), consumer, "s", "m", "Type", e.tm(old)))
@@ -87,7 +87,7 @@ func TestStatementsPurgeOfAConsumerPrefix(t *testing.T) {
 		left := []string{"A_B/H", "a_b", "axb/H", "x/a_b/H"}
 		require.Equal(t, left, e.strings("SELECT consumer FROM "+e.tables.Inbox+" ORDER BY consumer"))
 		require.Equal(t, left, e.strings("SELECT consumer FROM "+e.tables.Watermarks+" ORDER BY consumer"))
-		require.Equal(t, left, e.strings("SELECT consumer FROM "+e.tables.Deliveries+" ORDER BY consumer"))
+		require.Equal(t, left, e.strings("SELECT consumer FROM "+dialect.DeliveriesTableDefault+" ORDER BY consumer"))
 	})
 }
 
@@ -97,7 +97,7 @@ func TestStatementsPurgeWatermarksAndDeliveries(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		c := e.cleanup("")
 		cutoff := t0.Add(-time.Hour)
-		deliveries, err := e.d.Deliveries(e.tables.Deliveries)
+		deliveries, err := e.d.Deliveries(dialect.DeliveriesTableDefault)
 		require.NoError(t, err)
 		for i := range 12 {
 			at := cutoff.Add(-time.Duration(i+1) * time.Microsecond)
@@ -112,7 +112,7 @@ func TestStatementsPurgeWatermarksAndDeliveries(t *testing.T) {
 		require.Equal(t, []int64{4, 4, 1, 0}, e.purge(c.Watermarks, 4, e.tm(cutoff)))
 		require.Equal(t, []int64{5, 4, 0}, e.purge(c.Deliveries, 5, e.tm(cutoff)))
 		require.EqualValues(t, 3, e.count("SELECT COUNT(*) FROM "+e.tables.Watermarks))
-		require.EqualValues(t, 3, e.count("SELECT COUNT(*) FROM "+e.tables.Deliveries))
+		require.EqualValues(t, 3, e.count("SELECT COUNT(*) FROM "+dialect.DeliveriesTableDefault))
 
 		require.NotEmpty(t, c.Deliveries.Probe)
 		require.NoError(t, e.db.Exec(c.Deliveries.Probe).Error, "the table is there")

@@ -54,7 +54,7 @@ func TestStatementsMigrationsTable(t *testing.T) {
 		require.EqualValues(t, 0, e.count(m.Applied, 2))
 		require.Error(t, e.db.Exec(m.Record, 1, "inbox", e.tm(t0)).Error, "a version is recorded once")
 
-		applied, err := e.d.MigrationsTable(e.tables.Migrations)
+		applied, err := e.d.MigrationsTable(dialect.MigrationsTableDefault)
 		require.NoError(t, err)
 		for _, step := range e.d.Migrations(e.tables) {
 			require.EqualValues(t, 1, e.count(applied.Applied, step.Version), "store.Migrate recorded version %d", step.Version)
