@@ -201,7 +201,7 @@ func TestConsoleInChromium(t *testing.T) {
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#attention"))))
 	attention := text(t, ctx, "#attention")
 	require.Contains(t, attention, "3 failed messages")
-	require.Contains(t, attention, "1 unresolved external effects")
+	require.Contains(t, attention, "1 unresolved external effect:")
 
 	// Failed messages, grouped by handler and reason.
 	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`a[href="/failed"]`)), chromedp.WaitVisible(chromedp.CSS("table.failed"))))
@@ -323,7 +323,7 @@ func TestConsoleInChromium(t *testing.T) {
 		require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(roSrv.URL+path), chromedp.WaitVisible(chromedp.CSS("#read-only"))))
 		require.Zero(t, count(t, ctx, `form[method="post"], a.button, button.trigger, button.pause, button.resume`), path)
 		if path == "/" {
-			require.Contains(t, text(t, ctx, "#attention"), "at least 1 failed messages")
+			require.Contains(t, text(t, ctx, "#attention"), "at least 1 failed message")
 		}
 		if path == "/failed" {
 			require.Contains(t, text(t, ctx, "main"), "tax service down", "read-only still shows")
@@ -359,7 +359,7 @@ func TestConsoleSQLTransportInChromium(t *testing.T) {
 	// The overview: the failure needs attention and is charted, from the
 	// error topic's table.
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#activity"))))
-	require.Contains(t, text(t, ctx, "#attention"), "1 failed messages in the error topic "+errorTopic)
+	require.Contains(t, text(t, ctx, "#attention"), "1 failed message in the error topic "+errorTopic)
 	require.Equal(t, "1", attr(t, ctx, `#activity tr[data-row="test.Invoice"] td.failed`, "data-total"),
 		"a handler with no inbox key yet: its row is the handler's")
 

@@ -388,13 +388,13 @@ func TestAStaleConfirmationResolvesNothing(t *testing.T) {
 // so a count equal to it says "at least" (before, it said "1 unresolved"
 // of a database that may hold many more; found by a review).
 func TestUnresolvedCountAtTheLimit(t *testing.T) {
-	for limit, want := range map[int]string{1: "at least 1 unresolved external effects", 2: "1 unresolved external effects"} {
+	for limit, want := range map[int]string{1: "at least 1 unresolved external effect", 2: "1 unresolved external effect"} {
 		f := newFixture(t, testenv.SQLite(t), console.Config{Limit: limit})
 		status, body, _ := f.do(t, "GET", "/", nil, nil)
 		require.Equal(t, http.StatusOK, status)
 		attention := body[strings.Index(body, `id="attention"`):]
 		require.Contains(t, attention[:strings.Index(attention, "</ul>")], want+": find out", "limit %d", limit)
-		require.Contains(t, body, `<p class="hint">1 schedules, `+want+",", "limit %d", limit)
+		require.Contains(t, body, `<p class="hint">1 schedule, `+want+",", "limit %d", limit)
 		if limit == 2 {
 			require.NotContains(t, body, "at least")
 		}
@@ -450,7 +450,7 @@ func TestPagesOnEveryStore(t *testing.T) {
 		t.Run(store.Name, func(t *testing.T) {
 			f := newFixture(t, store.Open(t), console.Config{})
 			for path, want := range map[string]string{
-				"/":                                     "1 unresolved external effects, <span id=\"delayed\">1 delayed messages",
+				"/":                                     "1 unresolved external effect, <span id=\"delayed\">1 delayed message<",
 				"/unresolved":                           "test.Charge",
 				"/schedules":                            "@daily",
 				"/inbox?id=m-1&consumer=billing/Charge": "processing",

@@ -37,26 +37,26 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			errs = append(errs, err)
 		} else if failed, failedRead = list, true; len(list) > 0 {
-			n := fmt.Sprint(len(list))
+			n := plural(len(list), "failed message", "failed messages")
 			if len(list) == c.cfg.Limit {
 				n = "at least " + n // the pages read no more
 			}
-			todo = append(todo, attention{"bad", fmt.Sprintf("%s failed messages in the error topic %s (%d failure groups)", n,
-				c.cfg.ErrorTopic, len(groupFailed(list))), "/failed"})
+			todo = append(todo, attention{"bad", fmt.Sprintf("%s in the error topic %s (%s)", n,
+				c.cfg.ErrorTopic, plural(len(groupFailed(list)), "failure group", "failure groups")), "/failed"})
 		}
 		if warning != "" {
 			todo = append(todo, attention{"warn", warning, "/failed"})
 		}
 	}
 	unresolved, err := inbox.ListUnresolved(ctx, c.cfg.DB, c.tables.Inbox, now, c.cfg.Limit)
-	unresolvedN := fmt.Sprint(len(unresolved))
+	unresolvedN := plural(len(unresolved), "unresolved external effect", "unresolved external effects")
 	if len(unresolved) == c.cfg.Limit {
 		unresolvedN = "at least " + unresolvedN // the read stopped at the limit
 	}
 	if err != nil {
 		errs = append(errs, err)
 	} else if len(unresolved) > 0 {
-		todo = append(todo, attention{"bad", unresolvedN + " unresolved external effects: find out whether each happened, then resolve it", "/unresolved"})
+		todo = append(todo, attention{"bad", unresolvedN + ": find out whether each happened, then resolve it", "/unresolved"})
 	}
 	schedules, err := c.schedules(ctx)
 	if err != nil {
@@ -73,10 +73,14 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	}
 	delayed, nextDue, err := store.DelayedSummary(ctx, c.cfg.DB, c.tables)
 	if err != nil {
-		delayed = -1 // no delayed table (migration 7 not applied): not shown
+		delayed = -1 // no delayed table (the schema not migrated): not shown
 	} else if delayed > 0 && now.Sub(nextDue) > overdueAfter {
-		todo = append(todo, attention{"warn", fmt.Sprintf("the earliest of %d delayed messages is %s past its due time: is any bus running on this database?",
-			delayed, now.Sub(nextDue).Round(time.Second)), "/"})
+		what := fmt.Sprintf("the earliest of %d delayed messages", delayed)
+		if delayed == 1 {
+			what = "the one delayed message"
+		}
+		todo = append(todo, attention{"warn", fmt.Sprintf("%s is %s past its due time: is any bus running on this database?",
+			what, now.Sub(nextDue).Round(time.Second)), "/"})
 	}
 	tables, err := store.Stats(ctx, c.cfg.DB, c.tables)
 	if err != nil {
@@ -287,4 +291,13 @@ func (c *Console) inboxLookup(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	c.renderPage(w, r, "inbox", p)
+}
+
+// plural is n with one or many after it: "1 failed message", "2 failed
+// messages".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }

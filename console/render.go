@@ -26,6 +26,15 @@ type page struct {
 }
 
 var funcs = template.FuncMap{
+	"plural": func(n any, one, many string) (string, error) {
+		switch n := n.(type) {
+		case int:
+			return plural(n, one, many), nil
+		case int64:
+			return plural(int(n), one, many), nil
+		}
+		return "", fmt.Errorf("plural: %T is not a count", n)
+	},
 	"when": func(t time.Time) string {
 		if t.IsZero() {
 			return "-"

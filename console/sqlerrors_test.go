@@ -52,7 +52,7 @@ func TestFailedOnTheSQLTransport(t *testing.T) {
 			d := `postroom_delayed WHERE message_id = 'm-1'`
 
 			_, body, _ := f.do(t, "GET", "/", nil, nil)
-			require.Contains(t, body, "2 failed messages in the error topic "+errorTopic+" (1 failure groups)")
+			require.Contains(t, body, "2 failed messages in the error topic "+errorTopic+" (1 failure group)")
 			require.Contains(t, body, `href="/failed"`, "the failed messages page is in the menu")
 			require.Equal(t, "2", total(t, body, "test.Charge", "failed"), "charted by when they failed")
 			_, body, _ = f.do(t, "GET", "/failed", nil, nil)
