@@ -3,6 +3,7 @@ package dialect_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,6 +63,23 @@ func TestStatementsMigrationsTable(t *testing.T) {
 		_, err = e.d.MigrationsTable("bad name")
 		require.ErrorIs(t, err, dialect.ErrBadIdentifier)
 	})
+}
+
+// Migrations are numbered from 1 without a gap, each named and with
+// statements, on every dialect: a new one is the next number.
+func TestMigrationsAreNumberedFromOne(t *testing.T) {
+	for _, d := range []dialect.Dialect{dialect.Postgres, dialect.MySQL, dialect.SQLite} {
+		steps := d.Migrations(dialect.Tables{})
+		require.NotEmpty(t, steps, d)
+		for i, m := range steps {
+			require.Equal(t, i+1, m.Version, d)
+			require.NotEmpty(t, m.Name, d)
+			require.NotEmpty(t, m.Statements, d)
+			for _, stmt := range m.Statements {
+				require.NotEmpty(t, strings.TrimSpace(stmt), "%s: migration %d", d, m.Version)
+			}
+		}
+	}
 }
 
 // MigrationLock serialises migrations: while one session holds it,
