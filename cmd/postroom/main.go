@@ -13,7 +13,7 @@
 //	postroom schedules trigger NAME | pause NAME | resume NAME
 //	postroom delayed list [--json] [--limit N]
 //	postroom routes [--endpoint E] [--command NAME]... [--event NAME]... [--handler H] [--json]
-//	postroom errors list [--json] | show ID | replay (ID... | --all)
+//	postroom errors list [--json] | show ID | replay (ID... | --all) | delete (ID... | --all)
 //	postroom console [--amqp URL] [--listen 127.0.0.1:8080] [--token T] [--read-only]
 //
 // The commands that use a database take --dsn, else POSTROOM_DSN, else

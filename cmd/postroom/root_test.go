@@ -114,6 +114,7 @@ func TestEachCommandListsOnlyTheFlagsItUses(t *testing.T) {
 		"errors list":       {"amqp", "error-topic", "limit", "json"},
 		"errors show":       {"amqp", "error-topic", "limit"},
 		"errors replay":     {"amqp", "error-topic", "limit", "all"},
+		"errors delete":     {"amqp", "error-topic", "limit", "all"},
 		"routes":            {"endpoint", "command", "event", "handler", "json"},
 		"delayed list":      append(db, "json", "limit"),
 		"console": append(db, "inbox-table", "watermarks-table", "schedules-table", "amqp", "error-topic", "listen", "token", "read-only", "limit",
