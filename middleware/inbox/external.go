@@ -71,6 +71,7 @@ func (x *external) middleware(h message.HandlerFunc) message.HandlerFunc {
 		if x.cfg.Checksum {
 			sum = checksum(msg.Payload)
 		}
+		waited := false // said once per delivery, not at each look
 		for {
 			lease := x.cfg.Now().Add(x.cfg.Lease)
 			r := x.cfg.DB.WithContext(ctx).Exec(x.insert, consumer, key.Source, key.MessageID,
@@ -107,6 +108,11 @@ func (x *external) middleware(h message.HandlerFunc) message.HandlerFunc {
 				// its lease runs out, then look again. Acking this copy at
 				// once would lose the message when this copy is the
 				// redelivery of an attempt whose process died.
+				if !waited {
+					waited = true
+					x.cfg.Logger.InfoContext(ctx, "inbox: another delivery holds this message's claim on its external effect; waiting until it ends or its lease runs out",
+						"consumer", consumer, "message_id", key.MessageID, "attempt", c.attempts, "lease_until", c.lease)
+				}
 				if err := x.wait(ctx, c.lease); err != nil {
 					return nil, err
 				}
@@ -130,6 +136,11 @@ func (x *external) middleware(h message.HandlerFunc) message.HandlerFunc {
 				return nil, fmt.Errorf("inbox: take claim over: %w", r.Error)
 			}
 			if r.RowsAffected == 1 {
+				if c.status == dialect.StatusProcessing {
+					x.cfg.Logger.WarnContext(ctx, "inbox: took over a claim whose lease ran out (its process died, or its attempt outlived Config.Lease): "+
+						"running the handler again with the same idempotency key; the external call may have happened before",
+						"consumer", consumer, "message_id", key.MessageID, "attempt", c.attempts+1)
+				}
 				return x.run(msg, h, consumer, key, c.attempts+1, lease)
 			}
 		}

@@ -3,6 +3,8 @@ package inbox_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -53,12 +55,42 @@ type externalSetup struct {
 	db       *gorm.DB
 	clock    *clock
 	counters *metrics.Counters
+	logs     *logLines
+}
+
+// logLines keeps what a logger wrote, a line each ("LEVEL message").
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logLines) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, r.Level.String()+" "+r.Message)
+	return nil
+}
+func (l *logLines) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logLines) WithGroup(string) slog.Handler      { return l }
+
+// count is how many lines begin with prefix.
+func (l *logLines) count(prefix string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, line := range l.lines {
+		if strings.HasPrefix(line, prefix) {
+			n++
+		}
+	}
+	return n
 }
 
 func (s externalSetup) middleware(t *testing.T, policy inbox.Policy, checksum bool) message.HandlerMiddleware {
 	t.Helper()
 	mw, err := inbox.New(inbox.Config{DB: s.db, Consumer: "payments.charge", Mode: inbox.External,
-		OnUnknown: policy, Lease: 30 * time.Second, Now: s.clock.Now, Recorder: s.counters, Checksum: checksum})
+		OnUnknown: policy, Lease: 30 * time.Second, Now: s.clock.Now, Recorder: s.counters, Checksum: checksum, Logger: slog.New(s.logs)})
 	require.NoError(t, err)
 	return mw
 }
@@ -96,7 +128,7 @@ func TestExternalModeConformance(t *testing.T) {
 		t.Run(store.Name, func(t *testing.T) {
 			t.Parallel()
 			setup := func(t *testing.T) externalSetup {
-				return externalSetup{db: store.Open(t), clock: newClock(), counters: &metrics.Counters{}}
+				return externalSetup{db: store.Open(t), clock: newClock(), counters: &metrics.Counters{}, logs: &logLines{}}
 			}
 			// crashed leaves the claim an attempt whose process died holds:
 			// its handler started the call and never returned.
@@ -162,6 +194,8 @@ func TestExternalModeConformance(t *testing.T) {
 				require.NoError(t, <-errs)
 				require.Equal(t, 1, api.count())
 				require.EqualValues(t, 1, s.counters.Get("payments.charge", metrics.Duplicate))
+				require.Equal(t, 1, s.logs.count("INFO inbox: another delivery holds this message's claim"), "the wait is said once, not at each look")
+				require.Zero(t, s.logs.count("WARN inbox: took over"))
 			})
 
 			t.Run("Park: an attempt that died mid-call parks the message and nothing calls again", func(t *testing.T) {
@@ -287,6 +321,7 @@ func TestExternalModeConformance(t *testing.T) {
 				st, n := status(t, s.db, "e-5")
 				require.Equal(t, "done", st)
 				require.Equal(t, 2, n)
+				require.Equal(t, 1, s.logs.count("WARN inbox: took over a claim whose lease ran out"), "the takeover is said")
 			})
 
 			t.Run("a resolution starts the key's retention again", func(t *testing.T) {
