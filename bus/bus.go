@@ -432,7 +432,7 @@ func (b *Bus) isStopping() bool {
 // Config.StopTimeout they finish as usual; then their context is
 // cancelled, an attempt in progress rolls back, and its message goes back
 // to the broker (not to the error topic, unless a handler
-// WithExternalEffects parks it), to be handled again.
+// Inbox.ExternalEffects parks it), to be handled again.
 //
 // A transport passed in Config.Transport stays open: close it after every
 // bus that uses it. The in-memory transport the bus made for itself, when

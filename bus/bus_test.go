@@ -177,7 +177,7 @@ func TestBusScenarios(t *testing.T) {
 			var moved, charged atomic.Int32
 			require.NoError(t, bus.Handle(b, func(context.Context, *CustomerMoved) error { moved.Add(1); return nil }, bus.WithStale()))
 			require.NoError(t, bus.Handle(b, func(context.Context, *ChargeCard) error { charged.Add(1); return nil },
-				bus.WithExternalEffects(bus.ExternalEffects{})))
+				bus.WithInbox(bus.Inbox{ExternalEffects: &bus.ExternalEffects{}})))
 			ep := start(t, b, errorTopic)
 			ctx := context.Background()
 

@@ -163,7 +163,7 @@ type Config struct {
 	// A message waiting its turn (rate limiting, a retry's backoff) is
 	// given back at once. On the SQL transport a message's ack deadline
 	// (sql.Config.AckDeadline, 30 s from its read) can end it sooner. A
-	// handler WithExternalEffects cancelled mid-call has an unknown
+	// handler with Inbox.ExternalEffects cancelled mid-call has an unknown
 	// outcome: parked, or retried, per its OnUnknown (docs/effects.md).
 	// With Outbox, the relay gets as long again from its own stop (at
 	// once when Run's context ends; with Close, once the handlers are

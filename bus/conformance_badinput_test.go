@@ -50,7 +50,7 @@ func checkBadInput(t *testing.T, c *confCase) {
 	require.NoError(t, bus.Handle(b, func(ctx context.Context, _ *ConfBadInbox) error { return rec("inbox")(ctx) }, bus.WithInbox()))
 	require.NoError(t, bus.Handle(b, func(ctx context.Context, _ *ConfBadStale) error { return rec("stale")(ctx) }, bus.WithInbox(), bus.WithStale()))
 	require.NoError(t, bus.Handle(b, func(ctx context.Context, _ *ConfBadExternal) error { return rec("external")(ctx) },
-		bus.WithExternalEffects(bus.ExternalEffects{})))
+		bus.WithInbox(bus.Inbox{ExternalEffects: &bus.ExternalEffects{}})))
 	require.NoError(t, bus.Handle(b, func(ctx context.Context, _ *ConfBadBatch) error { return rec("batch")(ctx) },
 		bus.WithInbox(), bus.WithBatch(4, 50*time.Millisecond)))
 	run(t, b)

@@ -198,7 +198,7 @@ func checkHandleBatchCopyOfFailed(t *testing.T, c *confCase) {
 			return bus.Unrecoverable(errors.New("interchange 10 is malformed"))
 		}
 		return nil
-	}), bus.WithInboxKey(sameKey), bus.WithBatch(8, 500*time.Millisecond)))
+	}), bus.WithInbox(bus.Inbox{Key: sameKey}), bus.WithBatch(8, 500*time.Millisecond)))
 	want := sendBatch(t, b, []int{0, 10, 1, 11, 2, 3}, func(n int) string { return prefix + strconv.Itoa(n) })
 	delete(want, "batch 10")
 	run(t, b)

@@ -14,7 +14,7 @@ import (
 	"github.com/postroom/postroom/metrics"
 )
 
-// checkLeftoverClaims: a handler that ran WithExternalEffects before and
+// checkLeftoverClaims: a handler that ran with Inbox.ExternalEffects before and
 // runs the plain inbox now, under the same name, finds the keys its claims
 // left. A released key (the effect did not happen) is handled, a done one
 // is a duplicate, a parked one (outcome unknown) and one an attempt still

@@ -9,16 +9,16 @@
 //
 //   - [WithTransaction]: the handler runs in a database transaction that
 //     [Tx] returns; it commits when the handler returns nil;
-//   - [WithInbox], [WithInboxKey]: the message's effects happen once per
+//   - [WithInbox] (with an [Inbox] for its key): the message's effects happen once per
 //     handler (package inbox);
-//   - [WithExternalEffects]: for effects no transaction covers (an HTTP
+//   - [Inbox.ExternalEffects]: for effects no transaction covers (an HTTP
 //     call): the key is claimed before the handler runs, which passes
 //     [IdempotencyKey] on; an attempt that ended without a known outcome
 //     is parked in the error topic or retried with the same key; return
 //     [NotDone] when the effect certainly did not happen;
-//   - [WithMessageLog]: the payload's checksum (and the payload) is kept
+//   - [Inbox.MessageLog]: the payload's checksum (and the payload) is kept
 //     with the key, and a reused ID with another payload is refused;
-//   - [WithStale], [WithStaleVersion]: an update older than one already
+//   - [WithStale]: an update older than one already
 //     applied to its entity is dropped (package stale).
 //
 // # Sending

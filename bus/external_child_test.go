@@ -69,7 +69,7 @@ func runExternalConsumer() int {
 			return fmt.Errorf("payment API: %s", resp.Status)
 		}
 		return nil
-	}, bus.WithExternalEffects(bus.ExternalEffects{OnUnknown: policy, Lease: externalLease}))
+	}, bus.WithInbox(bus.Inbox{ExternalEffects: &bus.ExternalEffects{OnUnknown: policy, Lease: externalLease}}))
 	if err != nil {
 		return fail(err)
 	}

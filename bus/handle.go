@@ -27,23 +27,25 @@ import (
 type HandlerOption func(*handlerConfig)
 
 type handlerConfig struct {
-	name        string
-	messageName string // of the message type it handles
-	transaction bool
-	inbox       bool
-	inboxKey    inbox.KeyFunc
-	stale       bool
-	version     stale.VersionFunc
-	concurrency int
-	external    *ExternalEffects
-	checksum    bool
-	payload     bool
-	delays      *[]time.Duration // nil: Config.DelayedRetries
-	batched     bool             // WithBatch was given
-	batchSize   int              // 0: a transaction per message
-	batchWait   time.Duration
-	inFlight    func() int   // the handler's deliveries being handled
-	onSettle    func(func()) // sets what runs each time one of them is done
+	name         string
+	messageName  string // of the message type it handles
+	transaction  bool
+	inbox        bool
+	inboxKey     inbox.KeyFunc
+	inboxConfigs int // the Inbox values WithInbox was given: at most one
+	stale        bool
+	version      stale.VersionFunc
+	staleConfigs int // the versions WithStale was given: at most one
+	concurrency  int
+	external     *ExternalEffects
+	checksum     bool
+	payload      bool
+	delays       *[]time.Duration // nil: Config.DelayedRetries
+	batched      bool             // WithBatch was given
+	batchSize    int              // 0: a transaction per message
+	batchWait    time.Duration
+	inFlight     func() int   // the handler's deliveries being handled
+	onSettle     func(func()) // sets what runs each time one of them is done
 }
 
 // Named names the handler. It defaults to the message name; two handlers of
@@ -57,17 +59,51 @@ func WithTransaction() HandlerOption { return func(c *handlerConfig) { c.transac
 
 // WithInbox makes the handler's effects happen once per message: the
 // inbox key commits with the handler's transaction, and a duplicate is
-// acked without calling the handler. Implies WithTransaction.
-func WithInbox() HandlerOption { return func(c *handlerConfig) { c.inbox = true } }
+// acked without calling the handler. Implies WithTransaction. Without an
+// argument the key is the message's ID and source endpoint; at most one
+// Inbox sets the key, the message log or the external-effects mode.
+func WithInbox(in ...Inbox) HandlerOption {
+	return func(c *handlerConfig) {
+		c.inbox = true
+		c.inboxConfigs += len(in)
+		if len(in) == 0 {
+			return
+		}
+		i := in[len(in)-1]
+		c.inboxKey = i.Key
+		c.checksum, c.payload = i.MessageLog || i.StorePayload, i.StorePayload
+		if i.ExternalEffects != nil {
+			e := *i.ExternalEffects
+			c.external = &e
+		}
+	}
+}
 
-// WithInboxKey is WithInbox with the key taken by k (for EDI: the
-// interchange sender and control number).
-func WithInboxKey(k inbox.KeyFunc) HandlerOption {
-	return func(c *handlerConfig) { c.inbox, c.inboxKey = true, k }
+// Inbox configures WithInbox. Its zero value is the inbox of WithInbox().
+type Inbox struct {
+	// Key takes the key from the message (for EDI: the interchange sender
+	// and control number, inbox/edi). nil: the message's ID and source
+	// endpoint.
+	Key inbox.KeyFunc
+	// MessageLog records a checksum of each payload with its key: a
+	// message that reuses a key with another payload goes to the error
+	// topic as a producer bug instead of being skipped as a duplicate.
+	MessageLog bool
+	// StorePayload keeps the payload with the key too (and implies
+	// MessageLog).
+	StorePayload bool
+	// ExternalEffects, when set, puts the inbox in its External mode: the
+	// key is claimed and committed before the handler runs, the handler
+	// passes IdempotencyKey(ctx) to the external system, and the key is
+	// marked done with the handler's database writes. A copy that finds a
+	// live claim waits for it; an attempt that ended without a known
+	// outcome follows OnUnknown. Return NotDone(err) when the effect
+	// certainly did not happen.
+	ExternalEffects *ExternalEffects
 }
 
 // ExternalEffects configures a handler whose effects no transaction
-// covers (an HTTP call, a file, an e-mail); see WithExternalEffects.
+// covers (an HTTP call, a file, an e-mail): Inbox.ExternalEffects.
 type ExternalEffects struct {
 	// OnUnknown decides what happens when an earlier attempt ended without
 	// a known outcome: inbox.Park (the error topic, "outcome unknown") or
@@ -79,42 +115,28 @@ type ExternalEffects struct {
 	Lease time.Duration
 }
 
-// WithExternalEffects puts the handler's inbox in its External mode: the
-// key is claimed and committed before the handler runs, the handler passes
-// IdempotencyKey(ctx) to the external system, and the key is marked done
-// with the handler's database writes. A copy that finds a live claim waits
-// for it; an attempt that ended without a known outcome follows
-// e.OnUnknown. Return NotDone(err) when the effect certainly did not
-// happen. Implies WithInbox and WithTransaction.
-func WithExternalEffects(e ExternalEffects) HandlerOption {
-	return func(c *handlerConfig) { c.inbox, c.external = true, &e }
-}
-
-// WithMessageLog records a checksum of each payload with its inbox key (and
-// the payload too if storePayload): a message that reuses a key with
-// another payload goes to the error topic as a producer bug instead of
-// being skipped as a duplicate. Implies WithInbox.
-func WithMessageLog(storePayload bool) HandlerOption {
-	return func(c *handlerConfig) { c.inbox, c.checksum, c.payload = true, true, storePayload }
-}
-
 // IdempotencyKey returns the key to pass to an external system in a
-// handler registered WithExternalEffects: the same on every delivery and
+// handler registered with Inbox.ExternalEffects: the same on every delivery and
 // attempt of the message. It is "" in other handlers.
 func IdempotencyKey(ctx context.Context) string { return inbox.IdempotencyKey(ctx) }
 
 // NotDone wraps a handler's error to say that its external effect certainly
 // did not happen: the claim is released and the message retried. Any other
-// error of a handler WithExternalEffects leaves the outcome unknown.
+// error of a handler with Inbox.ExternalEffects leaves the outcome unknown.
 func NotDone(err error) error { return inbox.NotDone(err) }
 
 // WithStale drops an update older than one already applied to the same
-// entity (see WithVersion). Implies WithTransaction.
-func WithStale() HandlerOption { return func(c *handlerConfig) { c.stale = true } }
-
-// WithStaleVersion is WithStale with the version taken by v.
-func WithStaleVersion(v stale.VersionFunc) HandlerOption {
-	return func(c *handlerConfig) { c.stale, c.version = true, v }
+// entity (see WithVersion). Implies WithTransaction. The version is taken
+// from the metadata WithVersion sets, or by version when one is given (at
+// most one: from the payload, for a producer that is not postroom).
+func WithStale(version ...stale.VersionFunc) HandlerOption {
+	return func(c *handlerConfig) {
+		c.stale = true
+		c.staleConfigs += len(version)
+		if len(version) > 0 {
+			c.version = version[len(version)-1]
+		}
+	}
 }
 
 // WithDelayedRetries overrides Config.DelayedRetries for this handler: the
@@ -136,7 +158,7 @@ func WithDelayedRetries(delays ...time.Duration) HandlerOption {
 // processes that hold copies of the same messages can deadlock (each
 // claims its members' keys as they arrive); the database ends one, and its
 // members are retried without spending retries (docs/recoverability.md).
-// Implies WithTransaction; not with WithExternalEffects, whose claim
+// Implies WithTransaction; not with Inbox.ExternalEffects, whose claim
 // commits before its handler runs.
 func WithBatch(size int, maxWait time.Duration) HandlerOption {
 	return func(c *handlerConfig) { c.transaction, c.batched, c.batchSize, c.batchWait = true, true, size, maxWait }
@@ -458,6 +480,12 @@ func (hc handlerConfig) validate() error {
 	if hc.concurrency < 1 {
 		errs = append(errs, fmt.Errorf("bus: handler %s: WithConcurrency %d: must be at least 1", hc.name, hc.concurrency))
 	}
+	if hc.inboxConfigs > 1 {
+		errs = append(errs, fmt.Errorf("bus: handler %s: WithInbox was given %d Inbox values: give one, with every field it needs", hc.name, hc.inboxConfigs))
+	}
+	if hc.staleConfigs > 1 {
+		errs = append(errs, fmt.Errorf("bus: handler %s: WithStale was given %d versions: give one", hc.name, hc.staleConfigs))
+	}
 	if hc.delays != nil {
 		for _, d := range *hc.delays {
 			if d < 0 {
@@ -484,7 +512,7 @@ func (hc handlerConfig) validateBatch() error {
 		errs = append(errs, fmt.Errorf("bus: handler %s: WithBatch maxWait %s is negative", hc.name, hc.batchWait))
 	}
 	if hc.external != nil {
-		errs = append(errs, fmt.Errorf("bus: handler %s: WithBatch and WithExternalEffects do not combine: an external effect's claim commits before its handler runs, outside any batch", hc.name))
+		errs = append(errs, fmt.Errorf("bus: handler %s: WithBatch and Inbox.ExternalEffects do not combine: an external effect's claim commits before its handler runs, outside any batch", hc.name))
 	}
 	return errors.Join(errs...)
 }

@@ -32,14 +32,14 @@ const batchSizeDefault = 100
 // batch of one runs at once. Each batch runs in one transaction, and each
 // message is acked once it has committed.
 //
-// With WithInbox or WithInboxKey, the batch's keys are inserted in one
+// With WithInbox or Inbox.Key, the batch's keys are inserted in one
 // statement before fn runs, and fn sees only the messages not handled
 // before (nor twice in the batch). When fn returns an error or panics, the
 // batch's writes and keys are rolled back and fn is called again with each
 // message alone, each in a savepoint of its own: the messages it handles
 // commit, the one that fails alone is retried (the bus's retries, delayed
 // retries and error topic, as for Handle). So fn must not have effects
-// outside the transaction (not with WithExternalEffects), and it may see a
+// outside the transaction (not with Inbox.ExternalEffects), and it may see a
 // message twice in one attempt, the second time alone.
 //
 // Messages fn sends or publishes go through the outbox in the transaction
@@ -54,7 +54,7 @@ const batchSizeDefault = 100
 // first message's.
 //
 // Not with WithStale (the stale check is per message: use Handle with
-// WithBatch) nor WithMessageLog. On a transport that hands out one message
+// WithBatch) nor Inbox.MessageLog. On a transport that hands out one message
 // at a time (the SQL transport), batches hold one message.
 func HandleBatch[T any](b *Bus, fn BatchFunc[T], opts ...HandlerOption) error {
 	if b == nil || fn == nil {
@@ -87,7 +87,7 @@ func batched[T any](b *Bus, hc handlerConfig, fn BatchFunc[T]) (message.HandlerF
 	case hc.stale:
 		return nil, fmt.Errorf("bus: handler %s: HandleBatch and WithStale do not combine: the stale check is per message; use Handle with WithBatch", hc.name)
 	case hc.checksum:
-		return nil, fmt.Errorf("bus: handler %s: HandleBatch and WithMessageLog do not combine: use Handle with WithBatch", hc.name)
+		return nil, fmt.Errorf("bus: handler %s: HandleBatch and Inbox.MessageLog do not combine: use Handle with WithBatch", hc.name)
 	}
 	if err := hc.validateBatch(); err != nil {
 		return nil, err
@@ -219,7 +219,7 @@ func (r batchRun[T]) run(ctx context.Context, items []*unitofwork.Collected) err
 
 // duplicate counts m as a duplicate, or fails it alone when its key is an
 // unsettled claim of the external-effects mode (the handler ran
-// WithExternalEffects before). An error it returns is the transaction's.
+// Inbox.ExternalEffects before). An error it returns is the transaction's.
 func (r batchRun[T]) duplicate(ctx context.Context, m *batchMember[T]) error {
 	failed, err := r.claimer.Duplicate(ctx, m.claim)
 	if err != nil {

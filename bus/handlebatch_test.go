@@ -24,8 +24,8 @@ func TestHandleBatchIsValidated(t *testing.T) {
 	}{
 		{"no database", true, nil, "HandleBatch runs its batches in a transaction: set Config.DB"},
 		{"stale", false, []bus.HandlerOption{bus.WithInbox(), bus.WithStale()}, "HandleBatch and WithStale do not combine"},
-		{"message log", false, []bus.HandlerOption{bus.WithMessageLog(true)}, "HandleBatch and WithMessageLog do not combine"},
-		{"external effects", false, []bus.HandlerOption{bus.WithExternalEffects(bus.ExternalEffects{})}, "do not combine"},
+		{"message log", false, []bus.HandlerOption{bus.WithInbox(bus.Inbox{StorePayload: true})}, "HandleBatch and Inbox.MessageLog do not combine"},
+		{"external effects", false, []bus.HandlerOption{bus.WithInbox(bus.Inbox{ExternalEffects: &bus.ExternalEffects{}})}, "do not combine"},
 		{"size over the bound", false, []bus.HandlerOption{bus.WithBatch(1001, 0)}, "size 1001: must be 1 to 1000"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

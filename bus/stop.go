@@ -31,7 +31,7 @@ func (b *Bus) beginStop() {
 // ends it (the SQL transport's ack deadline, which the copy keeps, a
 // Middleware's cancel) ends the new one at once. Cancelled at the stop, a
 // handler in flight would roll its work back to do it again, and a
-// handler WithExternalEffects in the middle of its call would be parked
+// handler with Inbox.ExternalEffects in the middle of its call would be parked
 // as "outcome unknown" at every deploy under load. The transports keep a
 // message they handed out ackable after its subscription stopped (see
 // transport.Transport). Call the returned function when the delivery is

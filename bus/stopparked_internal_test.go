@@ -34,7 +34,7 @@ func TestAnAttemptParkedByTheStopIsSaidAtWarn(t *testing.T) {
 		started <- struct{}{}
 		<-ctx.Done() // the call, aborted by the stop
 		return ctx.Err()
-	}, WithExternalEffects(ExternalEffects{})))
+	}, WithInbox(Inbox{ExternalEffects: &ExternalEffects{}})))
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan error, 1)
 	go func() { stopped <- b.Run(ctx) }()

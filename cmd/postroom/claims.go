@@ -19,7 +19,7 @@ func newInboxUnresolved(opts *options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "unresolved",
 		Short: "Messages of external-effects handlers whose outcome is unknown (parked, or lease ran out)",
-		Long: `unresolved lists the inbox claims of handlers registered WithExternalEffects
+		Long: `unresolved lists the inbox claims of handlers registered with Inbox.ExternalEffects
 whose outcome is unknown: "parked" (the message went to the error topic with
 reason "outcome unknown") or "processing" with a lease that ran out (its
 process stopped mid-call and the message has not come back yet).

@@ -200,7 +200,7 @@ may still be in the error topic, or may or may not have been sent. It replays
 only the messages in the error topic when it starts: one that fails again
 meanwhile waits for the next replay.
 
-For a handler WithExternalEffects, resolve a parked message first
+For a handler with Inbox.ExternalEffects, resolve a parked message first
 ("postroom inbox resolve ... --release"), or the replay is parked again.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if all == (len(args) > 0) {

@@ -149,10 +149,10 @@ func run() error {
 			return errors.New("lost the connection after booking")
 		}
 		return nil
-	}, bus.WithInboxKey(edi.Key),
+	}, bus.WithInbox(bus.Inbox{Key: edi.Key,
 		// The accounting API deduplicates on the key: an attempt whose
 		// outcome is unknown may run again.
-		bus.WithExternalEffects(bus.ExternalEffects{OnUnknown: inbox.Retry}))
+		ExternalEffects: &bus.ExternalEffects{OnUnknown: inbox.Retry}}))
 	if err != nil {
 		return err
 	}

@@ -148,7 +148,7 @@ func (b *Batch) claim(ctx context.Context, c Claim, now any) (bool, error) {
 // Duplicate counts c's message, skipped as a duplicate, on its row, in the
 // unit of work in ctx. Skipped records it in the metrics once that commits.
 // When c's key is an unsettled claim of the external-effects mode (the
-// handler ran WithExternalEffects before), the message is no duplicate:
+// handler ran with Inbox.ExternalEffects before), the message is no duplicate:
 // failed is its error (its outcome is unknown: a claim whose lease ran out
 // is parked in the transaction; or an attempt holds it). err is the
 // transaction's.

@@ -13,7 +13,7 @@ import (
 
 // leftovers settles, for the plain (transactional) inbox, the keys a
 // handler's claims of the external-effects mode left when the handler ran
-// WithExternalEffects before under the same consumer: a released key (the
+// Inbox.ExternalEffects before under the same consumer: a released key (the
 // effect did not happen) is taken over and handled, a parked one or one
 // whose lease ran out (outcome unknown; the latter is parked) goes to the
 // error topic, and one an attempt still holds is retried. Taking any row
@@ -129,7 +129,7 @@ func changedError(consumer string, key Key) error {
 var ErrClaimHeld = errors.New("inbox: an attempt of the external-effects mode holds the key")
 
 // HeldClaimError says that an attempt of the external-effects mode holds a
-// message's key (the handler ran WithExternalEffects earlier, on an
+// message's key (the handler ran with Inbox.ExternalEffects earlier, on an
 // instance still running): the message is retried, and goes to the error
 // topic if the claim outlives the retries.
 type HeldClaimError struct {
@@ -140,7 +140,7 @@ type HeldClaimError struct {
 
 // Error names the message and the claim's lease.
 func (e *HeldClaimError) Error() string {
-	return fmt.Sprintf("inbox: consumer %s, source %q, message %s: an attempt of the external-effects mode holds the key until %s (the handler ran WithExternalEffects before); retried",
+	return fmt.Sprintf("inbox: consumer %s, source %q, message %s: an attempt of the external-effects mode holds the key until %s (the handler ran with Inbox.ExternalEffects before); retried",
 		e.Consumer, e.Key.Source, e.Key.MessageID, e.Until.Format(time.RFC3339))
 }
 

@@ -58,7 +58,7 @@ const versionExample = "2026-12-06T10:04:05.123456789Z"
 // whereVersionsComeFrom says how a message gets its entity ID and version,
 // for the reasons above: a producer that is not postroom reads them there.
 const whereVersionsComeFrom = "set metadata postroom-entity-id and postroom-version (RFC 3339), " +
-	"with bus.WithVersion when the producer is postroom, or take them from the payload (Config.Version; bus.WithStaleVersion)"
+	"with bus.WithVersion when the producer is postroom, or take them from the payload (Config.Version; bus.WithStale(version))"
 
 // ErrBadVersion is the sentinel every [*VersionError] matches.
 var ErrBadVersion = errors.New("stale: bad version")

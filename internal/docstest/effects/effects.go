@@ -60,7 +60,7 @@ func registerCharges(b *bus.Bus, psp string) error {
 			return fmt.Errorf("provider: %s", resp.Status)
 		}
 		return bus.Tx(ctx).Exec("UPDATE orders SET paid = TRUE WHERE id = ?", m.OrderID).Error
-	}, bus.WithExternalEffects(bus.ExternalEffects{OnUnknown: inbox.Retry, Lease: 30 * time.Second}))
+	}, bus.WithInbox(bus.Inbox{ExternalEffects: &bus.ExternalEffects{OnUnknown: inbox.Retry, Lease: 30 * time.Second}}))
 }
 
 // jsonBody is the request body: the command as JSON.

@@ -2,7 +2,7 @@
 // inbox key that makes a resent interchange a duplicate: the sender and
 // the control reference, whatever the message's ID.
 //
-//	bus.Handle(b, handleInvoice, bus.WithInboxKey(edi.Key))
+//	bus.Handle(b, handleInvoice, bus.WithInbox(bus.Inbox{Key: edi.Key}))
 //
 // # The key
 //
