@@ -130,7 +130,7 @@ type Config struct {
 	RateLimit RateLimit
 	// DelayedRetries sends a message whose immediate retries ran out back to
 	// its handler later, after each of Delays in turn, before the error
-	// topic. Needs DB with the delayed table (migration 7). Defaults to
+	// topic. Needs DB with the delayed table (`postroom migrate`). Defaults to
 	// none: the error topic follows the immediate retries.
 	DelayedRetries DelayedRetries
 	// DelayedPollInterval is how often the bus looks for due delayed

@@ -19,7 +19,7 @@ import (
 
 // DeliverAt delivers the message at t instead of now (NServiceBus's
 // DoNotDeliverBefore): it waits in the database (Config.DB, table
-// postroom_delayed, migration 7) and the bus publishes it once due, with
+// postroom_delayed) and the bus publishes it once due, with
 // its ID, so a receiving inbox sees a second delivery as a duplicate. Sent
 // from a handler with a transaction, it commits with the handler's
 // writes, and is never delivered if they roll back. Any running bus on
@@ -61,7 +61,7 @@ func (b *Bus) delay(ctx context.Context, db *gorm.DB, out outgoing) error {
 	}
 	err = db.WithContext(ctx).Exec(stmts.Insert, d.Time(out.at), out.topic, group, out.msg.UUID, []byte(out.msg.Payload), string(md), d.Time(b.cfg.Now())).Error
 	if err != nil {
-		return fmt.Errorf("bus: deliver %s later: %w (has `postroom migrate` run? delayed delivery needs migration 7)", out.msg.UUID, err)
+		return fmt.Errorf("bus: deliver %s later: %w (has `postroom migrate` run? delayed delivery needs the table postroom_delayed)", out.msg.UUID, err)
 	}
 	return nil
 }
@@ -398,8 +398,9 @@ func (r delayedRow) message() *message.Message {
 	return msg
 }
 
-// delayedTableExists reports whether the database has the delayed table
-// (migration 7).
+// delayedTableExists reports whether the database has the delayed table:
+// a database the bus only runs transactions on may have none of
+// postroom's schema.
 func (b *Bus) delayedTableExists(ctx context.Context) bool {
 	_, _, err := store.DelayedSummary(ctx, b.cfg.DB, store.Tables{})
 	return err == nil

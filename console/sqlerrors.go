@@ -138,7 +138,7 @@ func (q *sqlErrorQueue) Replay(ctx context.Context, msg *message.Message) (strin
 	}
 	now := q.now()
 	if err := q.tx.WithContext(ctx).Exec(q.delayed.Insert, q.d.Time(now), topic, group, out.UUID, []byte(out.Payload), string(md), q.d.Time(now)).Error; err != nil {
-		return "", fmt.Errorf("console: retry %s through the delayed table: %w (has `postroom migrate` run? a retry on the SQL transport needs migration 7)", msg.UUID, err)
+		return "", fmt.Errorf("console: retry %s through the delayed table: %w (has `postroom migrate` run? a retry on the SQL transport needs the table postroom_delayed)", msg.UUID, err)
 	}
 	return group, nil
 }

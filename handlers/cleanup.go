@@ -172,7 +172,7 @@ func (c *Cleanup) Purge(ctx context.Context, m CleanupStore) (CleanupResult, err
 	res := CleanupResult{Cutoff: cutoff}
 	batch := cmp.Or(m.BatchSize, BatchSizeDefault)
 	for i, t := range targets {
-		if !c.present(ctx, t) {
+		if t.Table == "" { // the outbox's, without an outbox
 			continue
 		}
 		if *res.count(i), err = c.purge(ctx, t, batch, m.Pause, &res.Batches); err != nil {
@@ -182,26 +182,6 @@ func (c *Cleanup) Purge(ctx context.Context, m CleanupStore) (CleanupResult, err
 	c.cfg.Logger.InfoContext(ctx, "cleanup: purged", "cutoff", res.Cutoff, "inbox_rows", res.Inbox,
 		"watermark_rows", res.Watermarks, "outbox_rows", res.Outbox, "delivery_counts", res.Deliveries, "batches", res.Batches)
 	return res, nil
-}
-
-// present reports whether t's table is there to purge: not for no table
-// (the outbox's, without an outbox), nor for the deliveries table of a
-// database not migrated to version 9 yet, which is said at warn: the
-// other tables are purged all the same, by the bus and by `postroom inbox
-// purge`.
-func (c *Cleanup) present(ctx context.Context, t target) bool {
-	if t.Table == "" {
-		return false
-	}
-	if t.Probe == "" {
-		return true
-	}
-	if err := c.cfg.DB.WithContext(ctx).Exec(t.Probe).Error; err != nil && !dialect.Transient(err) && ctx.Err() == nil {
-		c.cfg.Logger.WarnContext(ctx, "cleanup: skipped a table it cannot read (missing before migration 9: run `postroom migrate`); the others are purged",
-			"table", t.Table, "error", err)
-		return false
-	}
-	return true
 }
 
 // count is the count of the i-th target (see targets).
@@ -217,7 +197,7 @@ func (c *Cleanup) Pending(ctx context.Context, m CleanupStore) (CleanupResult, e
 	}
 	res := CleanupResult{Cutoff: cutoff}
 	for i, t := range targets {
-		if !c.present(ctx, t) {
+		if t.Table == "" { // the outbox's, without an outbox
 			continue
 		}
 		if err := c.cfg.DB.WithContext(ctx).Raw(t.Count, t.args...).Row().Scan(res.count(i)); err != nil {

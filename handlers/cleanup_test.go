@@ -406,25 +406,3 @@ func TestTheOutboxPurgeEndsWhileRowsKeepAging(t *testing.T) {
 		})
 	}
 }
-
-// TestCleanupOfADatabaseBeforeMigration9: a database not migrated to
-// version 9 has no deliveries table; cleanup purges the other tables and
-// skips it. Before (a review), every scheduled cleanup failed on it and
-// `postroom inbox purge` purged nothing, as its count came first.
-func TestCleanupOfADatabaseBeforeMigration9(t *testing.T) {
-	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
-	onEachDatabase(t, func(t *testing.T, db *gorm.DB, d dialect.Dialect) {
-		require.NoError(t, db.Exec("DROP TABLE postroom_deliveries").Error)
-		require.NoError(t, db.Exec(d.InboxInsert("postroom_inbox"), "c", "s", "old", "t", d.Time(now.Add(-300*time.Hour))).Error)
-		c, err := handlers.NewCleanup(handlers.CleanupConfig{DB: db, Now: func() time.Time { return now }, Logger: testenv.Logger(t)})
-		require.NoError(t, err)
-		m := handlers.CleanupStore{Retention: 240 * time.Hour}
-		pending, err := c.Pending(context.Background(), m)
-		require.NoError(t, err)
-		require.EqualValues(t, 1, pending.Inbox)
-		res, err := c.Purge(context.Background(), m)
-		require.NoError(t, err)
-		require.EqualValues(t, 1, res.Inbox)
-		require.Zero(t, res.Deliveries)
-	})
-}

@@ -13,10 +13,6 @@ type DeliveriesStatements struct {
 	Forget string
 }
 
-// Probe is a statement that fails when table does not exist and reads no
-// row otherwise.
-func Probe(table string) string { return "SELECT 1 FROM " + table + " WHERE 1 = 0" }
-
 // Deliveries returns the statements of the deliveries table.
 func (d Dialect) Deliveries(table string) (DeliveriesStatements, error) {
 	if err := ValidateIdentifier(table); err != nil {

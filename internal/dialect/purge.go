@@ -12,9 +12,6 @@ type PurgeTarget struct {
 	// Delete deletes at most a limit of them; the limit is its last
 	// argument, after the target's own.
 	Delete string
-	// Probe fails when the table does not exist, reading no row. Set only
-	// for a table a database migrated before it may lack (Deliveries).
-	Probe string
 }
 
 // CleanupStatements are cleanup's targets, built once by [Dialect.Cleanup].
@@ -54,8 +51,6 @@ func (d Dialect) Cleanup(t Tables, outboxTopic string) (CleanupStatements, error
 		Deliveries:   d.purgeTarget(DeliveriesTableDefault, "updated_at < ?"),
 		DeliveriesOf: d.purgeTarget(DeliveriesTableDefault, "updated_at < ?"+consumerPrefix),
 	}
-	c.Deliveries.Probe = Probe(DeliveriesTableDefault)
-	c.DeliveriesOf.Probe = c.Deliveries.Probe
 	if outboxTopic != "" {
 		if err := ValidateIdentifier(outboxTopic); err != nil {
 			return CleanupStatements{}, fmt.Errorf("outbox topic: %w", err)
