@@ -70,8 +70,8 @@ type Bus struct {
 	needsCleanup       bool
 	errorQueueDeclared bool // by a Run: the next one does not declare it again
 	// errorQueue declares the error queue: one subscriber per bus, opened
-	// by the first declaration (each held a connection until the
-	// transport closed), used one declaration at a time.
+	// by the first declaration (each would hold a connection until the
+	// transport closes), used one declaration at a time.
 	errorQueueMu  sync.Mutex
 	errorQueueSub message.Subscriber
 	// opened holds the subscribers the bus opened (its handlers' and its
@@ -276,8 +276,8 @@ func (b *Bus) Run(ctx context.Context) error {
 	started = true
 	done := b.startBackground(ctx, cancel, background)
 	// Watermill stops a router on Close, not on its context: a
-	// subscription that misses the cancel (watermill-amqp's reconnect loop
-	// could, when it was the RabbitMQ subscriber) would keep Run waiting
+	// subscription that misses the cancel (watermill-amqp's own
+	// Subscriber can, in its reconnect loop) would keep Run waiting
 	// forever.
 	go func() {
 		<-ctx.Done()
@@ -353,9 +353,9 @@ const ErrorQueueGroup = transport.ErrorQueueGroup
 //
 // Once per bus, but again after the queue was found gone (moveToErrorTopic):
 // a Run that failed and is called again does not declare it again, and no
-// declaration opens another subscriber (each held a connection until the
-// transport closed; a review saw one per failed message while the queue
-// was gone).
+// declaration opens another subscriber (each would hold a connection
+// until the transport closes: one per failed message while the queue is
+// gone).
 func (b *Bus) declareErrorQueue() error {
 	b.errorQueueMu.Lock()
 	defer b.errorQueueMu.Unlock()
@@ -449,8 +449,8 @@ func (b *Bus) Close() error {
 	}
 	// The router waits for the deliveries from the broker; a delayed retry
 	// runs beside it, from the database, and may still be running: it
-	// gets the same drain before the transport it sends on is closed (a
-	// review: Close returned while it ran).
+	// gets the same drain before the transport it sends on is closed, so
+	// that Close does not return while it runs.
 	b.awaitHandling()
 	if b.outbox != nil {
 		errs = append(errs, b.outbox.Close())

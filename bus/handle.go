@@ -258,9 +258,8 @@ func (b *Bus) register(name string, byRun bool, opts []HandlerOption, build func
 	}
 	// chain is the handler's delivery of a message of topic, in its span
 	// and Config.Middleware: for the router, and for a delayed retry run
-	// from the database (which went round both before: its trace ended, the
-	// retry's sends started new ones, and a Middleware never saw it; found
-	// by a review).
+	// from the database alike: outside them a retry's trace would end, its
+	// sends would start new ones, and no Middleware would see it.
 	chain := func(topic string) message.HandlerFunc {
 		var delivery message.HandlerFunc = func(msg *message.Message) ([]*message.Message, error) {
 			return nil, b.deliver(hc.name, topic, msg, h, lim)
@@ -278,7 +277,7 @@ func (b *Bus) register(name string, byRun bool, opts []HandlerOption, build func
 		// A delayed retry whose run ended its process runs again when
 		// its lease ends: counted as a first read, it reaches the error
 		// topic after MaxDeliveries instead of running after each lease
-		// for ever (a review).
+		// for ever.
 		msg.Metadata.Set(metadata.Redelivered, metadata.RedeliveredFirstRead)
 		return b.guarded(hc.name, topic, chain(topic))(msg)
 	}
@@ -430,10 +429,10 @@ func (b *Bus) chain(hc handlerConfig, h message.HandlerFunc) (message.HandlerFun
 // which a message of hc may still arrive, for a handler that keeps inbox
 // keys or watermarks: cleanup purges both after the retention, and a copy
 // arriving after its key or watermark is gone would be applied again (a
-// duplicate), or applied over a newer update (a stale one). Before, a
-// handler WithStale alone was not checked: its watermark was purged while
-// an older update waited in a delayed retry, which was then applied after
-// the newer one (found by a review).
+// duplicate), or applied over a newer update (a stale one). A handler
+// WithStale alone is checked too: were its watermark purged while an
+// older update waits in a delayed retry, that update would be applied
+// after the newer one.
 func (b *Bus) checkRetention(hc handlerConfig) error {
 	if !hc.inbox && !hc.stale {
 		return nil
@@ -524,7 +523,7 @@ func (hc handlerConfig) validateBatch() error {
 // check: it goes to the error topic at once with its reason, not after
 // retries with the database's complaint about the key's type, nor parked
 // as "outcome unknown" by the external-effects mode when the handler never
-// ran (found by a review).
+// ran.
 func decoded[T any](b *Bus, h message.HandlerFunc) message.HandlerFunc {
 	name := MessageName[T]()
 	return func(msg *message.Message) ([]*message.Message, error) {
@@ -562,9 +561,9 @@ func typed[T any](fn HandlerFunc[T]) message.HandlerFunc {
 }
 
 // hintNoTx, deferred in a handler without a transaction, adds to a nil
-// dereference panic its likeliest cause: Tx(ctx) is nil there. Before, the
-// error topic said only "invalid memory address or nil pointer
-// dereference", and named no option (found by a cold trial).
+// dereference panic its likeliest cause: Tx(ctx) is nil there. Without
+// it the error topic says only "invalid memory address or nil pointer
+// dereference", and names no option.
 func hintNoTx() {
 	r := recover()
 	if r == nil {
@@ -587,7 +586,7 @@ func decode[T any](b *Bus, name string, msg *message.Message) (*T, error) {
 	}
 	var m T
 	if err := b.cfg.Marshaler.Unmarshal(msg.Payload, &m); err != nil {
-		if len(msg.Payload) == 0 { // said as such: JSON's "unexpected end of JSON input" did not
+		if len(msg.Payload) == 0 { // said as such: JSON's "unexpected end of JSON input" does not
 			return nil, &unrecoverableError{fmt.Errorf("bus: malformed %s payload: it is empty: %w", name, err)}
 		}
 		return nil, &unrecoverableError{fmt.Errorf("bus: malformed %s payload: %w", name, err)}
@@ -684,8 +683,8 @@ func ErrorAttempts(msg *message.Message) int {
 // still shallow. Watermill runs every message on a new goroutine, which
 // starts with a small stack; the database driver's depth then grows it by
 // doubling, each time copying the frames above. Growing it first costs one
-// copy of a few frames instead. (A CPU profile of the inbox benchmark put
-// the doubling at 9% of a message's handling.)
+// copy of a few frames instead. (In a CPU profile of the inbox benchmark
+// the doubling is 9% of a message's handling.)
 //
 //go:noinline
 func growStack() {

@@ -95,9 +95,9 @@ func (p *relayPublisher) publish(topic string, msg *message.Message) error {
 	if errors.Is(err, transport.ErrUnreachable) || dialect.Transient(err) {
 		// The broker (or the SQL transport's database) could not be
 		// reached: an outage, not this message's refusal, and not counted
-		// against it. Before, the attempts of an outage counted, and a heal
-		// between the last of them and the error topic's copy (or a
-		// flapping broker) moved the message aside (found by a cold trial).
+		// against it: were they counted, an outage would use up the
+		// message's attempts, and a heal between the last of them and the
+		// error topic's copy (or a flapping broker) would move it aside.
 		p.failed(err, watermill.LogFields{"topic": topic, "message_uuid": msg.UUID, "attempt": p.attempts[key], "unreachable": true})
 		return fmt.Errorf("%w: %w", errRefused, err)
 	}
@@ -137,13 +137,12 @@ func (p *relayPublisher) Close() error { return nil }
 // transports may not reach each other (two brokers or vhosts, RabbitMQ and
 // the SQL transport), and then the message goes where its subscribers
 // never read it (an event dropped as unrouted, a command to the wrong
-// error topic, or handled by the wrong service). Holding it back for the
-// relay of its reach was tried and dropped: the relays then held each
-// other back (3 of 20 messages in 20 s), and a reach that changed between
-// deploys (a URL naming the broker another way) would have held a
-// relay's messages back for good. So it is published, as before, and the
-// misconfiguration is said (found by a review: 13 of 20 events on the
-// wrong transport, silently; docs/guarantees.md).
+// error topic, or handled by the wrong service). The message is published
+// all the same and the misconfiguration said, not left silent
+// (docs/guarantees.md). It is not held back for the relay of its reach:
+// the relays would hold each other back, and a reach that changes between
+// deploys (a URL naming the broker another way) would hold a relay's
+// messages back for good.
 func (p *relayPublisher) elsewhere(topic string, msg *message.Message, reach string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -221,8 +220,8 @@ func logAt(l watermill.LoggerAdapter, level slog.Level, msg string, err error, f
 // relayLogger is the logger of the relay's Watermill router. Its
 // "Handler returned error" for a message the relay refused (errRefused)
 // comes at debug: the relay has said it already, and at the poll rate
-// it was two lines at error ten times a second through a broker outage
-// (3,326 in one, found by a cold trial). Every other error passes.
+// it would be two lines at error ten times a second through a broker
+// outage. Every other error passes.
 type relayLogger struct{ watermill.LoggerAdapter }
 
 func (l relayLogger) Error(msg string, err error, fields watermill.LogFields) {

@@ -19,16 +19,16 @@ import (
 // subscription's context rolls the transaction back, and every message
 // of the batch already published is relayed again by the next relay. The
 // router ends that context as soon as it closes (and the relay's Run
-// context ends it too), so a clean stop relayed again up to a batch
-// (found by a cold trial: a sender-only job published 85 events twice at
-// its stop).
+// context ends it too), so even a clean stop would have up to a batch
+// relayed twice.
 //
 // So the subscription runs on a context the stop does not end. A stop
 // (the router's context ending, or Close) hands the router no more
 // messages, waits for the publish in flight, and closes watermill-sql's
 // subscriber, which records the batch's published messages, commits and
 // returns. Only after timeout (Config.StopTimeout) is the context ended,
-// cutting the publish and the batch's transaction short as before.
+// cutting the publish and the batch's transaction short (its published
+// messages are then relayed again).
 type stoppingSubscriber struct {
 	sub     *wsql.Subscriber
 	timeout time.Duration // negative: cut at once

@@ -17,7 +17,7 @@ type Delayed struct {
 	DueAt       time.Time `json:"due_at"`
 	Topic       string    `json:"topic"`
 	TargetGroup string    `json:"target_group,omitempty"` // a delayed retry's handler group; "" for a delayed delivery
-	RelayedBy   string    `json:"relayed_by,omitempty"`   // a delayed delivery's publishers: "transport amqp://…", "endpoint billing", or "any bus" (older versions)
+	RelayedBy   string    `json:"relayed_by,omitempty"`   // a delayed delivery's publishers: "transport amqp://…", "endpoint billing", or "any bus" (an empty target_group)
 	MessageID   string    `json:"message_id"`
 	CreatedAt   time.Time `json:"created_at"`
 }

@@ -30,7 +30,7 @@ func checkMySQLDSN(dsn string) error {
 		if strings.Contains(err.Error(), "default addr for network") {
 			// user@127.0.0.1:3306/db: the driver takes the address for a
 			// network's name and says "default addr for network
-			// '127.0.0.1:3306' unknown" (found by a cold trial).
+			// '127.0.0.1:3306' unknown", which names no fix.
 			return fmt.Errorf("%w: the MySQL address needs its protocol, as in user@tcp(host:3306)/db: use %s", ErrBadDSN, DSNForms)
 		}
 		return nil // the driver says what is wrong when it opens

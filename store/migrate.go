@@ -123,10 +123,10 @@ func Migrate(ctx context.Context, db *gorm.DB, names Tables) ([]int, error) {
 }
 
 // widenIDs widens the ID column of every SQL-transport topic table that
-// still has watermill-sql's 36 bytes (MySQL, a table created before
-// postroom widened it): a longer ID (an outbox event's, an EDI control
-// number) refused there stopped the outbox relay behind it after an
-// upgrade (a cold trial). Tables already wide are not touched.
+// still has watermill-sql's 36 bytes (MySQL, a table created by
+// watermill-sql or an older postroom): a longer ID (an outbox event's, an
+// EDI control number) is refused there, and the outbox relay stops
+// behind it. Tables already wide are not touched.
 func widenIDs(conn *gorm.DB, d dialect.Dialect) error {
 	q := d.NarrowIDTables()
 	if q == "" {

@@ -16,10 +16,10 @@ import (
 // postroom's time columns are DATETIME, which keep a wall-clock time
 // without its zone, and postroom writes and compares them in UTC: through
 // such a connection every time is shifted by the zone's offset, against
-// the times other connections wrote. Found by a review: a connection with
-// loc=Europe/Berlin purged inbox keys 10 minutes old (a duplicate then
-// applied again), delivered a message delayed by 30 minutes at once, and
-// lost a schedule's slot at the autumn change of clocks.
+// the times other connections wrote: with loc=Europe/Berlin, cleanup
+// purges inbox keys early (a duplicate is then applied again), a delayed
+// message is delivered before its time, and a schedule loses a slot when
+// the clocks go back.
 var ErrTimeZone = errors.New("the MySQL connection converts times to a zone other than UTC (the DSN's loc): " +
 	"postroom keeps its times in UTC in DATETIME columns, so they would shift by the zone's offset; remove loc or set loc=UTC")
 
@@ -32,8 +32,8 @@ func CheckTimeZone(ctx context.Context, db *gorm.DB) error {
 	if err != nil || d != dialect.MySQL {
 		return err
 	}
-	// A winter and a summer date: Europe/London is UTC in January only
-	// (found by a review).
+	// A winter and a summer date: Europe/London is UTC in January only, so
+	// a January date alone would pass it.
 	winter, summer := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2000, 7, 1, 0, 0, 0, 0, time.UTC)
 	var same int
 	if err := db.WithContext(ctx).Raw("SELECT CAST(? AS DATETIME(6)) = CAST('2000-01-01 00:00:00' AS DATETIME(6)) AND "+

@@ -36,7 +36,7 @@ func printList[T any](out io.Writer, asJSON bool, list []T, header []string, row
 // printable characters, else quoted with Go's escapes. Message IDs and
 // reasons come from producers: raw, an escape sequence recolours or
 // rewrites the terminal, a newline forges a row, and tabwriter's escape
-// byte (0xff) breaks the table's alignment (found by a cold trial).
+// byte (0xff) breaks the table's alignment.
 func printable(s string) string {
 	if !utf8.ValidString(s) {
 		return strconv.Quote(s)

@@ -53,8 +53,8 @@ type DelayedStatements struct {
 // is due: those whose transport has the sender's reach (byReach, then the
 // reach), or, for a transport without one (in memory), the sending
 // endpoint's (byEndpoint, then the endpoint). Handler groups, which name
-// delayed retries, start with neither. Rows written before this carry ”,
-// which every bus publishes.
+// delayed retries, start with neither. An empty target_group (the
+// column's default) is published by every bus.
 const (
 	byReach    = ">"
 	byEndpoint = "@"

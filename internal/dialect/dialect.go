@@ -24,9 +24,8 @@ const (
 // ErrUnsupported is returned for a database whose dialect postroom does not
 // speak, or for what a database lacks (the outbox on SQLite).
 // Its message says only that; each use says what is missing, and on
-// which databases it exists (before, "use PostgreSQL, MySQL/MariaDB or
-// SQLite" came first, also where SQLite was the one unsupported: found by
-// a cold trial).
+// which databases it exists: a fixed list of the supported databases
+// would name SQLite even where SQLite is the one unsupported.
 var ErrUnsupported = errors.New("dialect: unsupported")
 
 // Of returns the dialect of db.

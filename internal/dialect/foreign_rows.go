@@ -42,7 +42,7 @@ func (s wideSchema) UnmarshalMessage(params wsql.UnmarshalMessageParams) (wsql.R
 	// producer (or kept by a replayed copy) would send the message to the
 	// error topic at every delivery.
 	transport.DropControl(md)
-	if err != nil { // kept as text for the error topic (before, it was dropped: found by a cold trial)
+	if err != nil { // kept as text for the error topic, so the operator sees what the producer wrote
 		md = message.Metadata{metadata.TransportError: "sql: " + err.Error(),
 			metadata.UnreadMetadata: strings.ToValidUTF8(string(r.Metadata), "\uFFFD")}
 	}

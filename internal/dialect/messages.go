@@ -50,18 +50,18 @@ func (d Dialect) MessageSchema(batch int) (wsql.SchemaAdapter, wsql.OffsetsAdapt
 // past the highest acked offset, as the offsets of a consumer group do,
 // loses a row: handlers commit their outbox rows in another order than
 // AUTO_INCREMENT handed out the offsets, so a row can commit after the
-// relay acked a higher one (TestOutboxRelaysEveryCommit lost 10 of 400).
-// PostgreSQL's schema reads in transaction order (pg_snapshot_xmin), and
-// stays.
+// relay acked a higher one (bus TestOutboxRelaysEveryCommit). PostgreSQL's
+// schema reads in transaction order (pg_snapshot_xmin) and needs no such
+// change.
 //
 // The MySQL relay reads at READ COMMITTED (readCommitted): its locking read
 // of the rows not acked then locks those rows only. At watermill-sql's
-// REPEATABLE READ it also locked the gap after them, where every new
-// outbox row goes, for as long as its batch's publishes took: while a
-// broker took publishes without confirming them (a memory alarm), every
-// handler sending through the outbox waited up to the ack deadline (30 s)
-// and, with a lower innodb_lock_wait_timeout, failed to the error topic
-// (found by a review).
+// REPEATABLE READ it would also lock the gap after them, where every new
+// outbox row goes, for as long as its batch's publishes take: while a
+// broker takes publishes without confirming them (a memory alarm), every
+// handler sending through the outbox would wait up to the ack deadline
+// (30 s) and, with a lower innodb_lock_wait_timeout, fail to the error
+// topic.
 func (d Dialect) OutboxSchema(batch int) (wsql.SchemaAdapter, wsql.OffsetsAdapter, string, error) {
 	if d == MySQL {
 		return readCommitted{wideSchema{wsql.MySQLQueueSchema{GeneratePayloadType: columnType("LONGBLOB"), SubscribeBatchSize: batch}, d}},
@@ -84,9 +84,9 @@ func (s readCommitted) SchemaInitializingQueries(params wsql.SchemaInitializingQ
 // queueOffsets is watermill-sql's MySQLQueueOffsetsAdapter acking only the
 // rows of a batch up to the last one handled. Its own AckMessageQuery marks
 // every row the relay read: a row still unpublished when its ack deadline
-// (30 s) ran out, and every row behind it, were marked acked and never
-// relayed, without a log line (found by a review: a broker outage of more
-// than 30 s in the middle of a batch; outbox TestAnOutageMidBatchLosesNothing).
+// (30 s) runs out, as in a broker outage in the middle of a batch, would
+// be marked acked with every row behind it and never relayed, without a
+// log line (outbox TestAnOutageMidBatchLosesNothing).
 type queueOffsets struct{ wsql.MySQLQueueOffsetsAdapter }
 
 func (a queueOffsets) AckMessageQuery(p wsql.AckMessageQueryParams) (wsql.Query, error) {

@@ -74,8 +74,8 @@ const (
 // group compared byte for byte. Its column is VARCHAR under the database's
 // default collation, which on MySQL and MariaDB ignores case (and trailing
 // spaces): two groups named alike but for case ("audit", "Audit": two
-// handlers, two endpoints) shared one offsets row, and each got a part of
-// the topic's messages, the rest acked by the other. Every other key
+// handlers, two endpoints) would share one offsets row, and each get a
+// part of the topic's messages, the rest acked by the other. Every other key
 // postroom keeps on MySQL is binary too (schema.go).
 type binaryGroups struct {
 	wsql.DefaultMySQLOffsetsAdapter
@@ -99,8 +99,7 @@ func (a binaryGroups) SchemaInitializingQueries(params wsql.OffsetsSchemaInitial
 
 // GroupsBinaryUpgrade holds the statements that make the group column of
 // a topic's offsets table binary on MySQL/MariaDB where a table created
-// before (by watermill-sql, or by postroom before 2026-12-05) has it case
-// insensitive.
+// by watermill-sql, or by an older postroom, has it case insensitive.
 type GroupsBinaryUpgrade struct {
 	// Check returns the column's data type, lower case (no row: no such
 	// table). Argument: Table.

@@ -35,8 +35,8 @@ func (d Dialect) TransportSchema(db *sql.DB) (wsql.SchemaAdapter, wsql.OffsetsAd
 // as watermill-sql's adapter does (its SERIALIZABLE transaction, the
 // group's offsets row locked), but never past a row below which another
 // may still land. MySQL numbers a row (AUTO_INCREMENT) a moment before the
-// row is in the table, and commits in any order; a row that landed below
-// the acked offset was skipped for good.
+// row is in the table, and commits in any order; a row that lands below
+// the acked offset would be skipped for good.
 //
 //   - The read is a locking read: it waits for a row inserted by a
 //     transaction not yet committed.

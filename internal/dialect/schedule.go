@@ -13,9 +13,9 @@ type ScheduleStatements struct {
 	// Lock locks a schedule's row if it still holds the next_run_at read
 	// and is not paused, skipping a row another instance's claim holds:
 	// no row means this instance does not fire it now. Without it, a
-	// claim waited for another instance's claim to end, and so did every
-	// schedule behind it in the tick: one emit that hung stopped every
-	// schedule on every instance (a cold trial). Empty on SQLite, which
+	// claim would wait for another instance's claim to end, and so would
+	// every schedule behind it in the tick: one emit that hangs would stop
+	// every schedule on every instance. Empty on SQLite, which
 	// locks the whole database for a write. Arguments: name, old
 	// next_run_at.
 	Lock string

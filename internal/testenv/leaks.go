@@ -18,7 +18,7 @@ const pgxCleanup = "github.com/jackc/pgx/v5/pgconn.(*PgConn).asyncClose.func1"
 // goleak.VerifyTestMain does, but first waits, up to 20 s, while the only
 // goroutines left are pgx's closing connections a stop cut short: they end
 // on their own, and on a loaded machine later than goleak's 2 s of
-// retries (found in a full run: examples/foreign-producer failed on one).
+// retries.
 func VerifyTestMain(m *testing.M, opts ...goleak.Option) {
 	code := m.Run()
 	if code == 0 {
