@@ -45,7 +45,7 @@ func sales(ctx context.Context, o options) (err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if !strings.HasPrefix(e.OrderID, "order-"+run+"-") {
-			others++ // another run's, left in this endpoint's queue
+			others++ // an earlier run's order: its event waited in the queue
 			return nil
 		}
 		events[e.OrderID]++
