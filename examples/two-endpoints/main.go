@@ -190,6 +190,9 @@ func all(ctx context.Context) (err error) {
 	}
 	salesErr := s.stop(&rabbit) // it exits by itself once its events are back
 	billingErr := b.stop(&rabbit)
+	if ctx.Err() != nil { // Ctrl-C reached both children too
+		return errors.New("interrupted")
+	}
 	transcript := append(b.output(), s.output()...)
 
 	var sent []string
