@@ -45,7 +45,7 @@ func sales(ctx context.Context, o options) (err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if !strings.HasPrefix(e.OrderID, "order-"+run+"-") {
-			others++ // an earlier run's order: its event waited in the queue
+			others++ // another run's order: an earlier sales's, or the no-argument mode's
 			return nil
 		}
 		events[e.OrderID]++
@@ -119,7 +119,7 @@ func sales(ctx context.Context, o options) (err error) {
 		}
 	}
 	if others > 0 {
-		fmt.Printf("sales: %d events of earlier runs skipped\n", others)
+		fmt.Printf("sales: skipped %d events of other runs' orders that waited in its queue\n", others)
 	}
 	if len(doubled) > 0 {
 		return errors.Join(err, fmt.Errorf("events came back more than once: %s", strings.Join(doubled, ", ")))
