@@ -199,10 +199,9 @@ func mariadbKilledThenStopped(t *testing.T, transport string) {
 // directory, listening on 127.0.0.1 on a free port: the test may kill it
 // and start it again without touching the server other tests share.
 type mariadbServer struct {
+	serverProcess
 	bin, dir string
 	port     int
-	cmd      *exec.Cmd
-	exited   chan struct{} // closed when cmd has exited
 }
 
 const mariadbMissing = "needs mariadbd and mariadb-install-db, from Debian's mariadb-server: " +
@@ -242,6 +241,7 @@ func startPrivateMariaDB(t *testing.T) *mariadbServer {
 	out, err := exec.Command(install, args...).CombinedOutput()
 	require.NoError(t, err, "%s: %s", install, out)
 	s := &mariadbServer{bin: bin, dir: dir, port: portBelowEphemeral(t)}
+	s.serverProcess = serverProcess{name: "mariadbd", ping: s.ping, log: s.errorLog}
 	t.Cleanup(s.kill)
 	s.start(t)
 	conn, err := sql.Open("mysql", fmt.Sprintf("root@tcp(127.0.0.1:%d)/", s.port))
@@ -309,31 +309,7 @@ func (s *mariadbServer) start(t *testing.T) {
 	if os.Geteuid() == 0 {
 		args = append(args, "--user=root") // mariadbd refuses to run as root without it
 	}
-	cmd := exec.Command(s.bin, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	require.NoError(t, cmd.Start(), "start %s", s.bin)
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	s.cmd, s.exited = cmd, exited
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		err := s.ping()
-		if err == nil {
-			return
-		}
-		select {
-		case <-exited:
-			t.Fatalf("mariadbd exited (%s) before it answered: %v\n%s", cmd.ProcessState, err, s.errorLog())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("mariadbd did not answer within 60 s: %v\n%s", err, s.errorLog())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	s.launch(t, exec.Command(s.bin, args...))
 }
 
 func (s *mariadbServer) ping() error {
@@ -350,26 +326,7 @@ func (s *mariadbServer) ping() error {
 // stop sends sig to the server and waits until it has exited.
 func (s *mariadbServer) stop(t *testing.T, sig syscall.Signal) {
 	t.Helper()
-	require.NoError(t, s.cmd.Process.Signal(sig))
-	select {
-	case <-s.exited:
-	case <-time.After(60 * time.Second):
-		s.kill()
-		t.Fatalf("mariadbd did not exit within 60 s of %v\n%s", sig, s.errorLog())
-	}
-}
-
-// kill kills the server if it runs, and waits until it has exited.
-func (s *mariadbServer) kill() {
-	if s.cmd == nil {
-		return
-	}
-	select {
-	case <-s.exited:
-	default:
-		_ = s.cmd.Process.Kill()
-		<-s.exited
-	}
+	s.signal(t, sig)
 }
 
 // errorLog is the end of the server's error log, for a failure's message.

@@ -132,11 +132,10 @@ func privatePostgresSetup(t *testing.T, srv *pgServer) processSetup {
 // in a temp dir and a free port: the fault tests stop, kill and restart it
 // without touching the server other tests share.
 type pgServer struct {
+	serverProcess
 	bin, dir string
 	port     int
 	cred     *syscall.Credential // the postgres user's, when the test runs as root
-	cmd      *exec.Cmd
-	exited   chan struct{} // closed when cmd has exited
 }
 
 const postgresMissing = "needs PostgreSQL's initdb and postgres (Debian's postgresql, in /usr/lib/postgresql/<version>/bin): " +
@@ -159,6 +158,7 @@ func startPrivatePostgres(t *testing.T) *pgServer {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	s := &pgServer{bin: filepath.Join(bindir, "postgres"), dir: dir, port: portBelowEphemeral(t)}
+	s.serverProcess = serverProcess{name: "postgres", ping: s.ping, log: s.serverLog}
 	if os.Geteuid() == 0 { // initdb and postgres refuse to run as root
 		u, err := user.Lookup("postgres")
 		require.NoError(t, err, "the test runs as root and the server must not: needs the postgres user (Debian's postgresql creates it)")
@@ -207,30 +207,8 @@ func (s *pgServer) start(t *testing.T) {
 	require.NoError(t, err)
 	defer log.Close()
 	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Credential: s.cred}
-	require.NoError(t, cmd.Start(), "start %s", s.bin)
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	s.cmd, s.exited = cmd, exited
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		err := s.ping()
-		if err == nil {
-			return
-		}
-		select {
-		case <-exited:
-			t.Fatalf("postgres exited (%s) before it answered: %v\n%s", cmd.ProcessState, err, s.serverLog())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("postgres did not answer within 60 s: %v\n%s", err, s.serverLog())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
+	s.launch(t, cmd)
 }
 
 func (s *pgServer) ping() error {
@@ -248,13 +226,7 @@ func (s *pgServer) ping() error {
 // ends every session as pg_ctl stop does) and waits until it has exited.
 func (s *pgServer) stop(t *testing.T) {
 	t.Helper()
-	require.NoError(t, s.cmd.Process.Signal(syscall.SIGINT))
-	select {
-	case <-s.exited:
-	case <-time.After(60 * time.Second):
-		s.kill()
-		t.Fatalf("postgres did not exit within 60 s of SIGINT\n%s", s.serverLog())
-	}
+	s.signal(t, syscall.SIGINT)
 }
 
 // restart stops the server and starts it again on the same port.
@@ -262,20 +234,6 @@ func (s *pgServer) restart(t *testing.T) {
 	t.Helper()
 	s.stop(t)
 	s.start(t)
-}
-
-// kill kills the server if it runs, and waits until it has exited. Its
-// children (the backends) end when the postmaster is gone.
-func (s *pgServer) kill() {
-	if s.cmd == nil {
-		return
-	}
-	select {
-	case <-s.exited:
-	default:
-		_ = s.cmd.Process.Kill()
-		<-s.exited
-	}
 }
 
 // serverLog is the server's log, for a failure's message.
