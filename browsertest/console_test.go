@@ -124,12 +124,12 @@ func count(t *testing.T, ctx context.Context, sel string) int {
 
 // runInvoices runs a bus on tr and db, with errorTopic and no retries, whose Invoice handler (with an inbox) inserts N into the table
 // invoices; it fails while the returned flag is set (it starts set), and
-// always for N 2, unrecoverably. metricsAddr is bus.Config.MetricsAddr.
+// always for N 2, unrecoverably. metricsAddr is bus.Config.Metrics.Addr.
 func runInvoices(t *testing.T, tr transport.Transport, db *gorm.DB, errorTopic, metricsAddr string) (*bus.Bus, context.Context, *atomic.Bool) {
 	t.Helper()
 	require.NoError(t, db.Exec("CREATE TABLE invoices (n INTEGER NOT NULL)").Error)
 	b, err := bus.New(bus.Config{Endpoint: testenv.Name("billing"), Transport: tr, DB: db, ErrorTopic: errorTopic,
-		Retry: bus.RetryPolicy{NoRetries: true}, Logger: testenv.Logger(t), MetricsAddr: metricsAddr})
+		Retry: bus.RetryPolicy{NoRetries: true}, Logger: testenv.Logger(t), Metrics: bus.Metrics{Addr: metricsAddr}})
 	require.NoError(t, err)
 	broken := new(atomic.Bool)
 	broken.Store(true)

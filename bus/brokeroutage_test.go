@@ -100,7 +100,7 @@ func TestAStopDuringABrokerBlackholeEndsInTime(t *testing.T) {
 // once it is back. Before, nothing told an operator that the broker was
 // out of reach but the logs (found by a cold trial of a long outage).
 func TestTheTransportConnectedGaugeFollowsTheBroker(t *testing.T) {
-	b, proxy, _ := outageBus(t, func(cfg *bus.Config) { cfg.GaugeInterval = 50 * time.Millisecond })
+	b, proxy, _ := outageBus(t, func(cfg *bus.Config) { cfg.Metrics.GaugeInterval = 50 * time.Millisecond })
 	gauge := func(want float64) func() bool {
 		return func() bool {
 			v, ok := b.Counters().GetGauge(metrics.TransportConnected)

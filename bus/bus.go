@@ -35,7 +35,7 @@ type Bus struct {
 	wmLog  watermill.LoggerAdapter
 	outbox *outbox.Outbox
 	// registry holds Watermill's router metrics, served with postroom's on
-	// MetricsAddr; nil without MetricsAddr.
+	// Metrics.Addr; nil without it.
 	registry *prometheus.Registry
 	// unsettled counts the deliveries nacked, for the poison-loop guard.
 	unsettled unsettled
@@ -118,11 +118,11 @@ func New(cfg Config) (*Bus, error) {
 	if b.redeliveries, err = newRedeliveries(cfg.DB); err != nil {
 		return nil, err
 	}
-	if cfg.MetricsAddr != "" {
+	if cfg.Metrics.Addr != "" {
 		b.addRouterMetrics()
 	}
-	if cfg.TracerProvider != nil {
-		if _, err = tracing.New(tracing.Config{TracerProvider: cfg.TracerProvider}); err != nil {
+	if cfg.Tracing.Provider != nil {
+		if _, err = tracing.New(tracing.Config{TracerProvider: cfg.Tracing.Provider}); err != nil {
 			return nil, fmt.Errorf("bus: %w", err)
 		}
 	}
@@ -131,7 +131,7 @@ func New(cfg Config) (*Bus, error) {
 			return nil, errors.New("bus: Config.Outbox needs Config.DB (PostgreSQL or MySQL)")
 		}
 		ocfg := outbox.Config{DB: cfg.DB, Destination: cfg.Transport.Publisher(), Reach: b.outboxReach(), Logger: wmLog, ErrorTopic: cfg.ErrorTopic,
-			StopTimeout: cfg.StopTimeout, OnMovedAside: func(string, *message.Message, error) { cfg.Recorder.Record(outboxRelay, metrics.Failed) }}
+			StopTimeout: cfg.StopTimeout, OnMovedAside: func(string, *message.Message, error) { cfg.Metrics.Recorder.Record(outboxRelay, metrics.Failed) }}
 		if m, ok := cfg.Transport.(transport.Mandatory); ok {
 			ocfg.PublishCommand = func(topic string, msg *message.Message) error { return m.PublishMandatory(topic, msg) }
 		}
@@ -157,10 +157,10 @@ func (b *Bus) DB() *gorm.DB { return b.cfg.DB }
 // Transport returns the transport.
 func (b *Bus) Transport() transport.Transport { return b.cfg.Transport }
 
-// Counters returns the in-memory counters when Config.Recorder was left
+// Counters returns the in-memory counters when Config.Metrics.Recorder was left
 // unset (or is a *metrics.Counters), else nil.
 func (b *Bus) Counters() *metrics.Counters {
-	c, _ := b.cfg.Recorder.(*metrics.Counters)
+	c, _ := b.cfg.Metrics.Recorder.(*metrics.Counters)
 	return c
 }
 
@@ -216,7 +216,7 @@ func (b *Bus) Run(ctx context.Context) error {
 	var background []func() error
 	if b.outbox != nil {
 		background = append(background, func() error { return b.outbox.Run(ctx) })
-		if gauges, ok := b.cfg.Recorder.(metrics.GaugeSetter); ok {
+		if gauges, ok := b.cfg.Metrics.Recorder.(metrics.GaugeSetter); ok {
 			background = append(background, func() error { b.reportOutbox(ctx, gauges); return nil })
 		}
 	}
@@ -228,12 +228,12 @@ func (b *Bus) Run(ctx context.Context) error {
 	} else if b.wantsDelayedRetries() {
 		return errors.New("bus: delayed retries are configured, but the database has no delayed table: run `postroom migrate`")
 	}
-	if gauges, ok := b.cfg.Recorder.(metrics.GaugeSetter); ok {
+	if gauges, ok := b.cfg.Metrics.Recorder.(metrics.GaugeSetter); ok {
 		if c, ok := b.cfg.Transport.(transport.Connectivity); ok {
-			background = append(background, func() error { reportConnected(ctx, b.cfg.GaugeInterval, c, gauges); return nil })
+			background = append(background, func() error { reportConnected(ctx, b.cfg.Metrics.GaugeInterval, c, gauges); return nil })
 		}
 	}
-	if gauges, ok := b.cfg.Recorder.(metrics.GaugeSetter); ok && b.needsTables() && b.cfg.TableGaugeInterval > 0 {
+	if gauges, ok := b.cfg.Metrics.Recorder.(metrics.GaugeSetter); ok && b.needsTables() && b.cfg.Metrics.TableGaugeInterval > 0 {
 		background = append(background, func() error { b.reportTables(ctx, gauges); return nil })
 	}
 	var sched *scheduler.Scheduler
@@ -262,7 +262,7 @@ func (b *Bus) Run(ctx context.Context) error {
 	if closed {
 		return errors.New("bus: closed while Run was starting")
 	}
-	if b.cfg.MetricsAddr != "" {
+	if b.cfg.Metrics.Addr != "" {
 		serve, err := b.serveMetrics(ctx)
 		if err != nil {
 			b.mu.Lock()
@@ -311,14 +311,14 @@ func startupError(ctx context.Context, err error) error {
 	return fmt.Errorf("bus: %w (has `postroom migrate` run?)", err)
 }
 
-// serveMetrics listens on Config.MetricsAddr and returns the function that
+// serveMetrics listens on Config.Metrics.Addr and returns the function that
 // serves /metrics until ctx is done.
 func (b *Bus) serveMetrics(ctx context.Context) (func() error, error) {
 	counters := b.Counters()
 	if counters == nil {
-		return nil, errors.New("bus: Config.MetricsAddr needs the default Recorder (*metrics.Counters)")
+		return nil, errors.New("bus: Config.Metrics.Addr needs the default Recorder (*metrics.Counters)")
 	}
-	ln, err := net.Listen("tcp", loopbackByDefault(b.cfg.MetricsAddr))
+	ln, err := net.Listen("tcp", loopbackByDefault(b.cfg.Metrics.Addr))
 	if err != nil {
 		return nil, fmt.Errorf("bus: metrics: %w", err)
 	}
@@ -534,7 +534,7 @@ func reportConnected(ctx context.Context, interval time.Duration, c transport.Co
 
 // reportOutbox sets the outbox backlog and lag gauges until ctx is done.
 func (b *Bus) reportOutbox(ctx context.Context, gauges metrics.GaugeSetter) {
-	every(ctx, b.cfg.GaugeInterval, func() {
+	every(ctx, b.cfg.Metrics.GaugeInterval, func() {
 		if backlog, err := b.outbox.Backlog(ctx); err == nil {
 			gauges.SetGauge(metrics.OutboxBacklog, float64(backlog.Messages))
 			gauges.SetGauge(metrics.OutboxLagSeconds, backlog.Lag.Seconds())

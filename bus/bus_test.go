@@ -500,7 +500,7 @@ func TestNegativeSettingsAreRefused(t *testing.T) {
 		says string
 	}{
 		"DelayedPollInterval": {bus.Config{DelayedPollInterval: -time.Second}, "Config.DelayedPollInterval -1s is negative"},
-		"GaugeInterval":       {bus.Config{GaugeInterval: -time.Second}, "Config.GaugeInterval -1s is negative"},
+		"GaugeInterval":       {bus.Config{Metrics: bus.Metrics{GaugeInterval: -time.Second}}, "Config.Metrics.GaugeInterval -1s is negative"},
 		"InboxRetention":      {bus.Config{InboxRetention: -time.Hour}, "Config.InboxRetention -1h0m0s is negative"},
 		"RateLimit.MaxWait":   {bus.Config{RateLimit: bus.RateLimit{MaxWait: -time.Second}}, "Config.RateLimit.MaxWait -1s is negative"},
 		"Cleanup.Interval":    {bus.Config{Cleanup: bus.CleanupSchedule{Interval: -time.Hour}}, "Config.Cleanup.Interval -1h0m0s is negative"},

@@ -172,9 +172,6 @@ type Config struct {
 	StopTimeout time.Duration
 	// Marshaler turns payloads into bytes. Defaults to JSON.
 	Marshaler Marshaler
-	// Recorder counts what happens to messages. Defaults to a
-	// *metrics.Counters, readable through Bus.Counters.
-	Recorder metrics.Recorder
 	// InboxRetention is how long inbox keys are kept. Defaults to 10 days.
 	InboxRetention time.Duration
 	// RedeliveryWindow is how long after a first delivery the broker may
@@ -191,28 +188,10 @@ type Config struct {
 	// dispatched right after its commit, and lost if the process dies in
 	// between.
 	Outbox bool
-	// GaugeInterval is how often the bus sets its gauges (the outbox's
-	// backlog and lag). Defaults to 5s.
-	GaugeInterval time.Duration
-	// TableGaugeInterval is how often the bus sets the inbox and watermark
-	// tables' row count and oldest-row age, and the cleanup lag, when a
-	// handler uses the inbox or the stale check. Defaults to one minute;
-	// negative turns them off.
-	TableGaugeInterval time.Duration
-	// MetricsAddr serves the counters for Prometheus at /metrics on this
-	// address while Run runs (":9464"; port 0 picks one, see
-	// Bus.MetricsAddr). Without a host it listens on loopback only; name
-	// the host ("0.0.0.0:9464") to serve other machines. Needs the default
-	// Recorder. Defaults to "": off.
-	MetricsAddr string
-	// TracerProvider turns on OpenTelemetry tracing: a consumer span per
-	// delivery (with its retries), and the trace context carried in the
-	// metadata of every message sent or published. Pass
-	// otel.GetTracerProvider() for the global one. Defaults to nil: off.
-	TracerProvider trace.TracerProvider
-	// Propagator writes and reads the trace context in metadata. Defaults to
-	// W3C Trace Context.
-	Propagator propagation.TextMapPropagator
+	// Metrics is what the bus counts and serves for Prometheus.
+	Metrics Metrics
+	// Tracing turns on OpenTelemetry tracing.
+	Tracing Tracing
 	// Migrate applies postroom's migrations to DB when Run starts, with
 	// Run's context (the same as `postroom migrate`). Defaults to false:
 	// migrations are explicit.
@@ -261,14 +240,47 @@ func CheckEndpoint(name string) error {
 	return nil
 }
 
+// Metrics configures what the bus counts and serves (Config.Metrics).
+type Metrics struct {
+	// Recorder counts what happens to messages. Defaults to a
+	// *metrics.Counters, readable through Bus.Counters.
+	Recorder metrics.Recorder
+	// Addr serves the counters for Prometheus at /metrics on this address
+	// while Run runs (":9464"; port 0 picks one, see Bus.MetricsAddr).
+	// Without a host it listens on loopback only; name the host
+	// ("0.0.0.0:9464") to serve other machines. Needs the default
+	// Recorder. Defaults to "": off.
+	Addr string
+	// GaugeInterval is how often the bus sets its gauges (the outbox's
+	// backlog and lag). Defaults to 5s.
+	GaugeInterval time.Duration
+	// TableGaugeInterval is how often the bus sets the inbox and watermark
+	// tables' row count and oldest-row age, and the cleanup lag, when a
+	// handler uses the inbox or the stale check. Defaults to one minute;
+	// negative turns them off.
+	TableGaugeInterval time.Duration
+}
+
+// Tracing configures OpenTelemetry tracing (Config.Tracing).
+type Tracing struct {
+	// Provider turns tracing on: a consumer span per delivery (with its
+	// retries), and the trace context carried in the metadata of every
+	// message sent or published. Pass otel.GetTracerProvider() for the
+	// global one. Defaults to nil: off.
+	Provider trace.TracerProvider
+	// Propagator writes and reads the trace context in metadata. Defaults
+	// to W3C Trace Context.
+	Propagator propagation.TextMapPropagator
+}
+
 func (c Config) withDefaults() Config {
 	c.ErrorTopic = cmp.Or(c.ErrorTopic, ErrorTopicDefault)
 	c.Concurrency = cmp.Or(c.Concurrency, concurrencyDefault)
 	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, maxPayloadBytesDefault)
 	c.MaxDeliveries = cmp.Or(c.MaxDeliveries, maxDeliveriesDefault)
 	c.StopTimeout = cmp.Or(c.StopTimeout, stopTimeoutDefault)
-	c.GaugeInterval = cmp.Or(c.GaugeInterval, gaugeIntervalDefault)
-	c.TableGaugeInterval = cmp.Or(c.TableGaugeInterval, tableGaugeIntervalDefault)
+	c.Metrics.GaugeInterval = cmp.Or(c.Metrics.GaugeInterval, gaugeIntervalDefault)
+	c.Metrics.TableGaugeInterval = cmp.Or(c.Metrics.TableGaugeInterval, tableGaugeIntervalDefault)
 	c.InboxRetention = cmp.Or(c.InboxRetention, inboxRetentionDefault)
 	c.RedeliveryWindow = cmp.Or(c.RedeliveryWindow, redeliveryWindowDefault)
 	c.Retry = c.Retry.withDefaults()
@@ -284,8 +296,8 @@ func (c Config) withDefaults() Config {
 	if c.Marshaler == nil {
 		c.Marshaler = JSON{}
 	}
-	if c.Recorder == nil {
-		c.Recorder = &metrics.Counters{}
+	if c.Metrics.Recorder == nil {
+		c.Metrics.Recorder = &metrics.Counters{}
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -329,7 +341,7 @@ func (c Config) validate() error {
 		name string
 		d    time.Duration
 	}{
-		{"DelayedPollInterval", c.DelayedPollInterval}, {"GaugeInterval", c.GaugeInterval}, {"InboxRetention", c.InboxRetention},
+		{"DelayedPollInterval", c.DelayedPollInterval}, {"Metrics.GaugeInterval", c.Metrics.GaugeInterval}, {"InboxRetention", c.InboxRetention},
 		{"RateLimit.MaxWait", c.RateLimit.MaxWait}, {"Cleanup.Interval", c.Cleanup.Interval},
 	} {
 		if d.d < 0 {

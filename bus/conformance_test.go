@@ -474,7 +474,7 @@ func shortRetention(cfg *bus.Config) {
 	cfg.RedeliveryWindow = time.Millisecond
 	cfg.InboxRetention = 2 * time.Second
 	cfg.Cleanup.Interval = time.Second
-	cfg.TableGaugeInterval = -1
+	cfg.Metrics.TableGaugeInterval = -1
 }
 
 func count(t *testing.T, db *gorm.DB, query string, args ...any) int64 {

@@ -30,7 +30,7 @@ func checkDelayedRetryKeepsTrace(t *testing.T, c *confCase) {
 	provider := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 	t.Cleanup(func() { _ = provider.Shutdown(context.Background()) })
 	b := newConfBus(t, c, func(cfg *bus.Config) {
-		cfg.TracerProvider = provider
+		cfg.Tracing.Provider = provider
 		cfg.Retry = bus.RetryPolicy{NoRetries: true}
 		cfg.DelayedPollInterval = 50 * time.Millisecond
 		cfg.Middleware = []message.HandlerMiddleware{func(h message.HandlerFunc) message.HandlerFunc {

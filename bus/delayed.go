@@ -121,7 +121,7 @@ func (b *Bus) relayDelayed(ctx context.Context) error {
 // reportDelayed sets the delayed table's gauges, on a Recorder that keeps
 // gauges.
 func (b *Bus) reportDelayed(ctx context.Context) {
-	gauges, ok := b.cfg.Recorder.(metrics.GaugeSetter)
+	gauges, ok := b.cfg.Metrics.Recorder.(metrics.GaugeSetter)
 	if !ok {
 		return
 	}

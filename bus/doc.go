@@ -47,8 +47,8 @@
 //
 // # Observability
 //
-// [Config.MetricsAddr] serves postroom's counters and gauges and
-// Watermill's router metrics for Prometheus; [Config.TracerProvider] makes
+// [Config.Metrics.Addr] serves postroom's counters and gauges and
+// Watermill's router metrics for Prometheus; [Config.Tracing.Provider] makes
 // an OpenTelemetry span per delivery and carries the trace context in
 // metadata (package tracing).
 //

@@ -44,11 +44,11 @@ func runExternalConsumer() int {
 	}
 	counters := &metrics.Counters{}
 	b, err := bus.New(bus.Config{
-		Endpoint: os.Getenv(childEP), Transport: tr, DB: db, Recorder: counters, ErrorTopic: os.Getenv(childErrorTopic),
+		Endpoint: os.Getenv(childEP), Transport: tr, DB: db, ErrorTopic: os.Getenv(childErrorTopic),
 		Concurrency: 2,
 		Retry:       bus.RetryPolicy{MaxRetries: 2, InitialBackoff: 50 * time.Millisecond},
 		Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 1})),
-		Cleanup:     bus.CleanupSchedule{Disabled: true},
+		Cleanup:     bus.CleanupSchedule{Disabled: true}, Metrics: bus.Metrics{Recorder: counters},
 	})
 	if err != nil {
 		return fail(err)

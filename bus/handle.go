@@ -235,7 +235,7 @@ func (b *Bus) register(name string, byRun bool, opts []HandlerOption, build func
 		b.retryDelays[hc.name] = *hc.delays
 		b.mu.Unlock()
 	}
-	lim := newLimiter(hc.name, b.cfg.RateLimit, b.cfg.Logger, b.cfg.Recorder)
+	lim := newLimiter(hc.name, b.cfg.RateLimit, b.cfg.Logger, b.cfg.Metrics.Recorder)
 	// A batch fills with messages handled at the same time.
 	subscriptions := max(hc.concurrency, 1) * max(hc.batchSize, 1)
 	if caps.MaxSubscriptions > 0 && 2*subscriptions > caps.MaxSubscriptions {
@@ -251,8 +251,8 @@ func (b *Bus) register(name string, byRun bool, opts []HandlerOption, build func
 	b.opened = append(b.opened, sub) // the router closes it too, once it ran
 	b.mu.Unlock()
 	var traced message.HandlerMiddleware
-	if b.cfg.TracerProvider != nil {
-		if traced, err = tracing.New(tracing.Config{TracerProvider: b.cfg.TracerProvider, Propagator: b.cfg.Propagator, Handler: hc.name}); err != nil {
+	if b.cfg.Tracing.Provider != nil {
+		if traced, err = tracing.New(tracing.Config{TracerProvider: b.cfg.Tracing.Provider, Propagator: b.cfg.Tracing.Propagator, Handler: hc.name}); err != nil {
 			return fmt.Errorf("bus: handler %s: %w", hc.name, err)
 		}
 	}
@@ -383,7 +383,7 @@ func (b *Bus) chain(hc handlerConfig, h message.HandlerFunc) (message.HandlerFun
 	if err := hc.validateBatch(); err != nil {
 		return nil, err
 	}
-	rec := namedRecorder{hc.name, b.cfg.Recorder}
+	rec := namedRecorder{hc.name, b.cfg.Metrics.Recorder}
 	consumer := b.consumer(hc.name)
 	if err := b.keepsKeys(hc); err != nil {
 		return nil, err

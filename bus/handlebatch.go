@@ -99,7 +99,7 @@ func batched[T any](b *Bus, hc handlerConfig, fn BatchFunc[T]) (message.HandlerF
 		}
 		var err error
 		claimer, err = inbox.NewBatch(inbox.Config{DB: b.cfg.DB, Consumer: b.consumer(hc.name), Key: hc.inboxKey,
-			Recorder: namedRecorder{hc.name, b.cfg.Recorder}, Logger: b.cfg.Logger, Now: b.cfg.Now})
+			Recorder: namedRecorder{hc.name, b.cfg.Metrics.Recorder}, Logger: b.cfg.Logger, Now: b.cfg.Now})
 		if err != nil {
 			return nil, fmt.Errorf("bus: handler %s: %w", hc.name, err)
 		}

@@ -88,7 +88,7 @@ func (b *Bus) reportTables(ctx context.Context, gauges metrics.GaugeSetter) {
 		}
 		gauges.SetGauge(metrics.CleanupLagSeconds, metrics.Unknown)
 	}
-	every(ctx, b.cfg.TableGaugeInterval, func() {
+	every(ctx, b.cfg.Metrics.TableGaugeInterval, func() {
 		stats, err := store.Stats(ctx, b.cfg.DB, store.Tables{})
 		if err != nil {
 			if ctx.Err() == nil {
@@ -149,7 +149,7 @@ func (b *Bus) oldestOwnKey(ctx context.Context) (time.Time, error) {
 
 // add adds to a running total when the Recorder keeps them.
 func (b *Bus) add(c metrics.Count, delta float64) {
-	if a, ok := b.cfg.Recorder.(metrics.Adder); ok {
+	if a, ok := b.cfg.Metrics.Recorder.(metrics.Adder); ok {
 		a.Add(c, delta)
 	}
 }

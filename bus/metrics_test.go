@@ -26,8 +26,8 @@ import (
 func TestMetricsEndpointMoves(t *testing.T) {
 	t.Parallel()
 	db := testenv.SQLite(t)
-	b, err := bus.New(bus.Config{Endpoint: "billing", Transport: gochannel.New(gochannel.Config{}), DB: db,
-		MetricsAddr: ":0", Logger: testenv.Logger(t)})
+	b, err := bus.New(bus.Config{Endpoint: "billing", Transport: gochannel.New(gochannel.Config{}), DB: db, Logger: testenv.Logger(t),
+		Metrics: bus.Metrics{Addr: ":0"}})
 	require.NoError(t, err)
 	require.NoError(t, bus.Handle(b, func(context.Context, *CreateInvoice) error { return nil }, bus.WithInbox()))
 	start(t, b, "error")
@@ -91,9 +91,9 @@ func TestMetricsEndpointShowsTablesCleanupSchedulesAndRouter(t *testing.T) {
 	db := testenv.SQLite(t)
 	var offset atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
-	b, err := bus.New(bus.Config{Endpoint: "billing", Transport: gochannel.New(gochannel.Config{}), DB: db, Now: now,
-		MetricsAddr: "127.0.0.1:0", TableGaugeInterval: 20 * time.Millisecond, Logger: testenv.Logger(t),
-		Cleanup: bus.CleanupSchedule{Interval: time.Hour}})
+	b, err := bus.New(bus.Config{Endpoint: "billing", Transport: gochannel.New(gochannel.Config{}), DB: db, Now: now, Logger: testenv.Logger(t),
+		Cleanup: bus.CleanupSchedule{Interval: time.Hour},
+		Metrics: bus.Metrics{Addr: "127.0.0.1:0", TableGaugeInterval: 20 * time.Millisecond}})
 	require.NoError(t, err)
 	require.NoError(t, bus.Handle(b, func(context.Context, *CreateInvoice) error { return nil }, bus.WithInbox()))
 	start(t, b, "error")
@@ -135,8 +135,8 @@ func TestCleanupLagCountsOnlyTheEndpointsOwnKeys(t *testing.T) {
 			consumer, now.Add(-age)).Error)
 	}
 	b, err := bus.New(bus.Config{Endpoint: endpoint, Transport: gochannel.New(gochannel.Config{}), DB: db,
-		InboxRetention: 2 * 24 * time.Hour, TableGaugeInterval: 50 * time.Millisecond, Logger: testenv.Logger(t),
-		Cleanup: bus.CleanupSchedule{Disabled: true}})
+		InboxRetention: 2 * 24 * time.Hour, Logger: testenv.Logger(t),
+		Cleanup: bus.CleanupSchedule{Disabled: true}, Metrics: bus.Metrics{TableGaugeInterval: 50 * time.Millisecond}})
 	require.NoError(t, err)
 	require.NoError(t, bus.Handle(b, func(context.Context, *CreateInvoice) error { return nil }, bus.WithInbox()))
 	start(t, b, "error")
@@ -158,9 +158,9 @@ func TestCleanupLagCountsOnlyTheEndpointsOwnKeys(t *testing.T) {
 // make the reads fail, the database staying up.
 func TestAGaugeWhoseReadFailsIsLeftOut(t *testing.T) {
 	db := testenv.Postgres(t)
-	b, err := bus.New(bus.Config{Endpoint: testenv.Name("ep"), Transport: gochannel.New(gochannel.Config{}), DB: db, Outbox: true,
-		GaugeInterval: 50 * time.Millisecond, TableGaugeInterval: 50 * time.Millisecond, DelayedPollInterval: 50 * time.Millisecond,
-		Logger: slog.New(newRecordedLogs()), Cleanup: bus.CleanupSchedule{Disabled: true}})
+	b, err := bus.New(bus.Config{Endpoint: testenv.Name("ep"), Transport: gochannel.New(gochannel.Config{}), DB: db, Outbox: true, DelayedPollInterval: 50 * time.Millisecond,
+		Logger: slog.New(newRecordedLogs()), Cleanup: bus.CleanupSchedule{Disabled: true},
+		Metrics: bus.Metrics{GaugeInterval: 50 * time.Millisecond, TableGaugeInterval: 50 * time.Millisecond}})
 	require.NoError(t, err)
 	require.NoError(t, bus.Handle(b, func(context.Context, *CreateInvoice) error { return nil }, bus.WithInbox()))
 	start(t, b, "error")
@@ -194,8 +194,8 @@ func TestAGaugeWhoseReadFailsIsLeftOut(t *testing.T) {
 // series of each metric, and a HandleBatch handler on RabbitMQ up to
 // 1,600 (found by a review). They are added up per handler and topic.
 func TestRouterMetricsHaveOneSeriesPerHandlerAndTopic(t *testing.T) {
-	b, err := bus.New(bus.Config{Endpoint: "billing", Transport: gochannel.New(gochannel.Config{}), MetricsAddr: "127.0.0.1:0",
-		Logger: testenv.Logger(t), Cleanup: bus.CleanupSchedule{Disabled: true}})
+	b, err := bus.New(bus.Config{Endpoint: "billing", Transport: gochannel.New(gochannel.Config{}),
+		Logger: testenv.Logger(t), Cleanup: bus.CleanupSchedule{Disabled: true}, Metrics: bus.Metrics{Addr: "127.0.0.1:0"}})
 	require.NoError(t, err)
 	release := make(chan struct{})
 	var running atomic.Int32

@@ -103,8 +103,8 @@ func TestOutboxBacklogIsAGauge(t *testing.T) {
 	db := testenv.Postgres(t)
 	tr := gochannel.New(gochannel.Config{})
 	var b *bus.Bus
-	b, err := bus.New(bus.Config{Endpoint: "warehouse", Transport: failingTransport{tr}, DB: db, Outbox: true,
-		GaugeInterval: 20 * time.Millisecond, MetricsAddr: "127.0.0.1:0", Logger: testenv.Logger(t)})
+	b, err := bus.New(bus.Config{Endpoint: "warehouse", Transport: failingTransport{tr}, DB: db, Outbox: true, Logger: testenv.Logger(t),
+		Metrics: bus.Metrics{GaugeInterval: 20 * time.Millisecond, Addr: "127.0.0.1:0"}})
 	require.NoError(t, err)
 	require.NoError(t, bus.Handle(b, shipTwice(&b, false), bus.WithInbox()))
 	start(t, b, "error")

@@ -123,7 +123,6 @@ func runConsumer() int {
 		MaxDeliveries: maxDeliveries,
 		ErrorTopic:    os.Getenv(childErrors),
 		Retry:         retry,
-		Recorder:      counters,
 		Middleware:    middleware,
 		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Cleanup:       bus.CleanupSchedule{Disabled: true},
@@ -131,6 +130,7 @@ func runConsumer() int {
 
 		DelayedRetries:      delayed,
 		DelayedPollInterval: pollDelayed,
+		Metrics:             bus.Metrics{Recorder: counters},
 	})
 	if err != nil {
 		return fail(err)
@@ -221,10 +221,10 @@ func runOutboxSender() int {
 	}
 	var b *bus.Bus
 	b, err = bus.New(bus.Config{
-		Endpoint: os.Getenv(childEP), Transport: tr, DB: db, Outbox: true, Recorder: counters,
+		Endpoint: os.Getenv(childEP), Transport: tr, DB: db, Outbox: true,
 		Middleware: []message.HandlerMiddleware{crashAfterCommit},
 		Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 1})),
-		Cleanup:    bus.CleanupSchedule{Disabled: true},
+		Cleanup:    bus.CleanupSchedule{Disabled: true}, Metrics: bus.Metrics{Recorder: counters},
 	})
 	if err != nil {
 		return fail(err)

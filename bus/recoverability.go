@@ -43,7 +43,7 @@ var errStopping = errors.New("the bus is stopping")
 // nack: the broker delivers again) only when the message could not be
 // moved to the error topic or the bus is closing, so nothing is lost.
 func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.HandlerFunc, lim *limiter) error {
-	b.cfg.Recorder.Record(handler, metrics.Received)
+	b.cfg.Metrics.Recorder.Record(handler, metrics.Received)
 	if err := checkReceived(msg); err != nil {
 		return b.moveToErrorTopic(handler, topic, msg, 0, err)
 	}
@@ -86,7 +86,7 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 		}
 		if err == nil {
 			if ran {
-				b.cfg.Recorder.Record(handler, metrics.Handled)
+				b.cfg.Metrics.Recorder.Record(handler, metrics.Handled)
 			}
 			return nil
 		}
@@ -132,7 +132,7 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 		}
 		if contended {
 			contentions++
-			b.cfg.Recorder.Record(handler, metrics.Retried)
+			b.cfg.Metrics.Recorder.Record(handler, metrics.Retried)
 			if err := b.pauseRetry(handler, msg, contentionPause(contentions), err); err != nil {
 				return err
 			}
@@ -156,7 +156,7 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 			break
 		}
 		retries++
-		b.cfg.Recorder.Record(handler, metrics.Retried)
+		b.cfg.Metrics.Recorder.Record(handler, metrics.Retried)
 		if err := b.pauseRetry(handler, msg, policy.backoff(retries), err); err != nil {
 			return err
 		}
@@ -436,7 +436,7 @@ func (b *Bus) moveToErrorTopic(handler, topic string, msg *message.Message, atte
 		b.cfg.Logger.Warn("bus: the error topic refused the failed message twice with all its metadata; it was moved without the largest values",
 			"handler", handler, "message_id", msg.UUID, "dropped", dropped)
 	}
-	b.cfg.Recorder.Record(handler, metrics.Failed)
+	b.cfg.Metrics.Recorder.Record(handler, metrics.Failed)
 	tracing.Fail(msg.Context(), reason)
 	b.cfg.Logger.Error("bus: message moved to the error topic", "handler", handler, "message_id", msg.UUID,
 		"attempts", attempts, "error_topic", b.cfg.ErrorTopic, "reason", reason)

@@ -184,8 +184,8 @@ func (b *Bus) newMessage(ctx context.Context, name string, payload any, opts []S
 	} else {
 		msg.Metadata.Set(metadata.CorrelationID, msg.UUID)
 	}
-	if b.cfg.TracerProvider != nil {
-		tracing.Inject(ctx, msg, b.cfg.Propagator)
+	if b.cfg.Tracing.Provider != nil {
+		tracing.Inject(ctx, msg, b.cfg.Tracing.Propagator)
 	}
 	for k, v := range o.metadata {
 		msg.Metadata.Set(k, v)
@@ -280,7 +280,7 @@ func (b *Bus) publish(out outgoing) error {
 	switch {
 	case errors.Is(err, transport.ErrNoRoute) && to == "":
 		b.cfg.Logger.Debug("bus: no queue takes the event: nobody subscribes to it", "message_type", name, "topic", out.topic, "message_id", out.msg.UUID)
-		b.cfg.Recorder.Record(name, metrics.Unrouted)
+		b.cfg.Metrics.Recorder.Record(name, metrics.Unrouted)
 		return nil
 	case errors.Is(err, transport.ErrNoRoute):
 		return fmt.Errorf("bus: send %s to endpoint %q: no queue takes it (has the endpoint started? is its name right?): %w", name, to, err)

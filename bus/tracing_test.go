@@ -27,8 +27,8 @@ func TestTraceContextCrossesSendAndPublish(t *testing.T) {
 			spans := tracetest.NewSpanRecorder()
 			provider := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 			t.Cleanup(func() { _ = provider.Shutdown(context.Background()) })
-			b, err := bus.New(bus.Config{Endpoint: testenv.Name("ep"), Transport: tr(), DB: db, TracerProvider: provider,
-				Retry: bus.RetryPolicy{NoRetries: true}, Logger: testenv.Logger(t), Cleanup: bus.CleanupSchedule{Disabled: true}})
+			b, err := bus.New(bus.Config{Endpoint: testenv.Name("ep"), Transport: tr(), DB: db,
+				Retry: bus.RetryPolicy{NoRetries: true}, Logger: testenv.Logger(t), Cleanup: bus.CleanupSchedule{Disabled: true}, Tracing: bus.Tracing{Provider: provider}})
 			require.NoError(t, err)
 			require.NoError(t, bus.Handle(b, func(ctx context.Context, m *CreateInvoice) error {
 				return bus.Publish(ctx, b, &OrderPlaced{OrderID: m.OrderID})

@@ -72,7 +72,7 @@ type Config struct {
 	// is). Defaults to none.
 	Secrets []string
 	// Metrics are the Prometheus endpoints of running buses
-	// (bus.Config.MetricsAddr, "http://127.0.0.1:9464/metrics"): Run
+	// (bus.Config.Metrics.Addr, "http://127.0.0.1:9464/metrics"): Run
 	// samples them, and the overview charts every handler's handled,
 	// duplicate, stale and failed messages from what it sampled. Without
 	// them the charts come from the database: handled (the inbox keys

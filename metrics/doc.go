@@ -6,7 +6,7 @@
 // [Counters], the default Recorder, keeps its counts and levels in memory
 // and is a [prometheus.Collector]: register it on a client_golang registry
 // and serve that registry with promhttp (the bus does this on
-// Config.MetricsAddr, together with Watermill's router metrics). It serves
+// Config.Metrics.Addr, together with Watermill's router metrics). It serves
 //
 //   - postroom_messages_total{handler, event}: one counter per [Event];
 //   - the levels of [Gauge] (outbox backlog and lag, table rows and ages,

@@ -43,7 +43,7 @@ lookup of whether a message was handled by a consumer.
 
 The charts come from the database (handled: the inbox keys; failed: the
 error topic), or, with --metrics, from the Prometheus endpoints of the
-running buses (bus.Config.MetricsAddr), sampled every --sample-interval
+running buses (bus.Config.Metrics.Addr), sampled every --sample-interval
 from the console's start: every handler, and duplicates and stale too.
 
 It listens on loopback by default. Any other address needs an access token

@@ -94,11 +94,11 @@ func worker(dsn, endpoint string) error {
 		DB:          db,
 		Outbox:      true,
 		Concurrency: 2,
-		MetricsAddr: "127.0.0.1:0",
 		Cleanup:     bus.CleanupSchedule{Interval: time.Second},
 		// Watermill logs its own shutdown on SIGTERM as errors; the run's
 		// counts are the example's check.
-		Logger: slog.New(slog.DiscardHandler),
+		Logger:  slog.New(slog.DiscardHandler),
+		Metrics: bus.Metrics{Addr: "127.0.0.1:0"},
 	})
 	if err != nil {
 		return err

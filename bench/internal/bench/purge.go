@@ -146,8 +146,8 @@ func startLatencyBus(ctx context.Context, db *gorm.DB, extra ...bus.HandlerOptio
 	// rows, they stalled every handler for ~10 ms on 2026-12-03).
 	b, err := bus.New(bus.Config{
 		Endpoint: "bench", DB: db,
-		Concurrency: 8, Logger: slog.New(slog.DiscardHandler), Cleanup: bus.CleanupSchedule{Disabled: true},
-		TableGaugeInterval: -1, Middleware: []message.HandlerMiddleware{timing},
+		Concurrency: 8, Logger: slog.New(slog.DiscardHandler), Cleanup: bus.CleanupSchedule{Disabled: true}, Middleware: []message.HandlerMiddleware{timing},
+		Metrics: bus.Metrics{TableGaugeInterval: -1},
 	})
 	if err != nil {
 		return nil, err
