@@ -289,6 +289,12 @@ func checkReceived(msg *message.Message) error {
 // A command no queue takes goes to the error topic, with the reason.
 func (b *Bus) publishCommitted(ctx context.Context, out outgoing) error {
 	out.msg.SetContext(ctx) // a broker that never answers holds it only as long as the message's context
+	if !out.at.IsZero() {
+		// A delayed send is a row in the database: cheap and lasting, so
+		// written whatever becomes of the message's context (an ack
+		// deadline, the end of a stop's drain) once its handler committed.
+		out.msg.SetContext(context.WithoutCancel(ctx))
+	}
 	for n := 1; ; n++ {
 		err := b.publish(out)
 		if err == nil {

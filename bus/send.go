@@ -28,7 +28,8 @@ type SendOption func(*sendOptions)
 // sendOptions is what the options of one Send or Publish asked for.
 type sendOptions struct {
 	metadata map[string]string // WithMetadata and WithVersion
-	id       string            // WithMessageID; "" for a new UUIDv7
+	id       string            // WithMessageID
+	idSet    bool              // WithMessageID was given: its "" is refused, not replaced
 	to       string            // To
 	toSet    bool              // To was given: To("") is refused, not this endpoint
 	at       time.Time         // DeliverAt
@@ -57,7 +58,7 @@ func WithVersion(entityID string, at time.Time) SendOption {
 // that must send the same logical message again (a retried upload, a
 // scheduled slot) and have it deduplicated.
 func WithMessageID(id string) SendOption {
-	return func(o *sendOptions) { o.id = id }
+	return func(o *sendOptions) { o.id, o.idSet = id, true }
 }
 
 // WithMetadata sets one metadata entry. The keys the bus sets itself from
@@ -165,7 +166,7 @@ func (b *Bus) newMessage(ctx context.Context, name string, payload any, opts []S
 		return nil, o, fmt.Errorf("bus: marshal %s: %w", name, errNullPayload)
 	}
 	id := o.id
-	if id == "" {
+	if !o.idSet {
 		v7, err := uuid.NewV7()
 		if err != nil {
 			return nil, o, fmt.Errorf("bus: message ID: %w", err)

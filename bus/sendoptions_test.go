@@ -68,6 +68,7 @@ func TestOptionsAreNotMetadata(t *testing.T) {
 		require.ErrorContains(t, bus.Publish(ctx, b, &OrderPlaced{}, bus.WithMetadata(key, "x")), "the key is postroom's own", key)
 	}
 	require.ErrorContains(t, bus.Send(ctx, b, &CreateInvoice{}, bus.To("")), `endpoint "": not an endpoint name`)
+	require.ErrorIs(t, bus.Send(ctx, b, &CreateInvoice{}, bus.WithMessageID("")), bus.ErrBadMessageID, "an empty ID is refused, not replaced by a new one")
 	select {
 	case md := <-got:
 		require.FailNow(t, "a refused send was delivered", "%v", md)

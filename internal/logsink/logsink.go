@@ -171,7 +171,7 @@ func cancelled(err error, fields watermill.LogFields) bool {
 // in flight. Drivers say it in their own words, not all with a sentinel.
 func closedUnder(err error, fields watermill.LogFields) bool {
 	return anyError(err, fields, func(e error) bool {
-		if errors.Is(e, net.ErrClosed) || errors.Is(e, sql.ErrConnDone) || errors.Is(e, driver.ErrBadConn) {
+		if errors.Is(e, net.ErrClosed) || errors.Is(e, sql.ErrConnDone) || errors.Is(e, sql.ErrTxDone) || errors.Is(e, driver.ErrBadConn) {
 			return true
 		}
 		text := e.Error()
@@ -185,16 +185,18 @@ func closedUnder(err error, fields watermill.LogFields) bool {
 }
 
 // closedTexts are what the drivers postroom uses say when a connection is
-// closed under a call: pgx, database/sql, amqp091, the SQL transport's
-// and RabbitMQ transport's own.
+// closed under a call: pgx, database/sql, go-sql-driver/mysql, amqp091,
+// the SQL transport's and RabbitMQ transport's own. A connection the
+// peer reset is not among them: a server or broker failing during the
+// drain is for an operator.
 var closedTexts = []string{
 	"conn closed",
 	"sql: database is closed",
+	"invalid connection",
 	"use of closed network connection",
 	"channel/connection is not open",
 	"subscriber is closed",
 	"transport is closed",
-	"connection reset by peer",
 }
 
 // anyError reports whether match holds for err or for an error among

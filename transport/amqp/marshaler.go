@@ -121,11 +121,15 @@ func (Marshaler) Unmarshal(d amqp091.Delivery) (*message.Message, error) {
 	// Only the broker's count and this read's problems are trusted: the
 	// keys a producer set (or a copy replayed from the error topic kept)
 	// would move the message aside at once.
+	// The broker sets x-delivery-count on a redelivery from a quorum
+	// queue; on a first delivery the header can only be a producer's.
 	transport.DropControl(md)
-	if c, ok := md[deliveryCountHeader]; ok { // moved, so a copy sent on does not carry it
+	c, counted := md[deliveryCountHeader]
+	delete(md, deliveryCountHeader) // moved, so a copy sent on does not carry it
+	switch {
+	case counted && d.Redelivered:
 		md[metadata.DeliveryCount] = c
-		delete(md, deliveryCountHeader)
-	} else if d.Redelivered { // a classic queue: the bus counts it
+	case d.Redelivered: // a classic queue: the bus counts it
 		md[metadata.Redelivered] = metadata.RedeliveredYes
 	}
 
