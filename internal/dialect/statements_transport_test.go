@@ -64,11 +64,28 @@ func TestStatementsGroupStarts(t *testing.T) {
 		}
 
 		require.False(t, exists("audit"))
+		var oldest int64 // PostgreSQL: the oldest transaction running before the group starts
+		if e.d == dialect.Postgres {
+			e.scan("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint", nil, &oldest)
+		}
 		atEnd("audit")
 		require.True(t, exists("audit"))
-		require.Zero(t, unread("audit"), "an event topic's new group starts after what was committed")
+		if e.d == dialect.Postgres {
+			// The group starts at the oldest transaction still running, so
+			// that a message whose transaction commits later is not
+			// skipped: what was committed before that transaction began is
+			// not read. Another test's open transaction on the server moves
+			// that point back, so the count of unread messages is exact
+			// only on an idle server; the start is checked instead.
+			var start int64
+			e.scan(`SELECT last_processed_transaction_id::text::bigint FROM `+offsets+` WHERE consumer_group = ?`, []any{"audit"}, &start)
+			require.GreaterOrEqual(t, start, oldest, "an event topic's new group starts after what was committed before the oldest running transaction")
+		} else {
+			require.Zero(t, unread("audit"), "an event topic's new group starts after what was committed")
+		}
+		before := unread("audit")
 		publish("3")
-		require.EqualValues(t, 1, unread("audit"), "and reads what comes next")
+		require.EqualValues(t, before+1, unread("audit"), "and reads what comes next")
 
 		require.False(t, exists("Audit"), "groups compare bytes")
 		e.exec(e.db, q.InsertAtStart, "Audit")
@@ -78,7 +95,7 @@ func TestStatementsGroupStarts(t *testing.T) {
 		atEnd("Audit") // exists: left as it is
 		e.exec(e.db, q.InsertAtStart, "audit")
 		require.EqualValues(t, 3, unread("Audit"))
-		require.EqualValues(t, 1, unread("audit"))
+		require.EqualValues(t, before+1, unread("audit"), "a row that exists is left as it is")
 	})
 }
 
