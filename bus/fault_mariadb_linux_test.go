@@ -313,14 +313,7 @@ func (s *mariadbServer) start(t *testing.T) {
 }
 
 func (s *mariadbServer) ping() error {
-	conn, err := sql.Open("mysql", fmt.Sprintf("root@tcp(127.0.0.1:%d)/?timeout=1s", s.port))
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	return conn.PingContext(ctx)
+	return pingDB("mysql", fmt.Sprintf("root@tcp(127.0.0.1:%d)/?timeout=1s", s.port))
 }
 
 // stop sends sig to the server and waits until it has exited.

@@ -3,7 +3,6 @@
 package bus_test
 
 import (
-	"context"
 	"database/sql"
 	"flag"
 	"fmt"
@@ -211,16 +210,7 @@ func (s *pgServer) start(t *testing.T) {
 	s.launch(t, cmd)
 }
 
-func (s *pgServer) ping() error {
-	conn, err := sql.Open("pgx", s.url("postgres")+"&connect_timeout=1")
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	return conn.PingContext(ctx)
-}
+func (s *pgServer) ping() error { return pingDB("pgx", s.url("postgres")+"&connect_timeout=1") }
 
 // stop shuts the server down (SIGINT: PostgreSQL's fast shutdown, which
 // ends every session as pg_ctl stop does) and waits until it has exited.

@@ -3,6 +3,8 @@
 package bus_test
 
 import (
+	"context"
+	"database/sql"
 	"os/exec"
 	"syscall"
 	"testing"
@@ -78,4 +80,16 @@ func (s *serverProcess) kill() {
 		_ = s.cmd.Process.Kill()
 		<-s.exited
 	}
+}
+
+// pingDB connects to dsn with driver and pings it, in 2 s at most.
+func pingDB(driver, dsn string) error {
+	conn, err := sql.Open(driver, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return conn.PingContext(ctx)
 }

@@ -17,8 +17,8 @@ import (
 // they mean, never as metadata strings: metadata that looks like an
 // option (the keys the first versions used for To, DeliverAt and
 // DeliverAfter) does nothing, the keys postroom reads as instructions are
-// refused by WithMetadata, and Publish refuses To (before, it shipped the
-// destination key on the wire).
+// refused by WithMetadata, and Publish refuses To, so no destination key
+// travels on the wire.
 func TestOptionsAreNotMetadata(t *testing.T) {
 	t.Parallel()
 	b, err := bus.New(bus.Config{Endpoint: testenv.Name("billing"), DB: testenv.SQLite(t), Logger: testenv.Logger(t)})
@@ -78,8 +78,7 @@ func TestOptionsAreNotMetadata(t *testing.T) {
 
 // TestADelayedSendRunsUnderTheCallersContext: a delayed Send outside a
 // handler writes its row under the caller's context, so a cancelled or
-// expired one fails it (before, the row was written under
-// context.Background and the caller's deadline did not apply).
+// expired one fails it and writes no row.
 func TestADelayedSendRunsUnderTheCallersContext(t *testing.T) {
 	t.Parallel()
 	db := testenv.SQLite(t)

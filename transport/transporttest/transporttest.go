@@ -68,6 +68,32 @@ func subscribe(t *testing.T, tr transport.Transport, group, topic string) (messa
 	return sub, msgs
 }
 
+// newMessage is a message with id as its UUID and postroom's ID metadata.
+func newMessage(id string) *message.Message {
+	m := message.NewMessage(id, []byte(`{}`))
+	m.Metadata.Set(metadata.MessageID, m.UUID)
+	return m
+}
+
+// holdFirst subscribes a subscriber of group to topic, publishes ids and
+// receives the first, which it holds unsettled; cancel ends the
+// subscription. The caller closes the subscriber.
+func holdFirst(t *testing.T, tr transport.Transport, group, topic string, ids ...string) (sub message.Subscriber, cancel func(), held *message.Message) {
+	t.Helper()
+	sub, err := tr.Subscriber(group)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	msgs, err := sub.Subscribe(ctx, topic)
+	require.NoError(t, err)
+	for _, id := range ids {
+		publish(t, tr, topic, newMessage(id))
+	}
+	held = receive(t, msgs)
+	require.Equal(t, ids[0], held.UUID)
+	return sub, cancel, held
+}
+
 // receive is the next message of msgs, or fails the test.
 func receive(t *testing.T, msgs <-chan *message.Message) *message.Message {
 	t.Helper()
@@ -95,8 +121,7 @@ func publish(t *testing.T, tr transport.Transport, topic string, msgs ...*messag
 func controlMetadataFromOutsideIsIgnored(t *testing.T, tr transport.Transport) {
 	topic := name("tt_control_")
 	_, msgs := subscribe(t, tr, name("g"), topic)
-	m := message.NewMessage("forged-1", []byte(`{}`))
-	m.Metadata.Set(metadata.MessageID, m.UUID)
+	m := newMessage("forged-1")
 	m.Metadata.Set(metadata.DeliveryCount, "99")
 	m.Metadata.Set("x-delivery-count", "99") // RabbitMQ's header of the count, as a producer may set it
 	m.Metadata.Set(metadata.Redelivered, metadata.RedeliveredYes)
@@ -118,17 +143,7 @@ func controlMetadataFromOutsideIsIgnored(t *testing.T, tr transport.Transport) {
 // subscriber that held it closes (a process that stopped or died).
 func aHeldMessageComesBack(t *testing.T, tr transport.Transport) {
 	topic, group := name("tt_held_"), name("g")
-	first, err := tr.Subscriber(group)
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	msgs, err := first.Subscribe(ctx, topic)
-	require.NoError(t, err)
-	m := message.NewMessage("held-1", []byte(`{}`))
-	m.Metadata.Set(metadata.MessageID, m.UUID)
-	publish(t, tr, topic, m)
-	held := receive(t, msgs)
-	require.Equal(t, "held-1", held.UUID)
+	first, cancel, _ := holdFirst(t, tr, group, topic, "held-1")
 	cancel()
 	require.NoError(t, first.Close()) // without settling what it holds
 
@@ -147,8 +162,7 @@ func subscriptionsOfAGroupCompete(t *testing.T, tr transport.Transport) {
 	_, b := subscribe(t, tr, group, topic)
 	const n = 20
 	for range n {
-		m := message.NewMessage(name("c"), []byte(`{}`))
-		m.Metadata.Set(metadata.MessageID, m.UUID)
+		m := newMessage(name("c"))
 		publish(t, tr, topic, m)
 	}
 	seen := map[string]int{}
@@ -183,8 +197,7 @@ func everyGroupGetsEveryMessage(t *testing.T, tr transport.Transport) {
 	topic := name("tt_groups_")
 	_, a := subscribe(t, tr, name("g"), topic)
 	_, b := subscribe(t, tr, name("g"), topic)
-	m := message.NewMessage("event-1", []byte(`{}`))
-	m.Metadata.Set(metadata.MessageID, m.UUID)
+	m := newMessage("event-1")
 	publish(t, tr, topic, m)
 	for _, msgs := range []<-chan *message.Message{a, b} {
 		got := receive(t, msgs)
@@ -199,19 +212,7 @@ func everyGroupGetsEveryMessage(t *testing.T, tr transport.Transport) {
 // delivered again (bus.Config.StopTimeout relies on it).
 func anAckAfterTheSubscriptionEndedSettles(t *testing.T, tr transport.Transport) {
 	topic, group := name("tt_stop_"), name("g")
-	first, err := tr.Subscriber(group)
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	msgs, err := first.Subscribe(ctx, topic)
-	require.NoError(t, err)
-	for _, id := range []string{"stop-1", "stop-2"} {
-		m := message.NewMessage(id, []byte(`{}`))
-		m.Metadata.Set(metadata.MessageID, m.UUID)
-		publish(t, tr, topic, m)
-	}
-	held := receive(t, msgs)
-	require.Equal(t, "stop-1", held.UUID)
+	first, cancel, held := holdFirst(t, tr, group, topic, "stop-1", "stop-2")
 	cancel()
 	select { // the message's own context ends with its subscription's
 	case <-held.Context().Done():
@@ -241,8 +242,7 @@ func anAckAfterTheSubscriptionEndedSettles(t *testing.T, tr transport.Transport)
 func aNackedMessageComesBackCounted(t *testing.T, tr transport.Transport) {
 	topic := name("tt_nack_")
 	_, msgs := subscribe(t, tr, name("g"), topic)
-	m := message.NewMessage("nacked-1", []byte(`{}`))
-	m.Metadata.Set(metadata.MessageID, m.UUID)
+	m := newMessage("nacked-1")
 	publish(t, tr, topic, m)
 	first := receive(t, msgs)
 	require.Empty(t, first.Metadata.Get(metadata.DeliveryCount), "a first delivery is counted as a redelivery")

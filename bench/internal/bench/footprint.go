@@ -27,7 +27,7 @@ func (s Shape) String() string {
 	return fmt.Sprintf("handlers=%d concurrency=%d batch=%d", s.Handlers, s.Concurrency, s.Batch)
 }
 
-// Shapes are the two shapes issue 41 gives figures for: many handlers, and
+// Shapes are the two shapes the footprint targets are set for: many handlers, and
 // few with large batches.
 var Shapes = []Shape{{Handlers: 50, Concurrency: 8, Batch: 1}, {Handlers: 10, Concurrency: 8, Batch: 100}}
 
@@ -41,7 +41,8 @@ type Footprint struct {
 	PerSecond      float64 // handlings (messages × handlers) per second
 }
 
-// GoroutineTarget is issue 41's bound on idle goroutines for s.
+// GoroutineTarget is the bound on idle goroutines for s: handlers ×
+// (concurrency + 10).
 func (s Shape) GoroutineTarget() int { return s.Handlers * (s.Concurrency + 10) }
 
 func (f Footprint) String() string {
