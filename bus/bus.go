@@ -366,7 +366,7 @@ func (b *Bus) declareErrorQueue() error {
 		return nil
 	}
 	if b.errorQueueSub == nil {
-		sub, err := b.cfg.Transport.Subscriber(ErrorQueueGroup)
+		sub, err := b.cfg.Transport.Subscriber(ErrorQueueGroup, 1)
 		if err != nil {
 			return fmt.Errorf("bus: error queue: %w", err)
 		}

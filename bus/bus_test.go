@@ -94,7 +94,7 @@ type endpoint struct {
 // start runs b and collects its error topic.
 func start(t *testing.T, b *bus.Bus, errorTopic string) *endpoint {
 	t.Helper()
-	errSub, err := b.Transport().Subscriber(testenv.Name("errors_"))
+	errSub, err := b.Transport().Subscriber(testenv.Name("errors_"), 1)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	errs, err := errSub.Subscribe(ctx, errorTopic)

@@ -711,7 +711,7 @@ func checkOutboxCommandNoRoute(t *testing.T, c *confCase) {
 // keeps what fails from here on, and delivers it once the test reads.
 func errorQueue(t *testing.T, c *confCase) <-chan *message.Message {
 	t.Helper()
-	sub, err := c.tr.Subscriber(testenv.Name("errors_"))
+	sub, err := c.tr.Subscriber(testenv.Name("errors_"), 1)
 	require.NoError(t, err)
 	if init, ok := sub.(message.SubscribeInitializer); ok {
 		require.NoError(t, init.SubscribeInitialize(c.errorTopic))

@@ -236,13 +236,10 @@ func (b *Bus) register(name string, byRun bool, opts []HandlerOption, build func
 		b.mu.Unlock()
 	}
 	lim := newLimiter(hc.name, b.cfg.RateLimit, b.cfg.Logger, b.cfg.Metrics.Recorder)
-	// A batch fills with messages handled at the same time.
-	subscriptions := max(hc.concurrency, 1) * max(hc.batchSize, 1)
-	if caps.MaxSubscriptions > 0 && 2*subscriptions > caps.MaxSubscriptions {
-		return fmt.Errorf("bus: handler %s: %d subscriptions on each of its 2 topics (concurrency %d × batch size %d) is over the transport's %d: lower the concurrency or WithBatch's size",
-			hc.name, subscriptions, max(hc.concurrency, 1), max(hc.batchSize, 1), caps.MaxSubscriptions)
-	}
-	plain, err := b.cfg.Transport.Subscriber(group)
+	// One subscription per topic holds the handler's messages in flight,
+	// each run by the router on a goroutine of its own: a batch fills with
+	// messages handled at the same time.
+	plain, err := b.cfg.Transport.Subscriber(group, max(hc.concurrency, 1)*max(hc.batchSize, 1))
 	if err != nil {
 		return fmt.Errorf("bus: handler %s: %w", hc.name, err)
 	}
@@ -289,42 +286,39 @@ func (b *Bus) register(name string, byRun bool, opts []HandlerOption, build func
 			return fmt.Errorf("bus: handler %s: declare its queue for %s: %w", hc.name, topic, err)
 		}
 		guarded := b.guarded(hc.name, topic, chain(topic))
-		for i := range subscriptions {
-			routerName := fmt.Sprintf("%s@%s#%d", hc.name, topic, i)
-			b.router.AddConsumerHandler(routerName, topic, sub, func(msg *message.Message) error {
-				growStack()
-				// Only a batch asks; a redelivery, handled alone, is
-				// not for the open batch to wait for.
-				if hc.batchSize > 1 && !b.redelivery(group, msg) {
-					inFlight.Add(1)
-					defer func() {
-						inFlight.Add(-1)
-						if settle != nil {
-							settle()
-						}
-					}()
-				}
-				b.handling.add()
-				defer b.handling.done()
-				defer b.outliveStop(msg)()
-				err := guarded(msg)
-				// Settled here, before the delivery stops counting as
-				// held (drainingSubscriber); Watermill's own Ack or Nack
-				// after this does nothing more.
-				switch {
-				case errors.Is(err, errStopping):
-					// Given back because the bus stops, said at info by
-					// deliver; Watermill would log it at error.
-					msg.Nack()
-					return nil
-				case err != nil:
-					msg.Nack()
-				default:
-					msg.Ack()
-				}
-				return err
-			})
-		}
+		b.router.AddConsumerHandler(hc.name+"@"+topic, topic, sub, func(msg *message.Message) error {
+			growStack()
+			// Only a batch asks; a redelivery, handled alone, is
+			// not for the open batch to wait for.
+			if hc.batchSize > 1 && !b.redelivery(group, msg) {
+				inFlight.Add(1)
+				defer func() {
+					inFlight.Add(-1)
+					if settle != nil {
+						settle()
+					}
+				}()
+			}
+			b.handling.add()
+			defer b.handling.done()
+			defer b.outliveStop(msg)()
+			err := guarded(msg)
+			// Settled here, before the delivery stops counting as
+			// held (drainingSubscriber); Watermill's own Ack or Nack
+			// after this does nothing more.
+			switch {
+			case errors.Is(err, errStopping):
+				// Given back because the bus stops, said at info by
+				// deliver; Watermill would log it at error.
+				msg.Nack()
+				return nil
+			case err != nil:
+				msg.Nack()
+			default:
+				msg.Ack()
+			}
+			return err
+		})
 	}
 	registered = true
 	return nil

@@ -269,8 +269,8 @@ var errSubscribeRefused = errors.New("subscribe refused")
 // refusingSubscribes is a transport whose subscriptions all fail.
 type refusingSubscribes struct{ transport.Transport }
 
-func (t refusingSubscribes) Subscriber(group string) (message.Subscriber, error) {
-	sub, err := t.Transport.Subscriber(group)
+func (t refusingSubscribes) Subscriber(group string, inFlight int) (message.Subscriber, error) {
+	sub, err := t.Transport.Subscriber(group, inFlight)
 	return refusingSubscriber{sub}, err
 }
 

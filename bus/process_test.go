@@ -509,7 +509,7 @@ func TestPoisonMessageThatKillsItsBatch(t *testing.T) {
 // batch test).
 func poisonKillsItsConsumer(t *testing.T, combo processCombo, quorum bool, messages, maxDeliveries int, env ...string) {
 	p := newProcessSetupOn(t, combo).withSender(t)
-	errSub, err := p.newTransport(t).Subscriber(testenv.Name("errors_"))
+	errSub, err := p.newTransport(t).Subscriber(testenv.Name("errors_"), 1)
 	require.NoError(t, err)
 	// An error topic of its own: its children declare their error queue as
 	// a quorum queue, which a classic declaration of the same queue (by
@@ -524,7 +524,7 @@ func poisonKillsItsConsumer(t *testing.T, combo processCombo, quorum bool, messa
 
 	waiting := messages > 4
 	if waiting {
-		sub, err := p.newTransport(t).Subscriber(bus.GroupOf(p.endpoint, bus.MessageName[Work]()))
+		sub, err := p.newTransport(t).Subscriber(bus.GroupOf(p.endpoint, bus.MessageName[Work]()), 1)
 		require.NoError(t, err)
 		require.NoError(t, sub.(message.SubscribeInitializer).SubscribeInitialize(bus.CommandTopicOf(p.endpoint, bus.MessageName[Work]())))
 		for n := range messages { // Work 0 is the poison message, the others wait behind it

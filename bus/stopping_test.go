@@ -56,7 +56,7 @@ func TestStopDuringTheLastAttemptReturnsTheMessage(t *testing.T) {
 				// context.Canceled (which Watermill would not log).
 				return sql.ErrTxDone
 			}))
-			errSub, err := tr.Subscriber(testenv.Name("errors_"))
+			errSub, err := tr.Subscriber(testenv.Name("errors_"), 1)
 			require.NoError(t, err)
 			require.NoError(t, errSub.(message.SubscribeInitializer).SubscribeInitialize(errorTopic))
 			ctx, cancel := context.WithCancel(context.Background())

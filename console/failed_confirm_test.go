@@ -109,7 +109,7 @@ func amqpErrorTopic(t *testing.T, queues amqp.QueueType) errorTopic {
 	tr := amqptest.New(t, amqp.Config{QueueType: queues})
 	topic, retryTopic, group := testenv.Name("error_"), testenv.Name("charge_"), bus.GroupOf("billing", "test.Charge")
 	subscribe := func(t *testing.T, topic, group string) { // the queue, as a bus declares it
-		sub, err := tr.Subscriber(group)
+		sub, err := tr.Subscriber(group, 1)
 		require.NoError(t, err)
 		require.NoError(t, sub.(message.SubscribeInitializer).SubscribeInitialize(topic))
 	}

@@ -32,7 +32,7 @@ var (
 func TestAMessageNoBusMovedCanBeDeleted(t *testing.T) {
 	tr := amqptest.New(t, amqp.Config{})
 	topic := testenv.Name("error_")
-	sub, err := tr.Subscriber(bus.ErrorQueueGroup)
+	sub, err := tr.Subscriber(bus.ErrorQueueGroup, 1)
 	require.NoError(t, err)
 	require.NoError(t, sub.(message.SubscribeInitializer).SubscribeInitialize(topic))
 	conn, err := amqp091.Dial(testenv.AMQPURL())

@@ -18,13 +18,18 @@ import (
 type Transport interface {
 	// Publisher publishes to topics.
 	Publisher() message.Publisher
-	// Subscriber returns a subscriber for one queue group. When a
-	// subscription's context ends, the message it handed out and that is
-	// not settled yet is still settled by its Ack or Nack until the
-	// subscriber closes (the bus lets a handler running at a stop finish,
-	// bus.Config.StopTimeout); the message's own context ends with the
-	// subscription's.
-	Subscriber(group string) (message.Subscriber, error)
+	// Subscriber returns a subscriber for one queue group whose
+	// subscriptions each hand out up to inFlight messages not settled yet
+	// (at least 1; 1 is Watermill's contract, which its TestPubSub checks):
+	// the next once one of them is acked or nacked. The bus subscribes a
+	// handler once per topic, with inFlight its concurrency (times its
+	// batch size), and Watermill's router runs each message handed out on
+	// a goroutine of its own. When a subscription's context ends, the
+	// messages it handed out and that are not settled yet are still
+	// settled by their Ack or Nack until the subscriber closes (the bus
+	// lets a handler running at a stop finish, bus.Config.StopTimeout); a
+	// message's own context ends with the subscription's.
+	Subscriber(group string, inFlight int) (message.Subscriber, error)
 	// Capabilities says what the transport offers and what it limits.
 	Capabilities() Capabilities
 	// Close releases the transport's connections.
@@ -37,9 +42,10 @@ type Capabilities struct {
 	// Sequential is true for a transport that hands out one message of a
 	// group at a time, however many subscriptions the group has (the SQL
 	// transport: watermill-sql's subscriptions of one group take turns on
-	// the group's offsets row). More concurrency does not help there, and
-	// a batch would never hold more than one message: the bus commits
-	// each message of a batched handler alone.
+	// the group's offsets row), whatever the inFlight it was given. More
+	// concurrency does not help there, and a batch would never hold more
+	// than one message: the bus commits each message of a batched handler
+	// alone.
 	Sequential bool
 	// Reach names where the transport publishes, for a transport whose
 	// messages reach subscribers beyond its own process (RabbitMQ: the
@@ -50,11 +56,6 @@ type Capabilities struct {
 	// the sending endpoint's buses), so that a service on another broker,
 	// sharing the database, does not publish it where nobody listens.
 	Reach string
-	// MaxSubscriptions bounds the subscriptions of one group (RabbitMQ: a
-	// group's subscriptions are channels on one connection). The bus
-	// refuses, at Handle, a handler whose subscriptions would pass it. 0:
-	// no bound.
-	MaxSubscriptions int
 	// DeliveryLimit is how often the broker delivers a message before it
 	// drops it (RabbitMQ's quorum queues: x-delivery-limit, counting nacks
 	// and closed channels); 0: no limit. A message the broker drops is lost

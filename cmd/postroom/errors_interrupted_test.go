@@ -47,7 +47,7 @@ func TestAnInterruptedReplaySaysWhatItReplayed(t *testing.T) {
 	tr := amqptest.New(t, amqp.Config{})
 	errorTopic, retryTopic, group := testenv.Name("error_"), testenv.Name("invoice_"), testenv.Name("billing")
 	for topic, g := range map[string]string{errorTopic: bus.ErrorQueueGroup, retryTopic: group} {
-		sub, err := tr.Subscriber(g)
+		sub, err := tr.Subscriber(g, 1)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = sub.Close() })
 		require.NoError(t, sub.(message.SubscribeInitializer).SubscribeInitialize(topic))

@@ -102,7 +102,7 @@ func waitSettled(t *testing.T, e *endpoint, n uint64) {
 // readErrors subscribes to the endpoint's error topic from its start.
 func readErrors(t *testing.T, tr transport.Transport, topic string) <-chan *message.Message {
 	t.Helper()
-	sub, err := tr.Subscriber(testenv.Name("errors_"))
+	sub, err := tr.Subscriber(testenv.Name("errors_"), 1)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	msgs, err := sub.Subscribe(ctx, topic)

@@ -41,7 +41,7 @@ func TestAnInterruptedRetryDuplicatesAtMostTheMessageItWasAt(t *testing.T) {
 			tr := amqptest.New(t, amqp.Config{})
 			errorTopic, retryTopic := testenv.Name("errors_"), testenv.Name("charge_")
 			for topic, group := range map[string]string{errorTopic: "errors", retryTopic: "billing"} {
-				sub, err := tr.Subscriber(group)
+				sub, err := tr.Subscriber(group, 1)
 				require.NoError(t, err)
 				t.Cleanup(func() { _ = sub.Close() })
 				require.NoError(t, sub.(message.SubscribeInitializer).SubscribeInitialize(topic))

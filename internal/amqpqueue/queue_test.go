@@ -25,7 +25,7 @@ func TestBrowseRemovesWhatItTookWhenStopped(t *testing.T) {
 	require.NoError(t, err)
 	amqptest.Cleanup(t, tr)
 	topic := testenv.Name("errors_")
-	sub, err := tr.Subscriber("g")
+	sub, err := tr.Subscriber("g", 1)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 	require.NoError(t, sub.(message.SubscribeInitializer).SubscribeInitialize(topic))

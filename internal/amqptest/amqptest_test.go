@@ -52,11 +52,11 @@ func TestCleanupDeletesWhatTheTransportDeclared(t *testing.T) {
 	subscribed, published, quorum := testenv.Name("sub_"), testenv.Name("pub_"), testenv.Name("quorum_")
 	t.Run("declare", func(t *testing.T) {
 		tr := New(t, amqp.Config{})
-		sub, err := tr.Subscriber("g")
+		sub, err := tr.Subscriber("g", 1)
 		require.NoError(t, err)
 		require.NoError(t, sub.(message.SubscribeInitializer).SubscribeInitialize(subscribed))
 		require.NoError(t, tr.Publisher().Publish(published, message.NewMessage(watermill.NewUUID(), nil)))
-		qsub, err := New(t, amqp.Config{QueueType: amqp.QueueQuorum}).Subscriber(transport.ErrorQueueGroup)
+		qsub, err := New(t, amqp.Config{QueueType: amqp.QueueQuorum}).Subscriber(transport.ErrorQueueGroup, 1)
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()

@@ -38,9 +38,9 @@ const (
 	QueueTypeDefault = QueueClassic
 	// DeliveryLimitDefault is the default Config.DeliveryLimit.
 	DeliveryLimitDefault = 20
-	// PrefetchDefault is the default Config.Prefetch: the subscriber hands
-	// out one message at a time per subscription anyway, and a prefetch of
-	// one keeps competing consumers fair.
+	// PrefetchDefault is the default Config.Prefetch: a subscription's
+	// prefetch is at least the messages it may hand out at once (the
+	// Subscriber's inFlight), and no more keeps competing consumers fair.
 	PrefetchDefault = 1
 )
 
@@ -65,7 +65,8 @@ type Config struct {
 	// below its Config.MaxDeliveries + 5 (transport.Capabilities).
 	DeliveryLimit int
 	// Prefetch is the basic.qos prefetch count of each subscription's
-	// channel. Defaults to PrefetchDefault (1).
+	// channel, raised to the Subscriber's inFlight where that is higher.
+	// Defaults to PrefetchDefault (1).
 	Prefetch int
 }
 
@@ -142,11 +143,10 @@ func New(cfg Config) (*Transport, error) {
 		publisher: newConfirmPublisher(cfg.URL, log, declared)}, nil
 }
 
-// Capabilities: the broker and vhost as its reach, a group's subscriptions
-// bounded by the channels of one connection, and the quorum queues'
+// Capabilities: the broker and vhost as its reach, and the quorum queues'
 // delivery limit.
 func (t *Transport) Capabilities() transport.Capabilities {
-	return transport.Capabilities{Reach: t.reach(), MaxSubscriptions: maxSubscriptions, DeliveryLimit: t.deliveryLimit()}
+	return transport.Capabilities{Reach: t.reach(), DeliveryLimit: t.deliveryLimit()}
 }
 
 // reach names the broker and vhost of the URL ("amqp://host:5672/%2F",
@@ -214,9 +214,10 @@ func (t *Transport) PublishMandatory(topic string, msgs ...*message.Message) err
 }
 
 // Subscriber returns a subscriber whose queue for a topic is
-// QueueName(topic, group).
-func (t *Transport) Subscriber(group string) (message.Subscriber, error) {
-	s, err := newSubscriber(t.config(group), group, t.cfg, t.log, t.declared)
+// QueueName(topic, group) and whose subscriptions each hand out up to
+// inFlight messages at once (with a prefetch of at least as many).
+func (t *Transport) Subscriber(group string, inFlight int) (message.Subscriber, error) {
+	s, err := newSubscriber(t.config(group), group, max(inFlight, 1), t.cfg, t.log, t.declared)
 	if err != nil {
 		return nil, fmt.Errorf("amqp: connect subscriber: %w", err)
 	}
@@ -245,10 +246,6 @@ func (t *Transport) Connected() bool {
 	}
 	return true
 }
-
-// maxSubscriptions is RabbitMQ's default channel_max per connection
-// (2,047), less room for the channels a subscriber opens to declare.
-const maxSubscriptions = 2000
 
 // deliveryLimit is the x-delivery-limit of the quorum queues subscribers
 // declare, or 0 with classic queues.

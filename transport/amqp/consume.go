@@ -24,6 +24,10 @@ const returnGrace = time.Second
 // keeps failing at once).
 func (s *subscriber) run(ctx context.Context, topic string, out chan<- *message.Message) {
 	queue := QueueName(topic, s.group)
+	// The messages handed out and not settled, over every channel the
+	// subscription consumes on: one consumed again after a lost channel
+	// hands out no more than inFlight while the earlier ones still run.
+	h := newHandedOut(s.inFlight)
 	wait := backoffFirst
 	for again := false; ; again = true {
 		if again {
@@ -46,7 +50,7 @@ func (s *subscriber) run(ctx context.Context, topic string, out chan<- *message.
 			}
 		}
 		began := time.Now()
-		if s.consume(ctx, topic, queue, out) == stopped {
+		if s.consume(ctx, topic, queue, out, h) == stopped {
 			return
 		}
 		if time.Since(began) >= backoffMax {
@@ -64,11 +68,36 @@ const (
 	stopped                // ctx ended or the subscriber closed
 )
 
+// wind ends a stopped consumption: it cancels c, returns what its channel
+// still buffers (not handed out) once the subscriber is quiet, and waits
+// until what it handed out is settled or, at Close, given back.
+func (s *subscriber) wind(c *consumer, deliveries <-chan amqp091.Delivery, h *handedOut, topic, queue string) {
+	s.stop(c)
+	if deliveries != nil {
+		for d := range deliveries { // closed by the cancel, after what it buffered
+			s.giveBack(d, topic, queue)
+		}
+	}
+	h.watchers.Wait()
+}
+
+// handedOut bounds and counts a subscription's messages handed out and
+// not settled yet.
+type handedOut struct {
+	slots    chan struct{} // one token per message handed out; its capacity is inFlight
+	watchers sync.WaitGroup
+}
+
+func newHandedOut(inFlight int) *handedOut {
+	return &handedOut{slots: make(chan struct{}, inFlight)}
+}
+
 // consume consumes queue on a channel of its own until the channel fails
 // (lost) or ctx ends or the subscriber closes (stopped). When stopped, it
 // returns what the channel still holds (deliveries not handed out) only
-// once its consumer is cancelled and the subscriber is quiet.
-func (s *subscriber) consume(ctx context.Context, topic, queue string, out chan<- *message.Message) (o outcome) {
+// once its consumer is cancelled and the subscriber is quiet, and closes
+// the channel once what it handed out is settled or, at Close, given back.
+func (s *subscriber) consume(ctx context.Context, topic, queue string, out chan<- *message.Message, h *handedOut) (o outcome) {
 	ch, err := s.conn.channel()
 	if err != nil {
 		s.log.Logger().Warn("amqp: open a channel to consume; trying again", "topic", topic, "queue", queue, "error", err)
@@ -78,19 +107,14 @@ func (s *subscriber) consume(ctx context.Context, topic, queue string, out chan<
 	var deliveries <-chan amqp091.Delivery
 	defer func() {
 		if o == stopped {
-			s.stop(c)
-			if deliveries != nil {
-				for d := range deliveries { // closed by the cancel, after what it buffered
-					s.giveBack(d, topic, queue)
-				}
-			}
+			s.wind(c, deliveries, h, topic, queue)
 		} else {
 			c.cancel()
 		}
 		s.unregister(c)
 		_ = ch.Close() // returns anything unacked; fails only when closed already
 	}()
-	if err := ch.Qos(s.cfg.Prefetch, 0, false); err != nil {
+	if err := ch.Qos(max(s.cfg.Prefetch, s.inFlight), 0, false); err != nil {
 		s.log.Logger().Warn("amqp: set the prefetch; trying again", "topic", topic, "queue", queue, "error", err)
 		return lost
 	}
@@ -121,7 +145,7 @@ func (s *subscriber) consume(ctx context.Context, topic, queue string, out chan<
 				}
 				return lost
 			}
-			if o := s.deliver(ctx, c, d, topic, queue, out); o != next {
+			if o := s.deliver(ctx, c, d, topic, queue, out, h); o != next {
 				return o
 			}
 		case <-ctx.Done():
@@ -132,8 +156,9 @@ func (s *subscriber) consume(ctx context.Context, topic, queue string, out chan<
 	}
 }
 
-// deliver hands d to out as a message and acks or nacks d as the message
-// is settled. Messages are handed out one at a time per subscription.
+// deliver hands d to out as a message, once the subscription holds fewer
+// than inFlight, and starts the goroutine that acks or nacks d as the
+// message is settled.
 //
 // Once ctx ends or the subscriber closes, nothing more is handed out: d,
 // if not taken, is given back to the queue once the consumer is cancelled
@@ -141,7 +166,7 @@ func (s *subscriber) consume(ctx context.Context, topic, queue string, out chan<
 // watched, its ack or nack passed on, until it is settled or the
 // subscriber closes; what is not settled when the subscriber closes is
 // given back (RabbitMQ redelivers it; the handler's later ack is lost).
-func (s *subscriber) deliver(ctx context.Context, c *consumer, d amqp091.Delivery, topic, queue string, out chan<- *message.Message) outcome {
+func (s *subscriber) deliver(ctx context.Context, c *consumer, d amqp091.Delivery, topic, queue string, out chan<- *message.Message, h *handedOut) outcome {
 	msg, err := s.wcfg.Marshaler.Unmarshal(d)
 	if err != nil { // Marshaler never fails; another one could
 		s.log.Logger().Error("amqp: cannot read a delivery; nacked, RabbitMQ redelivers it", "topic", topic, "queue", queue, "error", err)
@@ -150,9 +175,6 @@ func (s *subscriber) deliver(ctx context.Context, c *consumer, d amqp091.Deliver
 	if d.Redelivered {
 		msg.Metadata.Set(wamqp.MetadataRedeliveredKey, "true")
 	}
-	msgCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	msg.SetContext(msgCtx)
 	giveBack := func() outcome {
 		s.stop(c)
 		s.giveBack(d, topic, queue)
@@ -162,7 +184,7 @@ func (s *subscriber) deliver(ctx context.Context, c *consumer, d amqp091.Deliver
 		return giveBack()
 	}
 	select {
-	case out <- msg:
+	case h.slots <- struct{}{}:
 	case <-ctx.Done():
 		return giveBack()
 	case <-s.closing:
@@ -170,45 +192,60 @@ func (s *subscriber) deliver(ctx context.Context, c *consumer, d amqp091.Deliver
 	case <-c.done: // Close is cancelling every consumer
 		return giveBack()
 	}
+	msgCtx, cancel := context.WithCancel(ctx)
+	msg.SetContext(msgCtx)
+	select {
+	case out <- msg:
+	case <-ctx.Done():
+		cancel()
+		<-h.slots
+		return giveBack()
+	case <-s.closing:
+		cancel()
+		<-h.slots
+		return giveBack()
+	case <-c.done:
+		cancel()
+		<-h.slots
+		return giveBack()
+	}
 	if reason := msg.Metadata.Get(metadata.TransportError); reason != "" {
 		s.log.Logger().Warn("amqp: received a message the transport could not read in full; it goes to the error topic",
 			"message_id", msg.UUID, "topic", topic, "queue", queue, "reason", reason)
 	}
-	o := next
+	h.watchers.Add(1)
+	go func() {
+		defer h.watchers.Done()
+		defer func() { <-h.slots }()
+		defer cancel()
+		s.settleSettled(ctx, c, d, msg, topic, queue)
+	}()
+	return next
+}
+
+// settleSettled acks or nacks d once msg is acked or nacked, or gives it
+// back when the subscriber closes first. A channel that failed meanwhile
+// fails the ack (RabbitMQ redelivers d), and ends the consumption too.
+func (s *subscriber) settleSettled(ctx context.Context, c *consumer, d amqp091.Delivery, msg *message.Message, topic, queue string) {
 	select {
 	case <-msg.Acked():
 	case <-msg.Nacked():
 	case <-s.closing:
 		if !isAcked(msg) { // an ack that raced the Close still counts
-			return giveBack()
-		}
-	case <-ctx.Done():
-		s.stop(c) // no more deliveries; this one is still settled
-		o = stopped
-		select {
-		case <-msg.Acked():
-		case <-msg.Nacked():
-		case <-s.closing:
-			if !isAcked(msg) {
-				return giveBack()
-			}
-		}
-	}
-	acked := false
-	select {
-	case <-msg.Acked():
-		acked = true
-	default:
-		if o == next && (ctx.Err() != nil || s.isClosing()) { // the nack won the race with the stop
 			s.stop(c)
-			o = stopped
+			s.giveBack(d, topic, queue)
+			return
 		}
-		s.logNack(msg, topic, queue, o == stopped)
 	}
-	if settle(d, acked) == lost {
-		return lost
+	acked := isAcked(msg)
+	if !acked {
+		stopping := ctx.Err() != nil || s.isClosing()
+		if stopping { // no redelivery to this consumer, counted again on a quorum queue
+			s.stop(c)
+		}
+		s.logNack(msg, topic, queue, stopping)
 	}
-	return o
+	settle(d, acked)
 }
 
 // isAcked reports whether msg was acked.

@@ -22,7 +22,7 @@ func TestDeclared(t *testing.T) {
 	require.Empty(t, exchanges, "New declares nothing")
 	require.Empty(t, queues)
 	for _, group := range []string{"g", "h"} {
-		sub, err := tr.Subscriber(group)
+		sub, err := tr.Subscriber(group, 1)
 		require.NoError(t, err)
 		for _, topic := range []string{a, b, a} {
 			require.NoError(t, sub.(message.SubscribeInitializer).SubscribeInitialize(topic))

@@ -40,7 +40,7 @@ func requireGivenBack(t *testing.T, s *subscriber, ctx context.Context, c *consu
 	out := make(chan *message.Message)
 	ack := &acknowledger{}
 	ended := make(chan outcome)
-	go func() { ended <- s.deliver(ctx, c, delivery(ack), "t", "q", out) }()
+	go func() { ended <- s.deliver(ctx, c, delivery(ack), "t", "q", out, newHandedOut(1)) }()
 	select {
 	case <-out:
 		t.Fatal("a delivery was handed to the router after the subscription began to stop")
@@ -63,23 +63,74 @@ func TestHeldMessageSettledAfterTheContextEnds(t *testing.T) {
 	out := make(chan *message.Message)
 	ack := &acknowledger{}
 	c := newConsumer(nil, "")
+	h := newHandedOut(1)
 	ended := make(chan outcome)
-	go func() { ended <- s.deliver(ctx, c, delivery(ack), "t", "q", out) }()
+	go func() { ended <- s.deliver(ctx, c, delivery(ack), "t", "q", out, h) }()
 	msg := <-out
+	if o := <-ended; o != next {
+		t.Fatalf("deliver returned %d after handing out, want next", o)
+	}
 	cancel()
+	wound := make(chan struct{})
+	go func() { // what consume does once it sees the context end
+		s.wind(c, nil, h, "t", "q")
+		close(wound)
+	}()
 	for !c.isCancelled() {
 		select {
-		case <-ended:
-			t.Fatal("deliver ended before the held message was settled")
+		case <-wound:
+			t.Fatal("the consumption ended before the held message was settled")
 		case <-time.After(time.Millisecond):
 		}
 	}
-	msg.Ack()
-	if o := <-ended; o != stopped {
-		t.Fatalf("deliver returned %d, want stopped", o)
+	if got := ack.settled(); got != "" {
+		t.Fatalf("the delivery was settled with %q before the handler settled it", got)
 	}
+	msg.Ack()
+	<-wound
 	if got := ack.settled(); got != "ack" {
 		t.Fatalf("the delivery was settled with %q, want the handler's ack", got)
+	}
+}
+
+// TestNoMoreThanInFlightHandedOut: a subscription hands out up to its
+// inFlight messages at once, and the next only once one is settled.
+func TestNoMoreThanInFlightHandedOut(t *testing.T) {
+	s := testSubscriber()
+	out := make(chan *message.Message, 10)
+	h := newHandedOut(3)
+	acks := make([]*acknowledger, 4)
+	for i := range 3 {
+		acks[i] = &acknowledger{}
+		if o := s.deliver(context.Background(), newConsumer(nil, ""), delivery(acks[i]), "t", "q", out, h); o != next {
+			t.Fatalf("delivery %d: deliver returned %d, want next", i, o)
+		}
+	}
+	acks[3] = &acknowledger{}
+	fourth := make(chan outcome)
+	go func() {
+		fourth <- s.deliver(context.Background(), newConsumer(nil, ""), delivery(acks[3]), "t", "q", out, h)
+	}()
+	held := []*message.Message{<-out, <-out, <-out}
+	select {
+	case <-out:
+		t.Fatal("a fourth message was handed out while 3 of inFlight 3 were held")
+	case <-fourth:
+		t.Fatal("deliver handed out a fourth message while 3 of inFlight 3 were held")
+	case <-time.After(50 * time.Millisecond):
+	}
+	held[1].Ack()
+	if o := <-fourth; o != next {
+		t.Fatalf("the fourth delivery: deliver returned %d, want next", o)
+	}
+	(<-out).Ack()
+	held[0].Nack()
+	held[2].Ack()
+	h.watchers.Wait()
+	for i, want := range []string{"nack requeue", "ack", "ack", "ack"} {
+		if got := acks[i].settled(); got != want {
+			t.Fatalf("delivery %d was settled with %q, want %q", i, got, want)
+		}
 	}
 }
 
@@ -144,20 +195,21 @@ func TestNothingHandedOutAfterClose(t *testing.T) {
 }
 
 // TestHeldMessageAtCloseStopsTheSubscription: a message the handler holds
-// when the subscriber closes is given back and the subscription stops
-// (before, deliver reported "go on", and the subscription went on reading
-// what its channel still held).
+// when the subscriber closes is given back (the subscription stops: its
+// loop sees the Close).
 func TestHeldMessageAtCloseStopsTheSubscription(t *testing.T) {
 	s := testSubscriber()
 	out := make(chan *message.Message)
 	ack := &acknowledger{}
 	ended := make(chan outcome)
-	go func() { ended <- s.deliver(context.Background(), newConsumer(nil, ""), delivery(ack), "t", "q", out) }()
+	h := newHandedOut(1)
+	go func() {
+		ended <- s.deliver(context.Background(), newConsumer(nil, ""), delivery(ack), "t", "q", out, h)
+	}()
 	<-out
+	<-ended
 	close(s.closing)
-	if o := <-ended; o != stopped {
-		t.Fatalf("deliver returned %d after Close, want stopped", o)
-	}
+	h.watchers.Wait()
 	if got := ack.settled(); got != "nack requeue" {
 		t.Fatalf("the held delivery was settled with %q, want a nack that requeues it", got)
 	}
@@ -174,7 +226,7 @@ func TestGivenBackAtTheLimitIsLogged(t *testing.T) {
 	close(s.closing)
 	d := delivery(&acknowledger{})
 	d.Headers = amqp091.Table{"x-delivery-count": int64(2)}
-	s.deliver(context.Background(), newConsumer(nil, ""), d, "t", "q", make(chan *message.Message))
+	s.deliver(context.Background(), newConsumer(nil, ""), d, "t", "q", make(chan *message.Message), newHandedOut(1))
 	if !strings.Contains(logs.String(), "level=ERROR msg=\"amqp: message returned while stopping at its queue's delivery limit; RabbitMQ drops it\"") {
 		t.Fatalf("no error line for the drop; logs:\n%s", logs.String())
 	}
@@ -198,13 +250,17 @@ func TestAnAckThatRacesTheCloseCounts(t *testing.T) {
 		out := make(chan *message.Message)
 		ack := &acknowledger{}
 		ended := make(chan outcome)
-		go func() { ended <- s.deliver(context.Background(), newConsumer(nil, ""), delivery(ack), "t", "q", out) }()
+		h := newHandedOut(1)
+		go func() {
+			ended <- s.deliver(context.Background(), newConsumer(nil, ""), delivery(ack), "t", "q", out, h)
+		}()
 		msg := <-out
 		<-gate.reached // deliver is held between handing out and waiting
 		msg.Ack()
 		close(s.closing)
 		close(gate.proceed)
 		<-ended
+		h.watchers.Wait()
 		if got := ack.settled(); got != "ack" {
 			t.Fatalf("a message acked as the subscriber closed was settled with %q, want its ack", got)
 		}

@@ -51,7 +51,8 @@
 // quorum queues get x-delivery-limit [Config.DeliveryLimit] (default 20),
 // after which RabbitMQ drops a message that keeps coming back. An existing
 // queue keeps its type: RabbitMQ refuses to redeclare it with another.
-// [Config.Prefetch] is the basic.qos prefetch count (default 1).
+// [Config.Prefetch] is the basic.qos prefetch count (default 1), raised to
+// a subscription's inFlight ([Transport.Subscriber]) where that is higher.
 //
 // Quorum queues count the earlier deliveries of a message that were not
 // acked, a crash of the consumer included, in the x-delivery-count

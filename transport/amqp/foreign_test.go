@@ -26,7 +26,7 @@ func TestForeignProducer(t *testing.T) {
 	a := newAdmin(t)
 	a.cleanup(topic, "g")
 	tr := newTransport(t, amqp.Config{})
-	sub, err := tr.Subscriber("g")
+	sub, err := tr.Subscriber("g", 1)
 	require.NoError(t, err)
 	got := consume(t, sub, topic, nil)
 
@@ -144,7 +144,7 @@ func TestPostroomRoundTrip(t *testing.T) {
 	a := newAdmin(t)
 	a.cleanup(topic, "g")
 	tr := newTransport(t, amqp.Config{})
-	sub, err := tr.Subscriber("g")
+	sub, err := tr.Subscriber("g", 1)
 	require.NoError(t, err)
 	got := consume(t, sub, topic, nil)
 

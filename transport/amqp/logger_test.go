@@ -31,7 +31,7 @@ func TestSetLogger(t *testing.T) {
 
 	tr.SetLogger(slog.New(after))
 
-	sub, err := tr.Subscriber("g")
+	sub, err := tr.Subscriber("g", 1)
 	require.NoError(t, err)
 	require.Len(t, after.find(slog.LevelInfo, "amqp: connected the subscriber of group g"), 1, "the subscriber's connect")
 	nacked := false

@@ -41,7 +41,7 @@ func TestPublishMandatoryBound(t *testing.T) {
 	a := newAdmin(t)
 	a.cleanup(topic, "g")
 	tr := newTransport(t, amqp.Config{})
-	sub, err := tr.Subscriber("g")
+	sub, err := tr.Subscriber("g", 1)
 	require.NoError(t, err)
 	got := consume(t, sub, topic, nil)
 
@@ -66,7 +66,7 @@ func TestPublishMandatoryConcurrent(t *testing.T) {
 	a.cleanup(routed, "g")
 	a.cleanup(unrouted)
 	tr := newTransport(t, amqp.Config{})
-	sub, err := tr.Subscriber("g")
+	sub, err := tr.Subscriber("g", 1)
 	require.NoError(t, err)
 	require.NoError(t, sub.(message.SubscribeInitializer).SubscribeInitialize(routed))
 

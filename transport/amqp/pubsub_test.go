@@ -50,7 +50,7 @@ func newGroupPubSub(t *testing.T, group string) (message.Publisher, message.Subs
 	require.NoError(t, err)
 	amqptest.Cleanup(t, tr)
 	t.Cleanup(func() { _ = tr.Close() })
-	sub, err := tr.Subscriber(group)
+	sub, err := tr.Subscriber(group, 1)
 	require.NoError(t, err)
 	return tr.Publisher(), sub
 }

@@ -118,7 +118,7 @@ func proxiedSubscriber(t *testing.T, n int) (*amqptest.Proxy, message.Subscriber
 	tr, err := amqp.New(amqp.Config{URL: proxied})
 	require.NoError(t, err)
 	amqptest.Cleanup(t, tr)
-	sub, err := tr.Subscriber("g")
+	sub, err := tr.Subscriber("g", 1)
 	require.NoError(t, err)
 	require.NoError(t, sub.(message.SubscribeInitializer).SubscribeInitialize(topic))
 	msgs := make([]*message.Message, n)

@@ -26,7 +26,7 @@ func TestNackAtTheLimitWhileStoppingIsLogged(t *testing.T) {
 	a.cleanup(topic, "g")
 	logs := &recorder{}
 	tr := newTransport(t, amqp.Config{QueueType: amqp.QueueQuorum, DeliveryLimit: 2, Logger: slog.New(logs)})
-	sub, err := tr.Subscriber("g")
+	sub, err := tr.Subscriber("g", 1)
 	require.NoError(t, err)
 	require.NoError(t, sub.(message.SubscribeInitializer).SubscribeInitialize(topic))
 	require.NoError(t, tr.Publisher().Publish(topic, message.NewMessage(watermill.NewUUID(), nil)))

@@ -56,7 +56,7 @@ func stopReturnsEachMessageOnce(t *testing.T, byContext bool) int {
 	a := newAdmin(t)
 	a.cleanup(topic, "g")
 	tr := newTransport(t, amqp.Config{QueueType: amqp.QueueQuorum})
-	sub, err := tr.Subscriber("g")
+	sub, err := tr.Subscriber("g", 1)
 	require.NoError(t, err)
 	require.NoError(t, sub.(message.SubscribeInitializer).SubscribeInitialize(topic))
 	msgs := make([]*message.Message, backlog)

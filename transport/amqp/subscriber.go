@@ -29,12 +29,13 @@ import (
 // the nacks (RabbitMQ requeues a nacked message at once), and explains a
 // queue declared with other arguments.
 type subscriber struct {
-	conn   *connection
-	wcfg   wamqp.Config // the topology watermill-amqp would declare
-	group  string
-	cfg    Config
-	log    *logsink.Sink
-	record *declaredNames
+	conn     *connection
+	wcfg     wamqp.Config // the topology watermill-amqp would declare
+	group    string
+	inFlight int // messages a subscription hands out at once
+	cfg      Config
+	log      *logsink.Sink
+	record   *declaredNames
 
 	mu        sync.Mutex
 	closed    bool
@@ -55,12 +56,12 @@ var (
 
 // newSubscriber connects a subscriber of group with watermill-amqp's
 // config wcfg.
-func newSubscriber(wcfg wamqp.Config, group string, cfg Config, log *logsink.Sink, record *declaredNames) (*subscriber, error) {
+func newSubscriber(wcfg wamqp.Config, group string, inFlight int, cfg Config, log *logsink.Sink, record *declaredNames) (*subscriber, error) {
 	conn, err := dial(cfg.URL, log, "the subscriber of group "+group)
 	if err != nil {
 		return nil, err
 	}
-	return &subscriber{conn: conn, wcfg: wcfg, group: group, cfg: cfg, log: log, record: record,
+	return &subscriber{conn: conn, wcfg: wcfg, group: group, inFlight: inFlight, cfg: cfg, log: log, record: record,
 		consumers: map[*consumer]struct{}{}, closing: make(chan struct{})}, nil
 }
 

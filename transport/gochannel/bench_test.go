@@ -20,7 +20,7 @@ func BenchmarkDeliver(b *testing.B) {
 			defer tr.Close()
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			sub, _ := tr.Subscriber("a")
+			sub, _ := tr.Subscriber("a", 1)
 			var done sync.WaitGroup
 			done.Add(b.N)
 			for range n {
@@ -58,7 +58,7 @@ func BenchmarkDeliverHeld(b *testing.B) {
 	defer tr.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	sub, _ := tr.Subscriber("a")
+	sub, _ := tr.Subscriber("a", 1)
 	taken := make(chan *message.Message, subscriptions)
 	for range subscriptions {
 		ch, err := sub.Subscribe(ctx, "t")

@@ -29,9 +29,10 @@
 //     queue for the group's other subscriptions, and its context is
 //     cancelled.
 //
-// A subscription holds one message at a time and gets the next once it is
-// acked. The head of a queue goes to whichever free subscription reads it
-// first: a subscription whose reader stopped reading holds nothing.
+// A subscription holds up to its subscriber's inFlight messages at once
+// (Transport.Subscriber) and gets the next once one of them is settled.
+// The head of a queue goes to whichever free subscription reads it first: a
+// subscription whose reader stopped reading holds nothing more.
 // Delivery is at least once: a message is delivered again when acked after
 // its subscription ended. One subscription gets a queue's messages in the
 // order they were published; competing subscriptions handle them

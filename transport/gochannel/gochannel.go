@@ -55,11 +55,12 @@ func New(Config) *Transport {
 // publishers as they were.
 func (t *Transport) Publisher() message.Publisher { return &publisher{t: t} }
 
-// Subscriber returns a subscriber of group: its subscriptions to a topic,
-// and those of every other subscriber of group, share the group's queue for
-// the topic.
-func (t *Transport) Subscriber(group string) (message.Subscriber, error) {
-	return &groupSubscriber{t: t, group: group, subs: map[*subscription]struct{}{}}, nil
+// Subscriber returns a subscriber of group whose subscriptions each hold
+// up to inFlight messages at once: its subscriptions to a topic, and those
+// of every other subscriber of group, share the group's queue for the
+// topic.
+func (t *Transport) Subscriber(group string, inFlight int) (message.Subscriber, error) {
+	return &groupSubscriber{t: t, group: group, inFlight: max(inFlight, 1), subs: map[*subscription]struct{}{}}, nil
 }
 
 // Capabilities: in memory, in this process alone, unbounded.
@@ -154,8 +155,9 @@ func (p *publisher) Close() error {
 }
 
 type groupSubscriber struct {
-	t     *Transport
-	group string
+	t        *Transport
+	group    string
+	inFlight int
 
 	mu     sync.Mutex
 	closed bool
@@ -182,32 +184,36 @@ func (s *groupSubscriber) SubscribeInitialize(topic string) error {
 }
 
 // Subscribe declares the group's queue for topic (see SubscribeInitialize)
-// and delivers its messages, one at a time: the next comes once this one is
-// acked. A nacked message goes back to the head of the queue. The channel
-// closes when ctx ends, or the subscriber or the transport is closed, and
-// the context of the message the subscription holds is cancelled. When
-// ctx ends, that message is still settled by its ack or nack (a handler
-// may finish it); when the subscriber closes it goes back to the head of
-// the queue, and when the transport closes it is dropped.
+// and delivers its messages, up to the subscriber's inFlight at a time:
+// the next comes once one of them is settled. A nacked message goes back to
+// the head of the queue. The channel closes when ctx ends, or the
+// subscriber or the transport is closed, and the contexts of the messages
+// the subscription holds are cancelled. When ctx ends, those messages are
+// still settled by their ack or nack (a handler may finish them); when the
+// subscriber closes they go back to the head of the queue, and when the
+// transport closes they are dropped.
 func (s *groupSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, ErrClosed
 	}
-	sub := newSubscription(ctx)
+	sub := newSubscription(ctx, s.inFlight)
 	s.t.mu.Lock()
 	if s.t.isClosed() {
 		s.t.mu.Unlock()
 		sub.cancel()
 		return nil, ErrClosed
 	}
-	s.t.declare(s.group, topic).add(sub)
+	q := s.t.declare(s.group, topic)
+	q.add(sub)
 	s.t.mu.Unlock()
 	for old := range s.subs { // forget the subscriptions that ended and hold nothing
 		select {
-		case <-old.done:
-			delete(s.subs, old)
+		case <-old.ended:
+			if !old.q.holding(old) {
+				delete(s.subs, old)
+			}
 		default:
 		}
 	}
@@ -234,7 +240,7 @@ func (s *groupSubscriber) Close() error {
 	s.mu.Unlock()
 	for _, sub := range subs {
 		<-sub.ended
-		<-sub.done // what it held is back in the queue
+		sub.watchers.Wait() // what it held is back in the queue
 	}
 	return nil
 }

@@ -26,8 +26,8 @@ func TestGroupsCompeteAndEachGroupGetsEverything(t *testing.T) {
 	defer tr.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	subA, _ := tr.Subscriber("a")
-	subB, _ := tr.Subscriber("b")
+	subA, _ := tr.Subscriber("a", 1)
+	subB, _ := tr.Subscriber("b", 1)
 	a1, err := subA.Subscribe(ctx, "t")
 	require.NoError(t, err)
 	a2, err := subA.Subscribe(ctx, "t")
@@ -162,7 +162,7 @@ func TestQueueExistsFromSubscribeInitialize(t *testing.T) {
 	require.ErrorIs(t, err, transport.ErrNoRoute)
 	publish(t, tr, "t", "dropped")
 
-	sub, err := tr.Subscriber("a")
+	sub, err := tr.Subscriber("a", 1)
 	require.NoError(t, err)
 	require.NoError(t, sub.(message.SubscribeInitializer).SubscribeInitialize("t"))
 	publish(t, tr, "t", "1")
@@ -179,7 +179,7 @@ func TestQueueExistsFromSubscribeInitialize(t *testing.T) {
 
 	// Group b declares the topic by subscribing; its queue stays after the
 	// subscription ends.
-	subB, _ := tr.Subscriber("b")
+	subB, _ := tr.Subscriber("b", 1)
 	ctxB, cancelB := context.WithCancel(ctx)
 	chB, err := subB.Subscribe(ctxB, "t")
 	require.NoError(t, err)
@@ -204,7 +204,7 @@ func TestHeldMessageIsSettledAfterItsSubscriptionEnds(t *testing.T) {
 	t.Parallel()
 	tr := gochannel.New(gochannel.Config{})
 	defer tr.Close()
-	sub, _ := tr.Subscriber("a")
+	sub, _ := tr.Subscriber("a", 1)
 	ctx1, cancel1 := context.WithCancel(context.Background())
 	defer cancel1()
 	ch1, err := sub.Subscribe(ctx1, "t")
@@ -213,7 +213,7 @@ func TestHeldMessageIsSettledAfterItsSubscriptionEnds(t *testing.T) {
 	held := receive(t, ch1)
 	require.Equal(t, "1", held.UUID)
 
-	other, _ := tr.Subscriber("a")
+	other, _ := tr.Subscriber("a", 1)
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	defer cancel2()
 	ch2, err := other.Subscribe(ctx2, "t")
@@ -251,7 +251,7 @@ func TestHeldMessageIsSettledAfterItsSubscriptionEnds(t *testing.T) {
 	cancel3()
 	closes(t, ch3)
 	require.NoError(t, other.Close())
-	third, _ := tr.Subscriber("a")
+	third, _ := tr.Subscriber("a", 1)
 	ch4, err := third.Subscribe(context.Background(), "t")
 	require.NoError(t, err)
 	msg = receive(t, ch4)
@@ -402,8 +402,8 @@ func TestSubscriberClose(t *testing.T) {
 	defer tr.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	sub1, _ := tr.Subscriber("a")
-	sub2, _ := tr.Subscriber("a")
+	sub1, _ := tr.Subscriber("a", 1)
+	sub2, _ := tr.Subscriber("a", 1)
 	ch1, err := sub1.Subscribe(ctx, "t")
 	require.NoError(t, err)
 	ch1b, err := sub1.Subscribe(ctx, "other")
@@ -429,7 +429,7 @@ func TestSubscriberClose(t *testing.T) {
 func TestPublishAfterClose(t *testing.T) {
 	t.Parallel()
 	tr := gochannel.New(gochannel.Config{})
-	sub, _ := tr.Subscriber("a")
+	sub, _ := tr.Subscriber("a", 1)
 	ch, err := sub.Subscribe(context.Background(), "t")
 	require.NoError(t, err)
 
@@ -458,11 +458,11 @@ func TestAckedJustBeforeTheEndIsNotRedelivered(t *testing.T) {
 	defer tr.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	other, _ := tr.Subscriber("a")
+	other, _ := tr.Subscriber("a", 1)
 	chOther, err := other.Subscribe(ctx, "t")
 	require.NoError(t, err)
 	for i := range 100 {
-		sub, _ := tr.Subscriber("a")
+		sub, _ := tr.Subscriber("a", 1)
 		ch, err := sub.Subscribe(ctx, "t")
 		require.NoError(t, err)
 		publish(t, tr, "t", fmt.Sprint(i))
@@ -489,7 +489,7 @@ func groupA(t *testing.T) (*gochannel.Transport, message.Subscriber, context.Con
 	t.Cleanup(func() { _ = tr.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	sub, err := tr.Subscriber("a")
+	sub, err := tr.Subscriber("a", 1)
 	require.NoError(t, err)
 	return tr, sub, ctx
 }

@@ -72,7 +72,7 @@ func newPubSub(t *testing.T) (message.Publisher, message.Subscriber) {
 
 func newGroupPubSub(t *testing.T, group string) (message.Publisher, message.Subscriber) {
 	tr := transportOf(t)
-	sub, err := tr.Subscriber(group)
+	sub, err := tr.Subscriber(group, 1)
 	require.NoError(t, err)
 	return tr.Publisher(), sub
 }

@@ -21,13 +21,13 @@ const (
 
 // queue is a group's unbounded FIFO for one topic. While it has
 // subscriptions, one dispatcher goroutine offers the head message to the
-// free subscriptions that have waited longest (up to maxOffers at once)
-// and gives it to the first that reads: a subscription whose reader
-// stopped holds nothing. A watcher goroutine per subscription waits for the
-// ack or nack of what it holds. The dispatcher's work per message does not
-// grow with the number of subscriptions (a batched handler has hundreds):
-// free subscriptions wait in a list of their own, and the subscriptions are
-// looked over only when one has ended.
+// free subscriptions (those holding fewer messages than they may) that
+// have waited longest (up to maxOffers at once) and gives it to the first
+// that reads: a subscription whose reader stopped holds nothing more. A
+// watcher goroutine per message held waits for its ack or nack; an idle
+// subscription has none. The dispatcher's work per message does not grow
+// with the number of subscriptions: free subscriptions wait in a list of
+// their own, and the subscriptions are looked over only when one has ended.
 type queue struct {
 	t    *Transport
 	wake chan struct{} // holds a token when the dispatcher has something new to look at
@@ -36,7 +36,7 @@ type queue struct {
 	items   []*message.Message // items[head:] are queued, oldest first
 	head    int
 	subs    []*subscription // every subscription not yet ended
-	free    []*subscription // the subscriptions of subs holding nothing, longest free first
+	free    []*subscription // the subscriptions of subs holding fewer than they may, longest free first
 	gone    int             // subscriptions whose context ended since the dispatcher last looked
 	running bool            // a dispatcher goroutine runs
 }
@@ -107,18 +107,17 @@ func (q *queue) pushFront(m *message.Message) {
 	q.items[0] = m
 }
 
-// add hands sub to the dispatcher, starting one if none runs, and starts
-// the goroutine that watches what sub holds. Callers hold q.t.mu, so
-// Transport.Close cannot start waiting in between.
+// add hands sub to the dispatcher, starting one if none runs. Callers
+// hold q.t.mu, so Transport.Close cannot start waiting in between.
 func (q *queue) add(sub *subscription) {
+	sub.q = q
 	q.mu.Lock()
 	q.subs = append(q.subs, sub)
 	q.free = append(q.free, sub)
 	start := !q.running
 	q.running = true
 	q.mu.Unlock()
-	q.t.running.Add(1)
-	go q.watch(sub)
+	context.AfterFunc(sub.ctx, func() { q.ending(sub) })
 	if start {
 		q.t.running.Add(1)
 		go q.dispatch()
@@ -127,18 +126,19 @@ func (q *queue) add(sub *subscription) {
 	q.signal()
 }
 
-// subscription is one Subscribe call: an unbuffered channel and at most one
-// message held (delivered, not yet acked or nacked).
+// subscription is one Subscribe call: an unbuffered channel and at most
+// inFlight messages held (delivered, not yet acked or nacked).
 type subscription struct {
-	ctx     context.Context // ends with the caller's context or the subscriber's Close
-	cancel  context.CancelFunc
-	closing chan struct{} // closed by the subscriber's Close, before cancel
-	out     chan *message.Message
-	ended   chan struct{}  // closed after out
-	took    chan *delivery // what the dispatcher delivered, for the watcher
+	ctx      context.Context // ends with the caller's context or the subscriber's Close
+	cancel   context.CancelFunc
+	closing  chan struct{} // closed by the subscriber's Close, before cancel
+	out      chan *message.Message
+	ended    chan struct{} // closed after out
+	inFlight int           // how many it may hold at once
+	q        *queue        // set by queue.add
 
-	held *delivery     // under queue.mu: delivered and not yet acked or nacked
-	done chan struct{} // closed when the watcher returned: nothing held any more
+	held     map[*delivery]struct{} // under queue.mu: delivered and not yet acked or nacked
+	watchers sync.WaitGroup         // one per message held
 
 	offer *delivery // dispatcher only: the head, offered while the subscription is free
 }
@@ -152,16 +152,16 @@ type delivery struct {
 	cancel context.CancelFunc
 }
 
-func newSubscription(ctx context.Context) *subscription {
+func newSubscription(ctx context.Context, inFlight int) *subscription {
 	ctx, cancel := context.WithCancel(ctx)
 	return &subscription{
-		ctx:     ctx,
-		cancel:  cancel,
-		closing: make(chan struct{}),
-		out:     make(chan *message.Message),
-		ended:   make(chan struct{}),
-		took:    make(chan *delivery, 1),
-		done:    make(chan struct{}),
+		ctx:      ctx,
+		cancel:   cancel,
+		closing:  make(chan struct{}),
+		out:      make(chan *message.Message),
+		ended:    make(chan struct{}),
+		inFlight: max(inFlight, 1),
+		held:     map[*delivery]struct{}{},
 	}
 }
 
@@ -195,69 +195,26 @@ func (s *subscription) end() {
 	close(s.ended)
 }
 
-// watch settles what s holds when it is acked or nacked, and tells the
-// dispatcher when s's context ends. A message held then is still settled
-// when its handler acks or nacks it, until the subscriber or the
-// transport closes: a caller that stops subscribing (the bus at a stop)
-// may let the messages in flight finish. Given back at once, it would be
-// handled again while its first run goes on.
-func (q *queue) watch(s *subscription) {
-	defer q.t.running.Done()
-	defer close(s.done)
-	for {
-		var d *delivery
-		select {
-		case d = <-s.took:
-		case <-s.ctx.Done():
-			q.ending(s)
-			return
-		}
-		select {
-		case <-d.msg.Acked():
-			q.settle(s, d, false)
-		case <-d.msg.Nacked():
-			q.settle(s, d, true)
-		case <-s.ctx.Done():
-			q.ending(s)
-			return
-		}
-	}
-}
-
-// ending settles what s holds once its context ended: it has the
-// dispatcher end s, after which nothing more is handed to it (the
-// dispatcher alone hands out and ends subscriptions, so a hand-out in
-// progress has finished), then waits for the settle of what s still
-// holds. The dispatcher never gives back what an ended subscription
-// holds: it could decide so before the watcher has seen the end, and give
-// back a message still being handled, whose ack then goes nowhere (a
-// router's subscriptions end together, so this is no rare case).
+// ending tells the dispatcher that s's context ended: it ends s, after
+// which nothing more is handed to it (the dispatcher alone hands out and
+// ends subscriptions, so a hand-out in progress has finished). What s
+// holds stays with its watchers, settled by its ack or nack: a caller
+// that stops subscribing (the bus at a stop) may let the messages in
+// flight finish. Given back at once, a message would be handled again
+// while its first run goes on.
 func (q *queue) ending(s *subscription) {
 	q.mu.Lock()
 	q.gone++
 	q.mu.Unlock()
 	q.signal()
-	select {
-	case <-s.ended:
-	case <-q.t.closed:
-		return // dropped with the queue
-	}
-	q.mu.Lock()
-	d := s.held
-	q.mu.Unlock()
-	if d == nil {
-		return
-	}
-	select {
-	case <-s.took: // handed out before the end, not read by the loop above
-	default:
-	}
-	q.settleLate(s, d)
 }
 
-// settleLate waits for d, held by s after its context ended, to be acked
-// or nacked; the subscriber's Close gives it back, the transport's drops it.
-func (q *queue) settleLate(s *subscription, d *delivery) {
+// watch settles d, held by s, when it is acked or nacked; after s's
+// context ended too, until the subscriber closes (which gives it back) or
+// the transport closes (which drops it).
+func (q *queue) watch(s *subscription, d *delivery) {
+	defer q.t.running.Done()
+	defer s.watchers.Done()
 	select {
 	case <-d.msg.Acked():
 		q.settle(s, d, false)
@@ -270,18 +227,17 @@ func (q *queue) settleLate(s *subscription, d *delivery) {
 	}
 }
 
-// settle frees s for the next message, unless its context ended; a nacked
-// one goes back to the head.
+// settle frees a place of s for the next message, unless its context
+// ended; a nacked message goes back to the head.
 func (q *queue) settle(s *subscription, d *delivery, nacked bool) {
 	q.mu.Lock()
-	if s.held == d { // else the dispatcher ended s and dealt with d
-		s.held = nil
-		if s.ctx.Err() == nil { // an ended one is dropped (dropEnded), never offered again
-			q.free = append(q.free, s)
-		}
-		if nacked {
-			q.pushFront(d.queued)
-		}
+	full := len(s.held) >= s.inFlight
+	delete(s.held, d)
+	if full && s.ctx.Err() == nil { // an ended one is dropped (dropEnded), never offered again
+		q.free = append(q.free, s)
+	}
+	if nacked {
+		q.pushFront(d.queued)
 	}
 	q.mu.Unlock()
 	d.cancel()
@@ -385,7 +341,7 @@ func (q *queue) dispatch() {
 }
 
 // dropEnded ends the subscriptions whose context has ended; what one holds
-// stays with its watcher (see ending). Callers hold q.mu.
+// stays with its watchers (see ending). Callers hold q.mu.
 func (q *queue) dropEnded() {
 	live := q.subs[:0]
 	for _, s := range q.subs {
@@ -416,7 +372,8 @@ func (q *queue) rotateLocked(n int) {
 	q.free = append(slices.Delete(q.free, 0, n), offered...)
 }
 
-// taken records that s received its offer of the head.
+// taken records that s received its offer of the head, and starts the
+// watcher of its settle.
 func (q *queue) taken(s *subscription) {
 	d := s.offer
 	s.offer = nil
@@ -424,14 +381,25 @@ func (q *queue) taken(s *subscription) {
 	// Not always the head any more: a watcher puts a nacked message back
 	// in front of it (settle) while it is offered.
 	q.remove(d.queued)
-	s.held = d
-	// s is one of the first maxOffers of q.free: it was offered as such,
-	// and only the dispatcher removes subscriptions from the list.
-	if i := slices.Index(q.free, s); i >= 0 {
-		q.free = slices.Delete(q.free, i, i+1)
+	s.held[d] = struct{}{}
+	if len(s.held) >= s.inFlight {
+		// s is one of the first maxOffers of q.free: it was offered as
+		// such, and only the dispatcher removes subscriptions from the list.
+		if i := slices.Index(q.free, s); i >= 0 {
+			q.free = slices.Delete(q.free, i, i+1)
+		}
 	}
+	s.watchers.Add(1)
+	q.t.running.Add(1)
 	q.mu.Unlock()
-	s.took <- d // empty: the watcher took the previous one before s was free
+	go q.watch(s, d)
+}
+
+// holding reports whether s holds a message.
+func (q *queue) holding(s *subscription) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(s.held) > 0
 }
 
 // acked reports whether msg was acked (the watcher may not have seen it

@@ -29,7 +29,7 @@ func heldAtStop(t *testing.T, nsubs int) {
 	const rounds = 100
 	for i := 0; i < rounds; i++ {
 		tr := gochannel.New(gochannel.Config{})
-		sub, _ := tr.Subscriber("a")
+		sub, _ := tr.Subscriber("a", 1)
 		parent, cancel := context.WithCancel(context.Background())
 		var chans []<-chan *message.Message
 		for range nsubs {
@@ -57,7 +57,7 @@ func heldAtStop(t *testing.T, nsubs int) {
 		cancel()
 		time.Sleep(5 * time.Millisecond)
 		held.Ack()
-		other, _ := tr.Subscriber("a")
+		other, _ := tr.Subscriber("a", 1)
 		ch, _ := other.Subscribe(context.Background(), "t")
 		select {
 		case m := <-ch:
@@ -80,7 +80,7 @@ func TestCloseGivesBackWhatAnEndedSubscriptionHolds(t *testing.T) {
 	t.Parallel()
 	tr := gochannel.New(gochannel.Config{})
 	defer tr.Close()
-	sub, _ := tr.Subscriber("a")
+	sub, _ := tr.Subscriber("a", 1)
 	ctx1, cancel1 := context.WithCancel(context.Background())
 	ch1, _ := sub.Subscribe(ctx1, "t")
 	_ = tr.Publisher().Publish("t", message.NewMessage("1", nil))
@@ -91,7 +91,7 @@ func TestCloseGivesBackWhatAnEndedSubscriptionHolds(t *testing.T) {
 	time.Sleep(20 * time.Millisecond)
 	_, _ = sub.Subscribe(context.Background(), "other") // forgets the ended subscription
 	_ = sub.Close()
-	other, _ := tr.Subscriber("a")
+	other, _ := tr.Subscriber("a", 1)
 	ch, _ := other.Subscribe(context.Background(), "t")
 	select {
 	case m := <-ch:

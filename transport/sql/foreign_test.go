@@ -126,7 +126,7 @@ func TestForeignRows(t *testing.T) {
 // subscribe reads topic in a group of its own, declared now.
 func subscribe(t *testing.T, tr *wsql.Transport, topic string) <-chan *message.Message {
 	t.Helper()
-	sub, err := tr.Subscriber(testenv.Name("errors_"))
+	sub, err := tr.Subscriber(testenv.Name("errors_"), 1)
 	require.NoError(t, err)
 	require.NoError(t, sub.(message.SubscribeInitializer).SubscribeInitialize(topic))
 	ctx, cancel := context.WithCancel(context.Background())

@@ -68,7 +68,7 @@ func TestGroupsAlikeButForCaseEachGetEveryMessage(t *testing.T) {
 // subscribeGroup subscribes group to topic on tr and acks what it receives.
 func subscribeGroup(t *testing.T, tr *wsql.Transport, group, topic string) *received {
 	t.Helper()
-	sub, err := tr.Subscriber(group)
+	sub, err := tr.Subscriber(group, 1)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -114,7 +114,7 @@ func TestAnOffsetsTableItCannotAlterIsSaid(t *testing.T) {
 	tr, err := wsql.New(wsql.Config{DB: db, PollInterval: 10 * time.Millisecond, Logger: logger})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = tr.Close() })
-	sub, err := tr.Subscriber("audit")
+	sub, err := tr.Subscriber("audit", 1)
 	require.NoError(t, err)
 	began := time.Now()
 	require.NoError(t, sub.(message.SubscribeInitializer).SubscribeInitialize(topic))

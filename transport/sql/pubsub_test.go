@@ -55,7 +55,7 @@ func pubSubOn(open func(testing.TB) *gorm.DB) tests.ConsumerGroupPubSubConstruct
 		tr, err := wsql.New(wsql.Config{DB: db.(*gorm.DB), PollInterval: 10 * time.Millisecond})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = tr.Close() })
-		sub, err := tr.Subscriber(group)
+		sub, err := tr.Subscriber(group, 1)
 		require.NoError(t, err)
 		return tr.Publisher(), sub
 	}

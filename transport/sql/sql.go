@@ -105,8 +105,11 @@ func (t *Transport) SetLogger(l *slog.Logger) { t.log.Set(l) }
 // Publisher returns the publisher.
 func (t *Transport) Publisher() message.Publisher { return t.publisher }
 
-// Subscriber returns a subscriber of consumer group group.
-func (t *Transport) Subscriber(group string) (message.Subscriber, error) {
+// Subscriber returns a subscriber of consumer group group. Its
+// subscriptions hand out one message at a time whatever inFlight is:
+// watermill-sql's subscriptions of one group take turns on the group's
+// offsets row (transport.Capabilities.Sequential).
+func (t *Transport) Subscriber(group string, _ int) (message.Subscriber, error) {
 	sub, err := wsql.NewSubscriber(trackedBeginner{t.db}, wsql.SubscriberConfig{
 		ConsumerGroup:    group,
 		PollInterval:     t.cfg.PollInterval,

@@ -26,7 +26,7 @@ func ackedAroundAStop(t *testing.T, ackBeforeCancel bool) (stops []time.Duration
 	require.NoError(t, err)
 	defer tr.Close()
 	topic := testenv.Name("stop_")
-	sub, err := tr.Subscriber("g")
+	sub, err := tr.Subscriber("g", 1)
 	require.NoError(t, err)
 	require.NoError(t, sub.(message.SubscribeInitializer).SubscribeInitialize(topic))
 	dups := 0

@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"testing"
 	"time"
 
@@ -45,6 +46,7 @@ var checks = []struct {
 	{"EveryGroupGetsEveryMessage", everyGroupGetsEveryMessage},
 	{"AnAckAfterTheSubscriptionEndedSettles", anAckAfterTheSubscriptionEndedSettles},
 	{"ANackedMessageComesBackCounted", aNackedMessageComesBackCounted},
+	{"ASubscriptionHoldsUpToItsInFlight", aSubscriptionHoldsUpToItsInFlight},
 }
 
 // name is a topic or group name unique to a test, valid on every
@@ -58,7 +60,7 @@ func name(prefix string) string {
 // subscribe subscribes group to topic until the test ends.
 func subscribe(t *testing.T, tr transport.Transport, group, topic string) (message.Subscriber, <-chan *message.Message) {
 	t.Helper()
-	sub, err := tr.Subscriber(group)
+	sub, err := tr.Subscriber(group, 1)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, sub.Close()) })
 	ctx, cancel := context.WithCancel(context.Background())
@@ -80,7 +82,7 @@ func newMessage(id string) *message.Message {
 // subscription. The caller closes the subscriber.
 func holdFirst(t *testing.T, tr transport.Transport, group, topic string, ids ...string) (sub message.Subscriber, cancel func(), held *message.Message) {
 	t.Helper()
-	sub, err := tr.Subscriber(group)
+	sub, err := tr.Subscriber(group, 1)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -253,4 +255,54 @@ func aNackedMessageComesBackCounted(t *testing.T, tr transport.Transport) {
 		require.Equal(t, "1", c, "one delivery before this one was not settled")
 	}
 	require.True(t, second.Ack())
+}
+
+// aSubscriptionHoldsUpToItsInFlight: a subscription of a subscriber made
+// with inFlight 3 hands out 3 messages before any is settled, no fourth
+// until one of them is, and the ones it holds when its context ends still
+// settle by their ack (the bus runs a handler's messages in flight on one
+// subscription, and lets them finish at a stop). A sequential transport
+// hands out one at a time whatever inFlight is (Capabilities.Sequential).
+func aSubscriptionHoldsUpToItsInFlight(t *testing.T, tr transport.Transport) {
+	if tr.Capabilities().Sequential {
+		t.Skip("a sequential transport hands out one message of a group at a time (Capabilities.Sequential)")
+	}
+	const inFlight = 3
+	topic, group := name("tt_inflight_"), name("g")
+	sub, err := tr.Subscriber(group, inFlight)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, sub.Close()) })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	msgs, err := sub.Subscribe(ctx, topic)
+	require.NoError(t, err)
+	for i := range inFlight + 2 {
+		publish(t, tr, topic, newMessage(fmt.Sprintf("in-flight-%d", i)))
+	}
+	var held []*message.Message
+	for range inFlight {
+		held = append(held, receive(t, msgs))
+	}
+	select {
+	case m := <-msgs:
+		require.FailNow(t, "a subscription of inFlight 3 handed out a fourth message while it held 3", "got %s", m.UUID)
+	case <-time.After(300 * time.Millisecond):
+	}
+	require.True(t, held[0].Ack())
+	held = append(held[1:], receive(t, msgs))
+	cancel()
+	for _, m := range held {
+		require.True(t, m.Ack())
+	}
+	require.NoError(t, sub.Close())
+
+	_, again := subscribe(t, tr, group, topic)
+	got := receive(t, again)
+	require.Equal(t, fmt.Sprintf("in-flight-%d", inFlight+1), got.UUID, "a message acked after its subscription ended came again")
+	require.True(t, got.Ack())
+	select {
+	case m := <-again:
+		require.FailNow(t, "a message acked after its subscription ended came again", "got %s", m.UUID)
+	case <-time.After(500 * time.Millisecond):
+	}
 }
