@@ -11,6 +11,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/storeinfo"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/middleware/unitofwork"
 	"github.com/postroom/postroom/store"
@@ -125,7 +126,7 @@ func (b *Bus) reportDelayed(ctx context.Context) {
 	if !ok {
 		return
 	}
-	n, next, err := store.DelayedSummary(ctx, b.cfg.DB, store.Tables{})
+	n, next, err := storeinfo.DelayedSummary(ctx, b.cfg.DB, store.Tables{})
 	if err != nil {
 		if ctx.Err() != nil {
 			return // stopping
@@ -402,7 +403,7 @@ func (r delayedRow) message() *message.Message {
 // a database the bus only runs transactions on may have none of
 // postroom's schema.
 func (b *Bus) delayedTableExists(ctx context.Context) bool {
-	_, _, err := store.DelayedSummary(ctx, b.cfg.DB, store.Tables{})
+	_, _, err := storeinfo.DelayedSummary(ctx, b.cfg.DB, store.Tables{})
 	return err == nil
 }
 

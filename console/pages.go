@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/storeinfo"
 	"github.com/postroom/postroom/middleware/inbox"
 	"github.com/postroom/postroom/scheduler"
-	"github.com/postroom/postroom/store"
 )
 
 // overdueAfter is how late a schedule's next slot may be before the
@@ -71,7 +71,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 				now.Sub(s.NextRunAt).Round(time.Second)), "/schedules"})
 		}
 	}
-	delayed, nextDue, err := store.DelayedSummary(ctx, c.cfg.DB, c.tables)
+	delayed, nextDue, err := storeinfo.DelayedSummary(ctx, c.cfg.DB, c.tables)
 	if err != nil {
 		delayed = -1 // no delayed table (the schema not migrated): not shown
 	} else if delayed > 0 && now.Sub(nextDue) > overdueAfter {
@@ -82,11 +82,11 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		todo = append(todo, attention{"warn", fmt.Sprintf("%s is %s past its due time: is any bus running on this database?",
 			what, now.Sub(nextDue).Round(time.Second)), "/"})
 	}
-	tables, err := store.Stats(ctx, c.cfg.DB, c.tables)
+	tables, err := storeinfo.Stats(ctx, c.cfg.DB, c.tables)
 	if err != nil {
 		errs = append(errs, err)
 	}
-	consumers, err := store.InboxSummary(ctx, c.cfg.DB, c.tables)
+	consumers, err := storeinfo.InboxSummary(ctx, c.cfg.DB, c.tables)
 	if err != nil {
 		errs = append(errs, err)
 	}
