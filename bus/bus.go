@@ -17,9 +17,9 @@ import (
 
 	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/internal/logsink"
+	"github.com/postroom/postroom/internal/uow"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/middleware/tracing"
-	"github.com/postroom/postroom/middleware/unitofwork"
 	"github.com/postroom/postroom/outbox"
 	"github.com/postroom/postroom/scheduler"
 	"github.com/postroom/postroom/store"
@@ -484,7 +484,7 @@ func (b *Bus) closeRouter(done <-chan struct{}) error {
 // Tx returns the database transaction of the message being handled, for
 // the handler's business writes; they commit with the inbox key and the
 // watermark, or not at all. It is nil outside a transactional handler.
-func Tx(ctx context.Context) *gorm.DB { return unitofwork.Tx(ctx) }
+func Tx(ctx context.Context) *gorm.DB { return uow.Tx(ctx) }
 
 // MessageID returns the ID of the message being handled, or "" outside a
 // handler. It is stable across redeliveries: pass it as the idempotency key

@@ -12,8 +12,8 @@ import (
 
 	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/internal/storeinfo"
+	"github.com/postroom/postroom/internal/uow"
 	"github.com/postroom/postroom/metrics"
-	"github.com/postroom/postroom/middleware/unitofwork"
 	"github.com/postroom/postroom/store"
 	"github.com/postroom/postroom/transport"
 )
@@ -410,8 +410,8 @@ func (b *Bus) delayedTableExists(ctx context.Context) bool {
 // inTransaction returns the handler's transaction for a delayed message
 // sent from it, or nil when it has none.
 func inTransaction(ctx context.Context) *gorm.DB {
-	if unitofwork.Active(ctx) {
-		return unitofwork.Tx(ctx)
+	if uow.Active(ctx) {
+		return uow.Tx(ctx)
 	}
 	return nil
 }
