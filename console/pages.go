@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/postroom/postroom/internal/claims"
 	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/internal/storeinfo"
 	"github.com/postroom/postroom/middleware/inbox"
@@ -48,7 +49,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 			todo = append(todo, attention{"warn", warning, "/failed"})
 		}
 	}
-	unresolved, err := inbox.ListUnresolved(ctx, c.cfg.DB, c.tables.Inbox, now, c.cfg.Limit)
+	unresolved, err := claims.ListUnresolved(ctx, c.cfg.DB, c.tables.Inbox, now, c.cfg.Limit)
 	unresolvedN := plural(len(unresolved), "unresolved external effect", "unresolved external effects")
 	if len(unresolved) == c.cfg.Limit {
 		unresolvedN = "at least " + unresolvedN // the read stopped at the limit
@@ -155,12 +156,12 @@ func (c *Console) scheduleAction(w http.ResponseWriter, r *http.Request) {
 
 // unresolvedRow is an unresolved claim with its idempotency key.
 type unresolvedRow struct {
-	inbox.Unresolved
+	claims.Unresolved
 	IdempotencyKey string
 }
 
 func (c *Console) unresolved(ctx context.Context) ([]unresolvedRow, error) {
-	list, err := inbox.ListUnresolved(ctx, c.cfg.DB, c.tables.Inbox, c.now(), c.cfg.Limit)
+	list, err := claims.ListUnresolved(ctx, c.cfg.DB, c.tables.Inbox, c.now(), c.cfg.Limit)
 	rows := make([]unresolvedRow, len(list))
 	for i, u := range list {
 		rows[i] = unresolvedRow{u, inbox.IdempotencyKeyOf(u.Consumer, inbox.Key{Source: u.Source, MessageID: u.MessageID})}
@@ -194,7 +195,7 @@ func (c *Console) unresolvedConfirm(w http.ResponseWriter, r *http.Request) {
 }
 
 // attemptsOf reads the attempt of a claim that a page showed: a resolution
-// applies to that attempt only (inbox.ResolveAttempt).
+// applies to that attempt only (claims.ResolveAttempt).
 func attemptsOf(s string) (int, error) {
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 1 {
@@ -207,11 +208,11 @@ func attemptsOf(s string) (int, error) {
 func (c *Console) unresolvedResolve(w http.ResponseWriter, r *http.Request) {
 	consumer, id := r.PostFormValue("consumer"), r.PostFormValue("id")
 	key := inbox.Key{Source: r.PostFormValue("source"), MessageID: id}
-	res, done := inbox.Happened, "done"
+	res, done := claims.Happened, "done"
 	switch r.PostFormValue("resolution") {
 	case "done":
 	case "release":
-		res, done = inbox.DidNotHappen, "released"
+		res, done = claims.DidNotHappen, "released"
 	default:
 		http.Error(w, "the resolution is done or release", http.StatusBadRequest)
 		return
@@ -224,10 +225,10 @@ func (c *Console) unresolvedResolve(w http.ResponseWriter, r *http.Request) {
 	// The attempt the confirmation showed, no later one: another operator
 	// may have released it since, and the next copy run and been parked
 	// again.
-	if err := inbox.ResolveAttempt(r.Context(), c.cfg.DB, c.tables.Inbox, consumer, key, attempts, res, c.now()); err != nil {
+	if err := claims.ResolveAttempt(r.Context(), c.cfg.DB, c.tables.Inbox, consumer, key, attempts, res, c.now()); err != nil {
 		c.log.Warn("console: resolve failed", "consumer", consumer, "message", id, "attempt", attempts, "err", c.redact(err))
 		text := c.redact(err)
-		if errors.Is(err, inbox.ErrClaimChanged) {
+		if errors.Is(err, claims.ErrClaimChanged) {
 			text += ": open the unresolved external effects page again"
 		}
 		http.Error(w, text, http.StatusConflict)
