@@ -344,10 +344,6 @@ func (b *Bus) MetricsAddr() string {
 	return b.metricsAddr
 }
 
-// ErrorQueueGroup is the queue group that holds the error topic's messages
-// (transport.ErrorQueueGroup).
-const ErrorQueueGroup = transport.ErrorQueueGroup
-
 // declareErrorQueue makes the error topic durable before anything fails: on
 // RabbitMQ a message published to an exchange with no queue bound is dropped.
 //
@@ -366,7 +362,7 @@ func (b *Bus) declareErrorQueue() error {
 		return nil
 	}
 	if b.errorQueueSub == nil {
-		sub, err := b.cfg.Transport.Subscriber(ErrorQueueGroup)
+		sub, err := b.cfg.Transport.Subscriber(transport.ErrorQueueGroup)
 		if err != nil {
 			return fmt.Errorf("bus: error queue: %w", err)
 		}
