@@ -17,9 +17,9 @@ import (
 
 	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/internal/logsink"
+	"github.com/postroom/postroom/internal/uow"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/middleware/tracing"
-	"github.com/postroom/postroom/middleware/unitofwork"
 	"github.com/postroom/postroom/outbox"
 	"github.com/postroom/postroom/scheduler"
 	"github.com/postroom/postroom/store"
@@ -344,10 +344,6 @@ func (b *Bus) MetricsAddr() string {
 	return b.metricsAddr
 }
 
-// ErrorQueueGroup is the queue group that holds the error topic's messages
-// (transport.ErrorQueueGroup).
-const ErrorQueueGroup = transport.ErrorQueueGroup
-
 // declareErrorQueue makes the error topic durable before anything fails: on
 // RabbitMQ a message published to an exchange with no queue bound is dropped.
 //
@@ -366,7 +362,7 @@ func (b *Bus) declareErrorQueue() error {
 		return nil
 	}
 	if b.errorQueueSub == nil {
-		sub, err := b.cfg.Transport.Subscriber(ErrorQueueGroup, 1)
+		sub, err := b.cfg.Transport.Subscriber(transport.ErrorQueueGroup, 1)
 		if err != nil {
 			return fmt.Errorf("bus: error queue: %w", err)
 		}
@@ -484,7 +480,7 @@ func (b *Bus) closeRouter(done <-chan struct{}) error {
 // Tx returns the database transaction of the message being handled, for
 // the handler's business writes; they commit with the inbox key and the
 // watermark, or not at all. It is nil outside a transactional handler.
-func Tx(ctx context.Context) *gorm.DB { return unitofwork.Tx(ctx) }
+func Tx(ctx context.Context) *gorm.DB { return uow.Tx(ctx) }
 
 // MessageID returns the ID of the message being handled, or "" outside a
 // handler. It is stable across redeliveries: pass it as the idempotency key

@@ -11,8 +11,9 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/storeinfo"
+	"github.com/postroom/postroom/internal/uow"
 	"github.com/postroom/postroom/metrics"
-	"github.com/postroom/postroom/middleware/unitofwork"
 	"github.com/postroom/postroom/store"
 	"github.com/postroom/postroom/transport"
 )
@@ -125,7 +126,7 @@ func (b *Bus) reportDelayed(ctx context.Context) {
 	if !ok {
 		return
 	}
-	n, next, err := store.DelayedSummary(ctx, b.cfg.DB, store.Tables{})
+	n, next, err := storeinfo.DelayedSummary(ctx, b.cfg.DB, store.Tables{})
 	if err != nil {
 		if ctx.Err() != nil {
 			return // stopping
@@ -402,15 +403,15 @@ func (r delayedRow) message() *message.Message {
 // a database the bus only runs transactions on may have none of
 // postroom's schema.
 func (b *Bus) delayedTableExists(ctx context.Context) bool {
-	_, _, err := store.DelayedSummary(ctx, b.cfg.DB, store.Tables{})
+	_, _, err := storeinfo.DelayedSummary(ctx, b.cfg.DB, store.Tables{})
 	return err == nil
 }
 
 // inTransaction returns the handler's transaction for a delayed message
 // sent from it, or nil when it has none.
 func inTransaction(ctx context.Context) *gorm.DB {
-	if unitofwork.Active(ctx) {
-		return unitofwork.Tx(ctx)
+	if uow.Active(ctx) {
+		return uow.Tx(ctx)
 	}
 	return nil
 }

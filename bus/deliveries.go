@@ -9,8 +9,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/postroom/postroom/internal/uow"
 	"github.com/postroom/postroom/metadata"
-	"github.com/postroom/postroom/middleware/unitofwork"
 )
 
 // unsettledLimit bounds the deliveries the bus remembers: a message that
@@ -161,7 +161,7 @@ func (b *Bus) guarded(handler, topic string, delivery message.HandlerFunc) func(
 				"handler", handler, "message_id", msg.UUID, "deliveries", n, "max_deliveries", b.cfg.MaxDeliveries)
 		}
 		if n > 0 || msg.Metadata.Get(metadata.Redelivered) != "" { // as redelivery says, from the count in hand
-			msg.SetContext(unitofwork.Alone(msg.Context()))
+			msg.SetContext(uow.Alone(msg.Context()))
 		}
 		_, err := delivery(msg)
 		if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/transport"
 	"github.com/postroom/postroom/transport/amqp"
 )
 
@@ -117,7 +118,7 @@ func TestADeletedErrorQueueIsDeclaredAgain(t *testing.T) {
 	require.NoError(t, err)
 	ch, err := conn.Channel()
 	require.NoError(t, err)
-	_, err = ch.QueueDelete(amqp.QueueName(errorTopic, bus.ErrorQueueGroup), false, false, false)
+	_, err = ch.QueueDelete(amqp.QueueName(errorTopic, transport.ErrorQueueGroup), false, false, false)
 	require.NoError(t, err)
 	require.NoError(t, conn.Close())
 

@@ -199,7 +199,7 @@ func readErrorQueue(t *testing.T, url, errorTopic string) *message.Message {
 // group and returns its first message, acked.
 func firstOfErrorTopic(t *testing.T, tr transport.Transport, errorTopic string) *message.Message {
 	t.Helper()
-	sub, err := tr.Subscriber(bus.ErrorQueueGroup, 1)
+	sub, err := tr.Subscriber(transport.ErrorQueueGroup, 1)
 	require.NoError(t, err)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()

@@ -14,6 +14,7 @@ import (
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metadata"
+	"github.com/postroom/postroom/transport"
 	"github.com/postroom/postroom/transport/amqp"
 )
 
@@ -107,7 +108,7 @@ func errorQueueLength(t *testing.T, url, errorTopic string) int {
 	defer conn.Close()
 	ch, err := conn.Channel()
 	require.NoError(t, err)
-	q, err := ch.QueueDeclarePassive(amqp.QueueName(errorTopic, bus.ErrorQueueGroup), true, false, false, false, nil)
+	q, err := ch.QueueDeclarePassive(amqp.QueueName(errorTopic, transport.ErrorQueueGroup), true, false, false, false, nil)
 	require.NoError(t, err)
 	return q.Messages
 }

@@ -14,12 +14,12 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/postroom/postroom/internal/uow"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/middleware/inbox"
 	"github.com/postroom/postroom/middleware/stale"
 	"github.com/postroom/postroom/middleware/tracing"
-	"github.com/postroom/postroom/middleware/unitofwork"
 	"github.com/postroom/postroom/transport"
 )
 
@@ -149,7 +149,7 @@ func WithDelayedRetries(delays ...time.Duration) HandlerOption {
 // handled at the same time share one database transaction, each in a
 // savepoint of its own, and each is acked once the batch has committed. A
 // batch commits when it has size messages, or maxWait after its first
-// (unitofwork.BatchWaitDefault, 10ms, when maxWait is 0). A message whose
+// (10ms when maxWait is 0). A message whose
 // handler fails rolls back to its savepoint alone and is retried alone
 // while the others commit; the inbox, the stale check, DeliverAt and the
 // outbox work per message as they do without a batch. The handler then
@@ -460,7 +460,7 @@ func (b *Bus) keepsKeys(hc handlerConfig) error {
 // inUnitOfWork runs h in a unit of work: a transaction per message, or a
 // batch's (WithBatch).
 func (b *Bus) inUnitOfWork(hc handlerConfig, h message.HandlerFunc) (message.HandlerFunc, error) {
-	mw, err := unitofwork.New(unitofwork.Config{DB: b.cfg.DB, BatchSize: hc.batchSize, BatchWait: hc.batchWait, InFlight: hc.inFlight})
+	mw, err := uow.New(uow.Config{DB: b.cfg.DB, BatchSize: hc.batchSize, BatchWait: hc.batchWait, InFlight: hc.inFlight})
 	if err != nil {
 		return nil, fmt.Errorf("bus: handler %s: %w", hc.name, err)
 	}
@@ -541,7 +541,7 @@ func typed[T any](fn HandlerFunc[T]) message.HandlerFunc {
 		if !ok {
 			return nil, fmt.Errorf("bus: %s was not decoded before its handler", MessageName[T]())
 		}
-		if !unitofwork.Active(ctx) {
+		if !uow.Active(ctx) {
 			defer hintNoTx()
 		}
 		if err := fn(ctx, m); err != nil {

@@ -10,8 +10,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/postroom/postroom/internal/uow"
 	"github.com/postroom/postroom/middleware/inbox"
-	"github.com/postroom/postroom/middleware/unitofwork"
 )
 
 // BatchFunc handles messages of type T together, in one database
@@ -21,7 +21,7 @@ import (
 // retried.
 type BatchFunc[T any] func(ctx context.Context, ms []*T) error
 
-// batchSizeDefault and the wait of unitofwork.BatchWaitDefault are
+// batchSizeDefault and the wait of uow.BatchWaitDefault are
 // HandleBatch's batches without WithBatch.
 const batchSizeDefault = 100
 
@@ -72,9 +72,9 @@ type batchMember[T any] struct {
 	msg   *message.Message
 	in    *incoming
 	claim inbox.Claim
-	item  *unitofwork.Collected // its place in the batch: Err fails it alone
-	pos   int                   // the order it joined the batch in
-	dup   bool                  // skipped: its key was claimed before
+	item  *uow.Collected // its place in the batch: Err fails it alone
+	pos   int            // the order it joined the batch in
+	dup   bool           // skipped: its key was claimed before
 
 	copies []*batchMember[T] // the later messages of its batch with its key
 }
@@ -105,7 +105,7 @@ func batched[T any](b *Bus, hc handlerConfig, fn BatchFunc[T]) (message.HandlerF
 		}
 	}
 	run := batchRun[T]{fn: fn, claimer: claimer, log: b.cfg.Logger, name: hc.name}
-	col, err := unitofwork.NewCollector(unitofwork.Config{DB: b.cfg.DB, BatchSize: hc.batchSize, BatchWait: hc.batchWait, InFlight: hc.inFlight}, run.run)
+	col, err := uow.NewCollector(uow.Config{DB: b.cfg.DB, BatchSize: hc.batchSize, BatchWait: hc.batchWait, InFlight: hc.inFlight}, run.run)
 	if err != nil {
 		return nil, fmt.Errorf("bus: handler %s: %w", hc.name, err)
 	}
@@ -146,7 +146,7 @@ type batchRun[T any] struct {
 // run claims the batch's keys and calls fn with the new messages, all at
 // once; when that fails, once per message, each in a savepoint. An error
 // it returns fails every message of the batch: a broken transaction.
-func (r batchRun[T]) run(ctx context.Context, items []*unitofwork.Collected) error {
+func (r batchRun[T]) run(ctx context.Context, items []*uow.Collected) error {
 	members := make([]*batchMember[T], len(items))
 	for i, it := range items {
 		members[i] = it.Item.(*batchMember[T])
@@ -172,7 +172,7 @@ func (r batchRun[T]) run(ctx context.Context, items []*unitofwork.Collected) err
 	members = r.originals(members)
 	var fresh, dups []*batchMember[T]
 	claimed := false
-	err := unitofwork.Savepoint(ctx, func(ctx context.Context) error {
+	err := uow.Savepoint(ctx, func(ctx context.Context) error {
 		var err error
 		if fresh, dups, err = r.claimAll(ctx, members); err != nil {
 			return err
@@ -271,7 +271,7 @@ func byClaim[T any](a, b *batchMember[T]) int { return inbox.CompareClaims(a.cla
 // transaction's.
 func (r batchRun[T]) alone(ctx context.Context, m *batchMember[T], dups *[]*batchMember[T]) error {
 	var dup bool
-	err := unitofwork.Savepoint(ctx, func(ctx context.Context) (err error) {
+	err := uow.Savepoint(ctx, func(ctx context.Context) (err error) {
 		dup, err = r.claimAndCall(ctx, m)
 		return err
 	})
@@ -331,10 +331,10 @@ func (e *batchFailed) Error() string { return e.err.Error() }
 
 // callFailed reports whether err, from a savepoint around fn, is fn's
 // failure: its error or panic, or a statement it ran that failed without
-// fn returning the error (unitofwork.ErrSavepointAborted).
+// fn returning the error (uow.ErrSavepointAborted).
 func callFailed(err error) bool {
 	var failed *batchFailed
-	return errors.As(err, &failed) || errors.Is(err, unitofwork.ErrSavepointAborted)
+	return errors.As(err, &failed) || errors.Is(err, uow.ErrSavepointAborted)
 }
 
 // callError is the error a message fails with when callFailed(err).

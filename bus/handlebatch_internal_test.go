@@ -12,15 +12,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/internal/uow"
 	"github.com/postroom/postroom/middleware/inbox"
-	"github.com/postroom/postroom/middleware/unitofwork"
 )
 
 type batchMsg struct{ Name string }
 
 // addInTurn adds each member to col from a goroutine of its own, 50 ms
 // apart, so that they join the batch in this order, and waits for them.
-func addInTurn(col *unitofwork.Collector, members ...*batchMember[batchMsg]) {
+func addInTurn(col *uow.Collector, members ...*batchMember[batchMsg]) {
 	var wg sync.WaitGroup
 	for _, m := range members {
 		wg.Go(func() { _ = col.Add(context.Background(), m) })
@@ -50,7 +50,7 @@ func TestBatchCopyWithAnotherType(t *testing.T) {
 		}
 		return nil
 	}}
-	col, err := unitofwork.NewCollector(unitofwork.Config{DB: db, BatchSize: 2, BatchWait: time.Minute}, r.run)
+	col, err := uow.NewCollector(uow.Config{DB: db, BatchSize: 2, BatchWait: time.Minute}, r.run)
 	require.NoError(t, err)
 	key := inbox.Key{MessageID: "interchange-42"}
 	first := newBatchMember("first", "m1", inbox.Claim{Consumer: "test/h", Key: key, Type: "test.Msg"})
@@ -78,7 +78,7 @@ func TestBatchHandlerSeesArrivalOrder(t *testing.T) {
 		}
 		return nil
 	}}
-	col, err := unitofwork.NewCollector(unitofwork.Config{DB: db, BatchSize: 3, BatchWait: time.Minute}, r.run)
+	col, err := uow.NewCollector(uow.Config{DB: db, BatchSize: 3, BatchWait: time.Minute}, r.run)
 	require.NoError(t, err)
 	claim := func(id string) inbox.Claim { return inbox.Claim{Consumer: "test/h", Key: inbox.Key{MessageID: id}} }
 	addInTurn(col, newBatchMember("c", "m3", claim("k3")), newBatchMember("a", "m1", claim("k1")), newBatchMember("b", "m2", claim("k2")))

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/storeinfo"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/store"
 )
@@ -89,7 +90,7 @@ func (b *Bus) reportTables(ctx context.Context, gauges metrics.GaugeSetter) {
 		gauges.SetGauge(metrics.CleanupLagSeconds, metrics.Unknown)
 	}
 	every(ctx, b.cfg.Metrics.TableGaugeInterval, func() {
-		stats, err := store.Stats(ctx, b.cfg.DB, store.Tables{})
+		stats, err := storeinfo.Stats(ctx, b.cfg.DB, store.Tables{})
 		if err != nil {
 			if ctx.Err() == nil {
 				b.cfg.Logger.Warn("bus: table gauges", "error", err)

@@ -164,7 +164,7 @@ func deleteChildQueues(t *testing.T, endpoint string) {
 // deleteErrorQueue deletes, when the test ends, the error queue that child
 // processes declare for errorTopic, and the topic's exchange.
 func deleteErrorQueue(t *testing.T, errorTopic string) {
-	amqptest.DeleteTopic(t, errorTopic, bus.ErrorQueueGroup)
+	amqptest.DeleteTopic(t, errorTopic, transport.ErrorQueueGroup)
 }
 
 // newTransport returns a new transport of the setup's kind, closed (and

@@ -15,12 +15,14 @@ import (
 	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/middleware/inbox"
-	"github.com/postroom/postroom/middleware/tracing"
 	"github.com/postroom/postroom/transport"
 )
 
@@ -443,8 +445,19 @@ func (b *Bus) moveToErrorTopic(handler, topic string, msg *message.Message, atte
 			"handler", handler, "message_id", msg.UUID, "dropped", dropped)
 	}
 	b.cfg.Metrics.Recorder.Record(handler, metrics.Failed)
-	tracing.Fail(msg.Context(), reason)
+	failSpan(msg.Context(), reason)
 	b.cfg.Logger.Error("bus: message moved to the error topic", "handler", handler, "message_id", msg.UUID,
 		"attempts", attempts, "error_topic", b.cfg.ErrorTopic, "reason", reason)
 	return nil
+}
+
+// failSpan marks the span in ctx as failed with reason: the message went to the
+// error topic although the delivery is acked.
+func failSpan(ctx context.Context, reason error) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	span.AddEvent("moved to the error topic", trace.WithAttributes(attribute.String("postroom.error.reason", reason.Error())))
+	span.SetStatus(codes.Error, reason.Error())
 }

@@ -11,12 +11,12 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/uow"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/middleware/inbox"
 	"github.com/postroom/postroom/middleware/stale"
 	"github.com/postroom/postroom/middleware/tracing"
-	"github.com/postroom/postroom/middleware/unitofwork"
 	"github.com/postroom/postroom/transport"
 )
 
@@ -248,8 +248,8 @@ func (b *Bus) dispatch(ctx context.Context, out outgoing) error {
 		}
 	}
 	if in := incomingFrom(ctx); in != nil {
-		if b.outbox != nil && unitofwork.Active(ctx) {
-			return b.outbox.Publish(ctx, unitofwork.Tx(ctx), out.topic, out.msg)
+		if b.outbox != nil && uow.Active(ctx) {
+			return b.outbox.Publish(ctx, uow.Tx(ctx), out.topic, out.msg)
 		}
 		in.outgoing = append(in.outgoing, out)
 		return nil

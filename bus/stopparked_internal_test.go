@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/postroom/postroom/internal/claims"
 	"github.com/postroom/postroom/internal/testenv"
-	"github.com/postroom/postroom/middleware/inbox"
 	"github.com/postroom/postroom/store"
 	"github.com/postroom/postroom/transport/gochannel"
 )
@@ -45,7 +45,7 @@ func TestAnAttemptParkedByTheStopIsSaidAtWarn(t *testing.T) {
 	require.NoError(t, <-stopped)
 	require.NoError(t, b.Close())
 
-	list, err := inbox.ListUnresolved(context.Background(), db, store.TablesDefault().Inbox, time.Now(), 10)
+	list, err := claims.ListUnresolved(context.Background(), db, store.TablesDefault().Inbox, time.Now(), 10)
 	require.NoError(t, err)
 	require.Len(t, list, 1, "the key is parked")
 	out := logs.String()

@@ -15,8 +15,8 @@ import (
 
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/storeinfo"
 	"github.com/postroom/postroom/metrics"
-	"github.com/postroom/postroom/store"
 )
 
 // SampleIntervalDefault is how often the console reads the Prometheus
@@ -365,7 +365,7 @@ type chartsView struct {
 // charts returns the overview's charts: from the sampled metrics with
 // Config.Metrics, else from the database (the inbox keys received) and
 // the failed messages read (when failedRead).
-func (c *Console) charts(ctx context.Context, now time.Time, failed []failedMessage, failedRead bool, consumers []store.ConsumerSummary) (chartsView, error) {
+func (c *Console) charts(ctx context.Context, now time.Time, failed []failedMessage, failedRead bool, consumers []storeinfo.ConsumerSummary) (chartsView, error) {
 	a := newActivity(now, c.cfg.ChartWindow)
 	v := chartsView{Window: span(c.cfg.ChartWindow), Width: span(a.width), Interval: span(c.cfg.SampleInterval)}
 	if c.sampler != nil {

@@ -19,6 +19,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/console"
+	"github.com/postroom/postroom/internal/claims"
 	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/middleware/inbox"
@@ -180,7 +181,7 @@ func TestReadOnly(t *testing.T) {
 	list, err := c.List(context.Background())
 	require.NoError(t, err)
 	require.False(t, list[0].Paused)
-	unresolved, err := inbox.ListUnresolved(context.Background(), f.db, "", time.Now(), 10)
+	unresolved, err := claims.ListUnresolved(context.Background(), f.db, "", time.Now(), 10)
 	require.NoError(t, err)
 	require.Len(t, unresolved, 1)
 }
@@ -366,7 +367,7 @@ func TestAStaleConfirmationResolvesNothing(t *testing.T) {
 
 	key := inbox.Key{MessageID: "m-1"}
 	now := time.Now()
-	require.NoError(t, inbox.ResolveAttempt(context.Background(), f.db, "", "billing/Charge", key, 1, inbox.DidNotHappen, now))
+	require.NoError(t, claims.ResolveAttempt(context.Background(), f.db, "", "billing/Charge", key, 1, claims.DidNotHappen, now))
 	d, err := dialect.Of(f.db)
 	require.NoError(t, err)
 	res := f.db.Exec(d.ClaimTakeover(inbox.TableDefault), d.Time(now.Add(-time.Minute)), d.Time(now), "billing/Charge", "", "m-1",
@@ -378,7 +379,7 @@ func TestAStaleConfirmationResolvesNothing(t *testing.T) {
 	require.Equal(t, http.StatusConflict, status, body)
 	require.Contains(t, body, "the claim changed since it was shown")
 	require.Contains(t, body, "attempt 1 was shown, the claim is at attempt 2")
-	list, err := inbox.ListUnresolved(context.Background(), f.db, "", now, 10)
+	list, err := claims.ListUnresolved(context.Background(), f.db, "", now, 10)
 	require.NoError(t, err)
 	require.Len(t, list, 1, "attempt 2 is still unresolved")
 	require.Equal(t, 2, list[0].Attempts)

@@ -19,9 +19,9 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/internal/amqpqueue"
 	"github.com/postroom/postroom/metadata"
+	"github.com/postroom/postroom/transport"
 )
 
 // failedMessage is one message of the error topic.
@@ -106,7 +106,7 @@ func (c *Console) withQueue(ctx context.Context, fn func(q errorQueue) error) er
 	defer c.queueMu.Unlock()
 	switch source {
 	case "amqp":
-		q, err := amqpqueue.Open(c.cfg.AMQPURL, c.cfg.ErrorTopic, bus.ErrorQueueGroup)
+		q, err := amqpqueue.Open(c.cfg.AMQPURL, c.cfg.ErrorTopic, transport.ErrorQueueGroup)
 		if err != nil {
 			return err
 		}

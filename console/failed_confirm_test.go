@@ -20,6 +20,7 @@ import (
 	"github.com/postroom/postroom/internal/amqptest"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metadata"
+	"github.com/postroom/postroom/transport"
 	"github.com/postroom/postroom/transport/amqp"
 	sqltransport "github.com/postroom/postroom/transport/sql"
 )
@@ -113,7 +114,7 @@ func amqpErrorTopic(t *testing.T, queues amqp.QueueType) errorTopic {
 		require.NoError(t, err)
 		require.NoError(t, sub.(message.SubscribeInitializer).SubscribeInitialize(topic))
 	}
-	subscribe(t, topic, bus.ErrorQueueGroup)
+	subscribe(t, topic, transport.ErrorQueueGroup)
 	subscribe(t, retryTopic, group)
 	conn, err := amqp091.Dial(testenv.AMQPURL())
 	require.NoError(t, err)
@@ -130,7 +131,7 @@ func amqpErrorTopic(t *testing.T, queues amqp.QueueType) errorTopic {
 		f:          newFixture(t, testenv.SQLite(t), console.Config{AMQPURL: testenv.AMQPURL(), ErrorTopic: topic}),
 		publish:    func(t *testing.T, msg *message.Message) { require.NoError(t, tr.Publisher().Publish(topic, msg)) },
 		retryTopic: retryTopic, group: group,
-		ready:     func(t *testing.T) int { return messages(t, amqp.QueueName(topic, bus.ErrorQueueGroup)) },
+		ready:     func(t *testing.T) int { return messages(t, amqp.QueueName(topic, transport.ErrorQueueGroup)) },
 		subscribe: func(t *testing.T, group string) { subscribe(t, retryTopic, group) },
 		retried:   func(t *testing.T, group string) int { return messages(t, amqp.QueueName(retryTopic, group)) },
 	}

@@ -10,10 +10,10 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/console"
 	"github.com/postroom/postroom/internal/amqptest"
 	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/transport"
 	"github.com/postroom/postroom/transport/amqp"
 )
 
@@ -32,7 +32,7 @@ var (
 func TestAMessageNoBusMovedCanBeDeleted(t *testing.T) {
 	tr := amqptest.New(t, amqp.Config{})
 	topic := testenv.Name("error_")
-	sub, err := tr.Subscriber(bus.ErrorQueueGroup, 1)
+	sub, err := tr.Subscriber(transport.ErrorQueueGroup, 1)
 	require.NoError(t, err)
 	require.NoError(t, sub.(message.SubscribeInitializer).SubscribeInitialize(topic))
 	conn, err := amqp091.Dial(testenv.AMQPURL())
@@ -40,7 +40,7 @@ func TestAMessageNoBusMovedCanBeDeleted(t *testing.T) {
 	t.Cleanup(func() { _ = conn.Close() })
 	ch, err := conn.Channel()
 	require.NoError(t, err)
-	queue := amqp.QueueName(topic, bus.ErrorQueueGroup)
+	queue := amqp.QueueName(topic, transport.ErrorQueueGroup)
 	for _, body := range []string{"foreign 1", "foreign 2"} {
 		require.NoError(t, ch.Publish("", queue, false, false, amqp091.Publishing{Body: []byte(body)}))
 	}

@@ -9,9 +9,9 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/console"
 	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/transport"
 	"github.com/postroom/postroom/transport/amqp"
 )
 
@@ -37,7 +37,7 @@ func TestFailedWarnsOfAnErrorQueueWithoutDeliveryLimit(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			topic := testenv.Name("error_")
-			queue := amqp.QueueName(topic, bus.ErrorQueueGroup)
+			queue := amqp.QueueName(topic, transport.ErrorQueueGroup)
 			ch, err := conn.Channel()
 			require.NoError(t, err)
 			_, err = ch.QueueDeclare(queue, true, false, false, false, tc.args)

@@ -8,10 +8,11 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/postroom/postroom/internal/claims"
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/storeinfo"
 	"github.com/postroom/postroom/middleware/inbox"
 	"github.com/postroom/postroom/scheduler"
-	"github.com/postroom/postroom/store"
 )
 
 // overdueAfter is how late a schedule's next slot may be before the
@@ -48,7 +49,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 			todo = append(todo, attention{"warn", warning, "/failed"})
 		}
 	}
-	unresolved, err := inbox.ListUnresolved(ctx, c.cfg.DB, c.tables.Inbox, now, c.cfg.Limit)
+	unresolved, err := claims.ListUnresolved(ctx, c.cfg.DB, c.tables.Inbox, now, c.cfg.Limit)
 	unresolvedN := plural(len(unresolved), "unresolved external effect", "unresolved external effects")
 	if len(unresolved) == c.cfg.Limit {
 		unresolvedN = "at least " + unresolvedN // the read stopped at the limit
@@ -71,7 +72,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 				now.Sub(s.NextRunAt).Round(time.Second)), "/schedules"})
 		}
 	}
-	delayed, nextDue, err := store.DelayedSummary(ctx, c.cfg.DB, c.tables)
+	delayed, nextDue, err := storeinfo.DelayedSummary(ctx, c.cfg.DB, c.tables)
 	if err != nil {
 		delayed = -1 // no delayed table (the schema not migrated): not shown
 	} else if delayed > 0 && now.Sub(nextDue) > overdueAfter {
@@ -82,11 +83,11 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		todo = append(todo, attention{"warn", fmt.Sprintf("%s is %s past its due time: is any bus running on this database?",
 			what, now.Sub(nextDue).Round(time.Second)), "/"})
 	}
-	tables, err := store.Stats(ctx, c.cfg.DB, c.tables)
+	tables, err := storeinfo.Stats(ctx, c.cfg.DB, c.tables)
 	if err != nil {
 		errs = append(errs, err)
 	}
-	consumers, err := store.InboxSummary(ctx, c.cfg.DB, c.tables)
+	consumers, err := storeinfo.InboxSummary(ctx, c.cfg.DB, c.tables)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -155,12 +156,12 @@ func (c *Console) scheduleAction(w http.ResponseWriter, r *http.Request) {
 
 // unresolvedRow is an unresolved claim with its idempotency key.
 type unresolvedRow struct {
-	inbox.Unresolved
+	claims.Unresolved
 	IdempotencyKey string
 }
 
 func (c *Console) unresolved(ctx context.Context) ([]unresolvedRow, error) {
-	list, err := inbox.ListUnresolved(ctx, c.cfg.DB, c.tables.Inbox, c.now(), c.cfg.Limit)
+	list, err := claims.ListUnresolved(ctx, c.cfg.DB, c.tables.Inbox, c.now(), c.cfg.Limit)
 	rows := make([]unresolvedRow, len(list))
 	for i, u := range list {
 		rows[i] = unresolvedRow{u, inbox.IdempotencyKeyOf(u.Consumer, inbox.Key{Source: u.Source, MessageID: u.MessageID})}
@@ -194,7 +195,7 @@ func (c *Console) unresolvedConfirm(w http.ResponseWriter, r *http.Request) {
 }
 
 // attemptsOf reads the attempt of a claim that a page showed: a resolution
-// applies to that attempt only (inbox.ResolveAttempt).
+// applies to that attempt only (claims.ResolveAttempt).
 func attemptsOf(s string) (int, error) {
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 1 {
@@ -207,11 +208,11 @@ func attemptsOf(s string) (int, error) {
 func (c *Console) unresolvedResolve(w http.ResponseWriter, r *http.Request) {
 	consumer, id := r.PostFormValue("consumer"), r.PostFormValue("id")
 	key := inbox.Key{Source: r.PostFormValue("source"), MessageID: id}
-	res, done := inbox.Happened, "done"
+	res, done := claims.Happened, "done"
 	switch r.PostFormValue("resolution") {
 	case "done":
 	case "release":
-		res, done = inbox.DidNotHappen, "released"
+		res, done = claims.DidNotHappen, "released"
 	default:
 		http.Error(w, "the resolution is done or release", http.StatusBadRequest)
 		return
@@ -224,10 +225,10 @@ func (c *Console) unresolvedResolve(w http.ResponseWriter, r *http.Request) {
 	// The attempt the confirmation showed, no later one: another operator
 	// may have released it since, and the next copy run and been parked
 	// again.
-	if err := inbox.ResolveAttempt(r.Context(), c.cfg.DB, c.tables.Inbox, consumer, key, attempts, res, c.now()); err != nil {
+	if err := claims.ResolveAttempt(r.Context(), c.cfg.DB, c.tables.Inbox, consumer, key, attempts, res, c.now()); err != nil {
 		c.log.Warn("console: resolve failed", "consumer", consumer, "message", id, "attempt", attempts, "err", c.redact(err))
 		text := c.redact(err)
-		if errors.Is(err, inbox.ErrClaimChanged) {
+		if errors.Is(err, claims.ErrClaimChanged) {
 			text += ": open the unresolved external effects page again"
 		}
 		http.Error(w, text, http.StatusConflict)

@@ -3,7 +3,7 @@ package outbox
 import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/postroom/postroom/middleware/unitofwork"
+	"github.com/postroom/postroom/internal/uow"
 )
 
 // Returned is a middleware for plain Watermill handlers: the messages a
@@ -19,9 +19,9 @@ func Returned(o *Outbox, topic string) message.HandlerMiddleware {
 				return out, err
 			}
 			ctx := msg.Context()
-			tx := unitofwork.Tx(ctx)
+			tx := uow.Tx(ctx)
 			if tx == nil {
-				return nil, unitofwork.ErrNoUnit
+				return nil, uow.ErrNoUnit
 			}
 			return nil, o.Publish(ctx, tx, topic, out...)
 		}

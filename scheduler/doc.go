@@ -41,7 +41,7 @@
 // fires a slot early and moves next_run_at past every slot up to its own
 // time, which the other instances then never fire: keep the instances'
 // clocks in sync (NTP). [Scheduler.Run] warns when this process's clock is
-// more than store.ClockSkewWarning off the database's. On MySQL the
+// more than 30 s off the database's. On MySQL the
 // connection must not convert times to another zone (store.CheckTimeZone,
 // which Run checks).
 //

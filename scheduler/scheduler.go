@@ -13,6 +13,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/storeinfo"
 	"github.com/postroom/postroom/store"
 )
 
@@ -219,7 +220,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		}
 		return fmt.Errorf("scheduler: %w", err)
 	}
-	if skew, err := store.ClockSkew(ctx, s.cfg.DB, time.Now); err == nil && (skew > store.ClockSkewWarning || skew < -store.ClockSkewWarning) {
+	if skew, err := storeinfo.ClockSkew(ctx, s.cfg.DB, time.Now); err == nil && (skew > storeinfo.ClockSkewWarning || skew < -storeinfo.ClockSkewWarning) {
 		s.cfg.Logger.Warn("scheduler: this process's clock is off the database's; slots are timed by each instance's clock, "+
 			"and one running ahead fires slots early and makes the others skip the slots up to its time: sync the clocks (NTP)",
 			"ahead_by", skew.Round(time.Millisecond), "instance", s.cfg.Instance)

@@ -19,8 +19,8 @@
 //     concurrent handlers queue for the one writer instead of failing with
 //     "database is locked".
 //
-// Anything else is an error wrapping [ErrBadDSN] that lists these forms
-// ([DSNForms]): a host name or a mistyped scheme never creates a local
+// Anything else is an error wrapping [ErrBadDSN] that lists these forms:
+// a host name or a mistyped scheme never creates a local
 // SQLite file. Errors never show a password; [Redact] hides the passwords
 // of a DSN for a log line.
 //
@@ -36,10 +36,4 @@
 // --schedules-table), and a bus (bus.New) uses the default name of every
 // table. Other names serve the inbox, stale and scheduler packages used
 // without the bus (their Config.Table).
-//
-// # Inspecting
-//
-// [Stats] describes the inbox and watermark tables cheaply enough for a
-// gauge (rows and the oldest row); [InboxSummary] reads the inbox per
-// consumer for an operator (`postroom inbox stats`).
 package store

@@ -15,8 +15,8 @@ import (
 // ErrBadDSN is returned for a DSN that names no supported database.
 var ErrBadDSN = errors.New("store: bad DSN")
 
-// DSNForms lists the DSNs Open takes, for help texts and errors.
-const DSNForms = "postgres://user:pass@host:5432/db (or postgresql://…, or host=… dbname=…), " +
+// dsnForms lists the DSNs Open takes, for its errors.
+const dsnForms = "postgres://user:pass@host:5432/db (or postgresql://…, or host=… dbname=…), " +
 	"mysql://user:pass@tcp(host:3306)/db (or user:pass@tcp(host:3306)/db), " +
 	"sqlite:path, sqlite://path, file:path, :memory:, or a path ending in .db, .sqlite or .sqlite3"
 
@@ -35,7 +35,7 @@ func dialectOfDSN(dsn string) (dialect.Dialect, error) {
 	s := strings.TrimSpace(dsn)
 	switch {
 	case s == "":
-		return "", fmt.Errorf("%w: empty: use %s", ErrBadDSN, DSNForms)
+		return "", fmt.Errorf("%w: empty: use %s", ErrBadDSN, dsnForms)
 	case strings.HasPrefix(s, "postgres://"), strings.HasPrefix(s, "postgresql://"):
 		return dialect.Postgres, nil
 	case strings.HasPrefix(s, "mysql://"), strings.Contains(s, "@tcp("), strings.Contains(s, "@unix("):
@@ -46,14 +46,14 @@ func dialectOfDSN(dsn string) (dialect.Dialect, error) {
 		return dialect.Postgres, nil
 	}
 	if scheme, _, ok := strings.Cut(s, "://"); ok {
-		return "", fmt.Errorf("%w %s: unknown scheme %q: use %s", ErrBadDSN, Redact(dsn), scheme, DSNForms)
+		return "", fmt.Errorf("%w %s: unknown scheme %q: use %s", ErrBadDSN, Redact(dsn), scheme, dsnForms)
 	}
 	file, _, _ := strings.Cut(s, "?")
 	if slices.Contains(sqliteFile, strings.ToLower(path.Ext(file))) {
 		return dialect.SQLite, nil
 	}
 	return "", fmt.Errorf("%w %s: not a PostgreSQL, MySQL or SQLite DSN (a SQLite file needs the sqlite: scheme or a name ending in .db, .sqlite or .sqlite3): use %s",
-		ErrBadDSN, Redact(dsn), DSNForms)
+		ErrBadDSN, Redact(dsn), dsnForms)
 }
 
 // SQLiteFile returns the file a SQLite DSN names, and false for a DSN of

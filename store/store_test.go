@@ -9,13 +9,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/handlers"
-	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/scheduler"
 	"github.com/postroom/postroom/store"
@@ -243,33 +241,6 @@ func TestOnlyClearDSNsOpen(t *testing.T) {
 			require.NoError(t, store.Close(db))
 		}
 	})
-}
-
-func TestInboxSummaryPerConsumer(t *testing.T) {
-	for _, s := range testenv.Databases {
-		t.Run(s.Name, func(t *testing.T) {
-			t.Parallel()
-			db := s.Open(t)
-			d, err := dialect.Of(db)
-			require.NoError(t, err)
-			base := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
-			for i, k := range []struct {
-				consumer string
-				at       time.Time
-			}{{"billing/Charge", base.Add(time.Hour)}, {"billing/Charge", base}, {"shipping/Ship", base.Add(2 * time.Hour)}} {
-				require.NoError(t, db.Exec("INSERT INTO postroom_inbox (consumer, source, message_id, message_type, received_at, duplicates) VALUES (?, '', ?, 't', ?, ?)",
-					k.consumer, fmt.Sprint(i), d.Time(k.at), i).Error)
-			}
-			got, err := store.InboxSummary(context.Background(), db, store.Tables{})
-			require.NoError(t, err)
-			require.Len(t, got, 2)
-			require.Equal(t, store.ConsumerSummary{Consumer: "billing/Charge", Rows: 2, Oldest: base, Duplicates: 1}, got[0])
-			require.Equal(t, store.ConsumerSummary{Consumer: "shipping/Ship", Rows: 1, Oldest: base.Add(2 * time.Hour), Duplicates: 2}, got[1])
-
-			_, err = store.InboxSummary(context.Background(), db, store.Tables{Inbox: "x;y"})
-			require.ErrorContains(t, err, "bad table name")
-		})
-	}
 }
 
 // TestAMySQLAddressWithoutItsProtocolIsABadDSN: user@host:3306/db (no

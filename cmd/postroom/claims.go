@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/postroom/postroom/internal/claims"
 	"github.com/postroom/postroom/middleware/inbox"
 	"github.com/postroom/postroom/store"
 )
@@ -33,7 +34,7 @@ idempotency key), then resolve each one with "postroom inbox resolve".`,
 				return err
 			}
 			defer store.Close(db)
-			list, err := inbox.ListUnresolved(cmd.Context(), db, opts.tables.Inbox, time.Now(), limit)
+			list, err := claims.ListUnresolved(cmd.Context(), db, opts.tables.Inbox, time.Now(), limit)
 			if err != nil {
 				return err
 			}
@@ -48,11 +49,11 @@ idempotency key), then resolve each one with "postroom inbox resolve".`,
 // unresolvedClaim is an unresolved claim as printed: with its idempotency
 // key, which the operator looks for in the external system.
 type unresolvedClaim struct {
-	inbox.Unresolved
+	claims.Unresolved
 	IdempotencyKey string `json:"idempotency_key"`
 }
 
-func printUnresolved(out io.Writer, list []inbox.Unresolved, asJSON bool) error {
+func printUnresolved(out io.Writer, list []claims.Unresolved, asJSON bool) error {
 	claims := make([]unresolvedClaim, len(list))
 	for i, u := range list {
 		claims[i] = unresolvedClaim{u, inbox.IdempotencyKeyOf(u.Consumer, inbox.Key{Source: u.Source, MessageID: u.MessageID})}
@@ -94,20 +95,20 @@ copy ran the handler again), it resolves nothing and says so.`,
 				return err
 			}
 			defer store.Close(db)
-			r, word := inbox.Happened, "done"
+			r, word := claims.Happened, "done"
 			if release {
-				r, word = inbox.DidNotHappen, "released"
+				r, word = claims.DidNotHappen, "released"
 			}
 			key := inbox.Key{Source: source, MessageID: args[1]}
 			if cmd.Flags().Changed("attempts") {
-				err = inbox.ResolveAttempt(cmd.Context(), db, opts.tables.Inbox, args[0], key, attempts, r, time.Now())
+				err = claims.ResolveAttempt(cmd.Context(), db, opts.tables.Inbox, args[0], key, attempts, r, time.Now())
 			} else {
-				err = inbox.Resolve(cmd.Context(), db, opts.tables.Inbox, args[0], key, r, time.Now())
+				err = claims.Resolve(cmd.Context(), db, opts.tables.Inbox, args[0], key, r, time.Now())
 			}
 			switch {
-			case errors.Is(err, inbox.ErrNotUnresolved):
+			case errors.Is(err, claims.ErrNotUnresolved):
 				return fmt.Errorf("%w; the consumer is <endpoint>/<handler> and --source the SOURCE column of `postroom inbox unresolved`", err)
-			case errors.Is(err, inbox.ErrClaimChanged):
+			case errors.Is(err, claims.ErrClaimChanged):
 				return fmt.Errorf("%w: `postroom inbox unresolved` shows its attempt now", err)
 			case err != nil:
 				return err

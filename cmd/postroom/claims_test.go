@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/postroom/postroom/internal/claims"
 	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/middleware/inbox"
@@ -55,7 +56,7 @@ func TestInboxUnresolvedAndResolve(t *testing.T) {
 	_, err = run(t, "inbox", "resolve", "payments", "expired-1", "--source", "shop", "--release", "--dsn", dsn)
 	require.NoError(t, err)
 	_, err = run(t, "inbox", "resolve", "payments", "live-1", "--source", "shop", "--release", "--dsn", dsn)
-	require.ErrorIs(t, err, inbox.ErrNotUnresolved)
+	require.ErrorIs(t, err, claims.ErrNotUnresolved)
 	_, err = run(t, "inbox", "resolve", "payments", "x", "--dsn", dsn)
 	require.ErrorContains(t, err, "exactly one of --done")
 
@@ -78,15 +79,15 @@ func TestInboxResolveAttempts(t *testing.T) {
 	require.NoError(t, db.Exec("UPDATE postroom_inbox SET status = 'parked', attempts = 2 WHERE message_id = 'parked-2'").Error)
 
 	_, err = run(t, "inbox", "resolve", "payments", "parked-2", "--source", "shop", "--done", "--attempts", "1", "--dsn", dsn)
-	require.ErrorIs(t, err, inbox.ErrClaimChanged)
+	require.ErrorIs(t, err, claims.ErrClaimChanged)
 	require.ErrorContains(t, err, "attempt 1 was shown, the claim is at attempt 2, parked")
 	var status string
 	require.NoError(t, db.Raw("SELECT status FROM postroom_inbox WHERE message_id = 'parked-2'").Scan(&status).Error)
 	require.Equal(t, "parked", status, "the attempt nobody saw stays unresolved")
 
 	_, err = run(t, "inbox", "resolve", "payments", "parked-2", "--source", "shop", "--done", "--attempts", "5", "--dsn", dsn)
-	require.ErrorIs(t, err, inbox.ErrAttemptNotReached, "an attempt the claim never had")
-	require.NotErrorIs(t, err, inbox.ErrClaimChanged, "no later copy ran")
+	require.ErrorIs(t, err, claims.ErrAttemptNotReached, "an attempt the claim never had")
+	require.NotErrorIs(t, err, claims.ErrClaimChanged, "no later copy ran")
 	require.ErrorContains(t, err, "the claim is at attempt 2, parked; attempt 5 is not it): nothing was resolved")
 
 	out, err := run(t, "inbox", "resolve", "payments", "parked-2", "--source", "shop", "--done", "--attempts", "2", "--dsn", dsn)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/postroom/postroom/internal/storeinfo"
 	"github.com/postroom/postroom/store"
 )
 
@@ -24,7 +25,7 @@ func newDelayed(opts *options) *cobra.Command {
 				return err
 			}
 			defer store.Close(db)
-			rows, err := store.ListDelayed(cmd.Context(), db, opts.tables, limit)
+			rows, err := storeinfo.ListDelayed(cmd.Context(), db, opts.tables, limit)
 			if err != nil {
 				return err
 			}
@@ -37,8 +38,8 @@ func newDelayed(opts *options) *cobra.Command {
 	return cmd
 }
 
-func printDelayed(out io.Writer, rows []store.Delayed, asJSON bool) error {
-	return printList(out, asJSON, rows, []string{"ID", "DUE", "MESSAGE ID", "TOPIC", "RETRY OF GROUP", "RELAYED BY"}, func(r store.Delayed) []string {
+func printDelayed(out io.Writer, rows []storeinfo.Delayed, asJSON bool) error {
+	return printList(out, asJSON, rows, []string{"ID", "DUE", "MESSAGE ID", "TOPIC", "RETRY OF GROUP", "RELAYED BY"}, func(r storeinfo.Delayed) []string {
 		group, sender := "-", "-"
 		if r.TargetGroup != "" {
 			group = r.TargetGroup

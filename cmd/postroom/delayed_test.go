@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/storeinfo"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/store"
 )
@@ -38,7 +39,7 @@ func TestDelayedList(t *testing.T) {
 
 	out, err := run(t, "delayed", "list", "--dsn", dsn, "--json")
 	require.NoError(t, err)
-	var rows []store.Delayed
+	var rows []storeinfo.Delayed
 	require.NoError(t, json.Unmarshal([]byte(out), &rows))
 	require.Len(t, rows, 2)
 	require.Equal(t, "sooner", rows[0].MessageID)

@@ -17,6 +17,7 @@ import (
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/internal/amqpqueue"
 	"github.com/postroom/postroom/metadata"
+	"github.com/postroom/postroom/transport"
 )
 
 // errorOptions are the flags of the errors subcommands.
@@ -56,7 +57,7 @@ func (o *errorOptions) open(cmd *cobra.Command) (*amqpqueue.Queue, error) {
 			"on the SQL transport the error topic is a table: use `postroom console --dsn …`)")
 	}
 	*o.secrets = append(*o.secrets, url)
-	q, err := amqpqueue.Open(url, o.topic, bus.ErrorQueueGroup)
+	q, err := amqpqueue.Open(url, o.topic, transport.ErrorQueueGroup)
 	if err != nil {
 		return nil, err
 	}

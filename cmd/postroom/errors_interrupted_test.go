@@ -12,10 +12,10 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/internal/amqptest"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metadata"
+	"github.com/postroom/postroom/transport"
 	"github.com/postroom/postroom/transport/amqp"
 )
 
@@ -46,7 +46,7 @@ func (w *dropAfter) Write(p []byte) (int, error) {
 func TestAnInterruptedReplaySaysWhatItReplayed(t *testing.T) {
 	tr := amqptest.New(t, amqp.Config{})
 	errorTopic, retryTopic, group := testenv.Name("error_"), testenv.Name("invoice_"), testenv.Name("billing")
-	for topic, g := range map[string]string{errorTopic: bus.ErrorQueueGroup, retryTopic: group} {
+	for topic, g := range map[string]string{errorTopic: transport.ErrorQueueGroup, retryTopic: group} {
 		sub, err := tr.Subscriber(g, 1)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = sub.Close() })
@@ -76,7 +76,7 @@ func TestAnInterruptedReplaySaysWhatItReplayed(t *testing.T) {
 		require.NoError(t, err)
 		return st.Messages
 	}
-	require.Eventually(t, func() bool { return ready(amqp.QueueName(errorTopic, bus.ErrorQueueGroup)) == 2 }, 5*time.Second, 20*time.Millisecond,
+	require.Eventually(t, func() bool { return ready(amqp.QueueName(errorTopic, transport.ErrorQueueGroup)) == 2 }, 5*time.Second, 20*time.Millisecond,
 		"inv-1 and inv-2 stay in the error topic")
 	require.Equal(t, 1, ready(amqp.QueueName(retryTopic, group)), "one copy sent")
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/postroom/postroom/internal/testbus"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/transport"
 	"github.com/postroom/postroom/transport/amqp"
 )
 
@@ -243,7 +244,7 @@ func billingOnRabbitMQ(t *testing.T) (url string, tr *amqp.Transport, errorTopic
 func TestErrorsWarnOfAnErrorQueueWithoutDeliveryLimit(t *testing.T) {
 	url := testenv.RequireAMQP(t)
 	errorTopic := testenv.Name("error_")
-	queue := amqp.QueueName(errorTopic, bus.ErrorQueueGroup)
+	queue := amqp.QueueName(errorTopic, transport.ErrorQueueGroup)
 	conn, err := amqp091.Dial(url)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })

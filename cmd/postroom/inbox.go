@@ -11,6 +11,7 @@ import (
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/handlers"
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/storeinfo"
 	"github.com/postroom/postroom/middleware/inbox"
 	"github.com/postroom/postroom/store"
 )
@@ -36,7 +37,7 @@ the oldest, and how many duplicates were skipped for the keys still there
 				return err
 			}
 			defer store.Close(db)
-			stats, err := store.InboxSummary(cmd.Context(), db, opts.tables)
+			stats, err := storeinfo.InboxSummary(cmd.Context(), db, opts.tables)
 			if err != nil {
 				return err
 			}
@@ -47,8 +48,8 @@ the oldest, and how many duplicates were skipped for the keys still there
 	return opts.databaseFlags(cmd, inboxTable)
 }
 
-func printStats(out io.Writer, stats []store.ConsumerSummary, asJSON bool) error {
-	return printList(out, asJSON, stats, []string{"CONSUMER", "ROWS", "OLDEST", "DUPLICATES"}, func(s store.ConsumerSummary) []string {
+func printStats(out io.Writer, stats []storeinfo.ConsumerSummary, asJSON bool) error {
+	return printList(out, asJSON, stats, []string{"CONSUMER", "ROWS", "OLDEST", "DUPLICATES"}, func(s storeinfo.ConsumerSummary) []string {
 		return []string{s.Consumer, strconv.FormatInt(s.Rows, 10), s.Oldest.Format(time.RFC3339), strconv.FormatInt(s.Duplicates, 10)}
 	})
 }

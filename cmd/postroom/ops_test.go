@@ -12,10 +12,10 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/storeinfo"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/middleware/inbox"
 	"github.com/postroom/postroom/scheduler"
-	"github.com/postroom/postroom/store"
 )
 
 func TestInboxStatsAndPurge(t *testing.T) {
@@ -34,7 +34,7 @@ func TestInboxStatsAndPurge(t *testing.T) {
 
 	out, err := run(t, "inbox", "stats", "--json", "--dsn", dsn)
 	require.NoError(t, err)
-	var stats []store.ConsumerSummary
+	var stats []storeinfo.ConsumerSummary
 	require.NoError(t, json.Unmarshal([]byte(out), &stats))
 	require.Len(t, stats, 2)
 	require.Equal(t, "billing", stats[0].Consumer)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/postroom/postroom/internal/pgdriver"
 	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/internal/uow"
 	"github.com/postroom/postroom/middleware/unitofwork"
 	"github.com/postroom/postroom/store"
 )
@@ -93,7 +94,7 @@ func runFirstExec(ctx context.Context, db *gorm.DB, id string, handler func(ctx 
 	msg := message.NewMessage(id, nil)
 	msg.SetContext(ctx)
 	_, err := unitofwork.Run(db, msg, func(msg *message.Message) ([]*message.Message, error) {
-		if _, err := unitofwork.Exec(msg.Context(), "INSERT INTO effects (id) VALUES ($1)", id+"-claim"); err != nil {
+		if _, err := uow.Exec(msg.Context(), "INSERT INTO effects (id) VALUES ($1)", id+"-claim"); err != nil {
 			return nil, err
 		}
 		return nil, handler(msg.Context())
@@ -254,7 +255,7 @@ func TestATransactionWhoseBeginWaitsIsStillDatabaseSQLs(t *testing.T) {
 	msg = message.NewMessage("unparsed", nil)
 	msg.SetContext(ctx)
 	_, err = unitofwork.Run(db, msg, func(msg *message.Message) ([]*message.Message, error) {
-		_, _ = unitofwork.Exec(msg.Context(), "INSERT INTO no_such_table (id) VALUES ($1)", "x")
+		_, _ = uow.Exec(msg.Context(), "INSERT INTO no_such_table (id) VALUES ($1)", "x")
 		return nil, unitofwork.Tx(msg.Context()).Exec("INSERT INTO effects (id) VALUES (?)", "unparsed").Error
 	})
 	require.ErrorContains(t, err, "transaction is aborted")
@@ -343,7 +344,7 @@ func TestEveryFirstStatementRunsInsideItsTransaction(t *testing.T) {
 	t.Run("several statements without arguments", func(t *testing.T) {
 		db, _ := tracedPostgres(t)
 		firstThenFail(t, db, func(ctx context.Context) error {
-			_, err := unitofwork.Exec(ctx, "INSERT INTO effects (id) VALUES ('one'); INSERT INTO effects (id) VALUES ('two')")
+			_, err := uow.Exec(ctx, "INSERT INTO effects (id) VALUES ('one'); INSERT INTO effects (id) VALUES ('two')")
 			return err
 		})
 		require.Empty(t, effects(t, db))
@@ -351,7 +352,7 @@ func TestEveryFirstStatementRunsInsideItsTransaction(t *testing.T) {
 	t.Run("pgx's query mode before the arguments", func(t *testing.T) {
 		db, _ := tracedPostgres(t)
 		firstThenFail(t, db, func(ctx context.Context) error {
-			_, err := unitofwork.Exec(ctx, insert, pgx.QueryExecModeSimpleProtocol, "kept")
+			_, err := uow.Exec(ctx, insert, pgx.QueryExecModeSimpleProtocol, "kept")
 			return err
 		})
 		require.Empty(t, effects(t, db))
@@ -362,7 +363,7 @@ func TestEveryFirstStatementRunsInsideItsTransaction(t *testing.T) {
 			cfg.DefaultQueryExecMode = pgx.QueryExecModeDescribeExec
 		})
 		firstThenFail(t, db, func(ctx context.Context) error {
-			_, err := unitofwork.Exec(ctx, insert, "kept")
+			_, err := uow.Exec(ctx, insert, "kept")
 			return err
 		})
 		require.Empty(t, effects(t, db))
@@ -370,7 +371,7 @@ func TestEveryFirstStatementRunsInsideItsTransaction(t *testing.T) {
 	t.Run("simple protocol", func(t *testing.T) {
 		db, trips := tracedPostgres(t, func(cfg *pgx.ConnConfig) { cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol })
 		firstThenFail(t, db, func(ctx context.Context) error {
-			_, err := unitofwork.Exec(ctx, insert, "kept")
+			_, err := uow.Exec(ctx, insert, "kept")
 			return err
 		})
 		require.Empty(t, effects(t, db))

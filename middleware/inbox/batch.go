@@ -10,9 +10,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/uow"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
-	"github.com/postroom/postroom/middleware/unitofwork"
 )
 
 // Batch claims the keys of many messages at once, in one statement: the
@@ -99,8 +99,8 @@ func (b *Batch) ClaimAll(ctx context.Context, claims []Claim) (fresh []bool, err
 		args = append(args, c.Consumer, c.Key.Source, c.Key.MessageID, c.Type, now)
 	}
 	all := errors.New("inbox: not every key is new")
-	err = unitofwork.Savepoint(ctx, func(ctx context.Context) error {
-		rows, err := unitofwork.Exec(ctx, b.d.Native(b.d.InboxInsertMany(b.cfg.Table, len(order))), args...)
+	err = uow.Savepoint(ctx, func(ctx context.Context) error {
+		rows, err := uow.Exec(ctx, b.d.Native(b.d.InboxInsertMany(b.cfg.Table, len(order))), args...)
 		if err != nil {
 			return fmt.Errorf("inbox: claim keys: %w", err)
 		}
@@ -135,7 +135,7 @@ func (b *Batch) Claim(ctx context.Context, c Claim) (bool, error) {
 // claim inserts c's key as of now, or takes it over when the
 // external-effects mode released it, and reports whether it is new.
 func (b *Batch) claim(ctx context.Context, c Claim, now any) (bool, error) {
-	rows, err := unitofwork.Exec(ctx, b.insert, c.Consumer, c.Key.Source, c.Key.MessageID, c.Type, now)
+	rows, err := uow.Exec(ctx, b.insert, c.Consumer, c.Key.Source, c.Key.MessageID, c.Type, now)
 	if err != nil {
 		return false, fmt.Errorf("inbox: claim key: %w", err)
 	}
@@ -153,7 +153,7 @@ func (b *Batch) claim(ctx context.Context, c Claim, now any) (bool, error) {
 // is parked in the transaction; or an attempt holds it). err is the
 // transaction's.
 func (b *Batch) Duplicate(ctx context.Context, c Claim) (failed, err error) {
-	rows, err := unitofwork.Exec(ctx, b.countDone, c.Consumer, c.Key.Source, c.Key.MessageID)
+	rows, err := uow.Exec(ctx, b.countDone, c.Consumer, c.Key.Source, c.Key.MessageID)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: count duplicate: %w", err)
 	}
@@ -167,7 +167,7 @@ func (b *Batch) Duplicate(ctx context.Context, c Claim) (failed, err error) {
 	now := b.cfg.Now()
 	failed = b.left.unsettled(claim, c.Consumer, c.Key, now)
 	if failed != nil && b.left.expired(claim, now) {
-		parked, err := unitofwork.Exec(ctx, b.left.parkNative, b.left.parkArgs(claim, c.Consumer, c.Key)...)
+		parked, err := uow.Exec(ctx, b.left.parkNative, b.left.parkArgs(claim, c.Consumer, c.Key)...)
 		if err != nil {
 			return nil, fmt.Errorf("inbox: park an expired claim: %w", err)
 		}

@@ -32,8 +32,9 @@
 // attempt that ended without a known outcome (its process died, or it
 // failed with an error not wrapped by [NotDone]) follows [Config.OnUnknown]:
 // [Park] sends the message to the error topic as [*OutcomeUnknownError],
-// [Retry] runs it again with the same idempotency key. [ListUnresolved] and
-// [Resolve] serve the operator. A handler moved from External to
+// [Retry] runs it again with the same idempotency key. `postroom inbox
+// unresolved` and `postroom inbox resolve` (or the console) serve the
+// operator. A handler moved from External to
 // Transactional under the same consumer settles what its claims left: a
 // released key is taken over, a parked one or one whose lease ran out is
 // an [*OutcomeUnknownError] (and is parked), one under a live lease a

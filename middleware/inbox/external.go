@@ -11,9 +11,9 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/uow"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
-	"github.com/postroom/postroom/middleware/unitofwork"
 )
 
 // ErrInsideUnitOfWork is returned when the External mode runs inside a
@@ -60,7 +60,7 @@ type claim struct {
 func (x *external) middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		ctx := msg.Context()
-		if unitofwork.Active(ctx) {
+		if uow.Active(ctx) {
 			return nil, ErrInsideUnitOfWork
 		}
 		consumer, key, err := x.cfg.keyOf(msg)
@@ -165,19 +165,19 @@ func (x *external) run(msg *message.Message, h message.HandlerFunc, consumer str
 		}
 	}()
 	lost, skipped := false, false
-	out, err := unitofwork.Run(x.cfg.DB, msg, func(msg *message.Message) ([]*message.Message, error) {
+	out, err := uow.Run(x.cfg.DB, msg, func(msg *message.Message) ([]*message.Message, error) {
 		out, err := h(msg)
 		if err != nil {
 			return nil, err
 		}
 		ctx := msg.Context()
-		if unitofwork.IsRollbackOnly(ctx) {
+		if uow.IsRollbackOnly(ctx) {
 			// A middleware inside (the stale check) skipped the message:
 			// nothing of it commits, and it is done all the same.
 			skipped = true
 			return out, nil
 		}
-		rows, err := unitofwork.Exec(ctx, x.done, dialect.StatusDone, nil, consumer, key.Source, key.MessageID, n,
+		rows, err := uow.Exec(ctx, x.done, dialect.StatusDone, nil, consumer, key.Source, key.MessageID, n,
 			dialect.StatusProcessing, dialect.StatusParked)
 		if err != nil {
 			return nil, fmt.Errorf("inbox: mark done: %w", err)
@@ -186,7 +186,7 @@ func (x *external) run(msg *message.Message, h message.HandlerFunc, consumer str
 			// Another delivery took the claim over after this attempt's
 			// lease ran out: its attempt owns the outcome.
 			lost = true
-			unitofwork.RollbackOnly(ctx)
+			uow.RollbackOnly(ctx)
 		}
 		return out, nil
 	})

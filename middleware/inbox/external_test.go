@@ -15,6 +15,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/handlers"
+	"github.com/postroom/postroom/internal/claims"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/middleware/inbox"
@@ -215,19 +216,19 @@ func TestExternalModeConformance(t *testing.T) {
 				require.Equal(t, 1, api.count())
 				require.EqualValues(t, 1, s.counters.Get("payments.charge", metrics.Parked))
 
-				list, err := inbox.ListUnresolved(context.Background(), s.db, "", s.clock.Now(), 10)
+				list, err := claims.ListUnresolved(context.Background(), s.db, "", s.clock.Now(), 10)
 				require.NoError(t, err)
 				require.Len(t, list, 1)
 				require.Equal(t, "parked", list[0].Status)
 				require.Equal(t, "e-3", list[0].MessageID)
 
 				// The operator finds the charge was made: the replay is a duplicate.
-				require.NoError(t, inbox.Resolve(context.Background(), s.db, "", "payments.charge", inbox.Key{MessageID: "e-3"}, inbox.Happened, s.clock.Now()))
+				require.NoError(t, claims.Resolve(context.Background(), s.db, "", "payments.charge", inbox.Key{MessageID: "e-3"}, claims.Happened, s.clock.Now()))
 				_, err = h(message.NewMessage("e-3", nil))
 				require.NoError(t, err)
 				require.Equal(t, 1, api.count())
-				err = inbox.Resolve(context.Background(), s.db, "", "payments.charge", inbox.Key{MessageID: "e-3"}, inbox.Happened, s.clock.Now())
-				require.ErrorIs(t, err, inbox.ErrNotUnresolved)
+				err = claims.Resolve(context.Background(), s.db, "", "payments.charge", inbox.Key{MessageID: "e-3"}, claims.Happened, s.clock.Now())
+				require.ErrorIs(t, err, claims.ErrNotUnresolved)
 			})
 
 			t.Run("the redelivery of a dead attempt, arriving while its lease lives, is not dropped", func(t *testing.T) {
@@ -261,10 +262,10 @@ func TestExternalModeConformance(t *testing.T) {
 				mw := s.middleware(t, inbox.Park, false)
 				crashed(t, s, mw, "e-4", api)
 				// A live claim cannot be released: its attempt may still succeed.
-				err := inbox.Resolve(context.Background(), s.db, "", "payments.charge", inbox.Key{MessageID: "e-4"}, inbox.DidNotHappen, s.clock.Now())
-				require.ErrorIs(t, err, inbox.ErrNotUnresolved)
+				err := claims.Resolve(context.Background(), s.db, "", "payments.charge", inbox.Key{MessageID: "e-4"}, claims.DidNotHappen, s.clock.Now())
+				require.ErrorIs(t, err, claims.ErrNotUnresolved)
 				s.clock.Advance(31 * time.Second)
-				require.NoError(t, inbox.Resolve(context.Background(), s.db, "", "payments.charge", inbox.Key{MessageID: "e-4"}, inbox.DidNotHappen, s.clock.Now()))
+				require.NoError(t, claims.Resolve(context.Background(), s.db, "", "payments.charge", inbox.Key{MessageID: "e-4"}, claims.DidNotHappen, s.clock.Now()))
 				_, err = mw(func(msg *message.Message) ([]*message.Message, error) { api.record(msg.Context()); return nil, nil })(message.NewMessage("e-4", nil))
 				require.NoError(t, err)
 				require.Equal(t, 2, api.count())
@@ -281,29 +282,29 @@ func TestExternalModeConformance(t *testing.T) {
 				key := inbox.Key{MessageID: "e-15"}
 				crashed(t, s, mw, "e-15", api)
 				s.clock.Advance(31 * time.Second)
-				list, err := inbox.ListUnresolved(context.Background(), s.db, "", s.clock.Now(), 10)
+				list, err := claims.ListUnresolved(context.Background(), s.db, "", s.clock.Now(), 10)
 				require.NoError(t, err)
 				require.Len(t, list, 1)
 				require.Equal(t, 1, list[0].Attempts, "what the stale page shows")
 				// Another operator releases it, and the next copy dies mid-call too.
-				require.NoError(t, inbox.ResolveAttempt(context.Background(), s.db, "", "payments.charge", key, 1, inbox.DidNotHappen, s.clock.Now()))
+				require.NoError(t, claims.ResolveAttempt(context.Background(), s.db, "", "payments.charge", key, 1, claims.DidNotHappen, s.clock.Now()))
 				crashed(t, s, mw, "e-15", api)
 				s.clock.Advance(31 * time.Second)
 
-				err = inbox.ResolveAttempt(context.Background(), s.db, "", "payments.charge", key, 1, inbox.Happened, s.clock.Now())
-				require.ErrorIs(t, err, inbox.ErrClaimChanged)
+				err = claims.ResolveAttempt(context.Background(), s.db, "", "payments.charge", key, 1, claims.Happened, s.clock.Now())
+				require.ErrorIs(t, err, claims.ErrClaimChanged)
 				require.ErrorContains(t, err, "attempt 1 was shown, the claim is at attempt 2, processing")
 				st, n := status(t, s.db, "e-15")
 				require.Equal(t, "processing", st, "the later attempt stays unresolved")
 				require.Equal(t, 2, n)
-				err = inbox.ResolveAttempt(context.Background(), s.db, "", "payments.charge", inbox.Key{MessageID: "e-16"}, 1, inbox.Happened, s.clock.Now())
-				require.ErrorIs(t, err, inbox.ErrNotUnresolved, "no claim at all")
+				err = claims.ResolveAttempt(context.Background(), s.db, "", "payments.charge", inbox.Key{MessageID: "e-16"}, 1, claims.Happened, s.clock.Now())
+				require.ErrorIs(t, err, claims.ErrNotUnresolved, "no claim at all")
 				require.ErrorContains(t, err, "no claim with this key")
-				require.ErrorContains(t, inbox.ResolveAttempt(context.Background(), s.db, "", "payments.charge", key, 0, inbox.Happened, s.clock.Now()),
+				require.ErrorContains(t, claims.ResolveAttempt(context.Background(), s.db, "", "payments.charge", key, 0, claims.Happened, s.clock.Now()),
 					"attempts start at 1")
-				require.NoError(t, inbox.ResolveAttempt(context.Background(), s.db, "", "payments.charge", key, 2, inbox.Happened, s.clock.Now()))
-				err = inbox.ResolveAttempt(context.Background(), s.db, "", "payments.charge", key, 2, inbox.Happened, s.clock.Now())
-				require.ErrorIs(t, err, inbox.ErrNotUnresolved, "resolved already, at the attempt shown")
+				require.NoError(t, claims.ResolveAttempt(context.Background(), s.db, "", "payments.charge", key, 2, claims.Happened, s.clock.Now()))
+				err = claims.ResolveAttempt(context.Background(), s.db, "", "payments.charge", key, 2, claims.Happened, s.clock.Now())
+				require.ErrorIs(t, err, claims.ErrNotUnresolved, "resolved already, at the attempt shown")
 				require.ErrorContains(t, err, "the claim is done already: handled, or resolved as done, attempt 2", "what it is, not only what it is not (a cold trial)")
 			})
 
@@ -334,7 +335,7 @@ func TestExternalModeConformance(t *testing.T) {
 				_, err := h(message.NewMessage("e-14", nil))
 				require.ErrorIs(t, err, inbox.ErrOutcomeUnknown)
 				s.clock.Advance(300 * time.Hour) // the operator resolves it long after
-				require.NoError(t, inbox.Resolve(context.Background(), s.db, "", "payments.charge", inbox.Key{MessageID: "e-14"}, inbox.Happened, s.clock.Now()))
+				require.NoError(t, claims.Resolve(context.Background(), s.db, "", "payments.charge", inbox.Key{MessageID: "e-14"}, claims.Happened, s.clock.Now()))
 				require.Zero(t, s.purge(t, 240*time.Hour), "before: purged at once, so the replay that follows --done called again")
 				_, err = h(message.NewMessage("e-14", nil)) // the replay from the error topic
 				require.NoError(t, err)

@@ -12,9 +12,9 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/uow"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
-	"github.com/postroom/postroom/middleware/unitofwork"
 )
 
 // TableDefault is the default inbox table.
@@ -172,10 +172,10 @@ type transactional struct {
 
 func (t transactional) middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
-		owned := !unitofwork.Active(msg.Context())
+		owned := !uow.Active(msg.Context())
 		var dup *dupOf
 		var park *parkOf
-		out, err := unitofwork.Run(t.cfg.DB, msg, func(msg *message.Message) ([]*message.Message, error) {
+		out, err := uow.Run(t.cfg.DB, msg, func(msg *message.Message) ([]*message.Message, error) {
 			return t.claim(msg, h, &dup, &park)
 		})
 		if dup != nil && owned {
@@ -210,7 +210,7 @@ func (t transactional) claim(msg *message.Message, h message.HandlerFunc, dup **
 		sum = checksum(msg.Payload)
 		args = append(args, sum, t.cfg.payload(msg))
 	}
-	rows, err := unitofwork.Exec(ctx, t.insert, args...)
+	rows, err := uow.Exec(ctx, t.insert, args...)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: claim key: %w", err)
 	}
@@ -232,7 +232,7 @@ func (t transactional) claim(msg *message.Message, h message.HandlerFunc, dup **
 	case err != nil && t.left.expired(c, now):
 		// Parked once this transaction rolled back: in a batch in the
 		// batch's transaction, otherwise in a statement of its own.
-		if !unitofwork.AfterRollback(ctx, t.left.parkNative, t.left.parkArgs(c, consumer, key)...) {
+		if !uow.AfterRollback(ctx, t.left.parkNative, t.left.parkArgs(c, consumer, key)...) {
 			*park = &parkOf{consumer, key, c}
 		}
 		return nil, err
@@ -241,11 +241,11 @@ func (t transactional) claim(msg *message.Message, h message.HandlerFunc, dup **
 	case fresh:
 		return h(msg)
 	}
-	unitofwork.RollbackOnly(ctx)
+	uow.RollbackOnly(ctx)
 	t.cfg.duplicate(ctx, consumer, key)
 	// In a batch the count runs in the batch's transaction, once this
 	// message's savepoint is rolled back; otherwise after the rollback.
-	if !unitofwork.AfterRollback(ctx, t.countDupNative, consumer, key.Source, key.MessageID) {
+	if !uow.AfterRollback(ctx, t.countDupNative, consumer, key.Source, key.MessageID) {
 		*dup = &dupOf{consumer, key}
 	}
 	return nil, nil

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/uow"
 	"github.com/postroom/postroom/metrics"
-	"github.com/postroom/postroom/middleware/unitofwork"
 )
 
 // leftovers settles, for the plain (transactional) inbox, the keys a
@@ -40,7 +40,7 @@ func newLeftovers(cfg Config, d dialect.Dialect) leftovers {
 // and the read does not (purged in between): the message is retried. err
 // is the read's.
 func (l leftovers) readTaken(ctx context.Context, consumer string, key Key) (c claim, gone, err error) {
-	c, found, err := readClaim(unitofwork.Tx(ctx), l.d, l.read, consumer, key)
+	c, found, err := readClaim(uow.Tx(ctx), l.d, l.read, consumer, key)
 	if err == nil && !found {
 		gone = fmt.Errorf("inbox: consumer %s, source %q, message %s: the key's row went away while it was read; retried",
 			consumer, key.Source, key.MessageID)
@@ -66,7 +66,7 @@ func (l leftovers) settle(ctx context.Context, consumer string, key Key, c claim
 // takeReleased marks key, if released, done in the unit of work in ctx,
 // as the next attempt; it reports whether it did.
 func (l leftovers) takeReleased(ctx context.Context, consumer string, key Key) (bool, error) {
-	rows, err := unitofwork.Exec(ctx, l.take, l.d.Time(l.cfg.Now()), consumer, key.Source, key.MessageID)
+	rows, err := uow.Exec(ctx, l.take, l.d.Time(l.cfg.Now()), consumer, key.Source, key.MessageID)
 	if err != nil {
 		return false, fmt.Errorf("inbox: take released key over: %w", err)
 	}

@@ -11,9 +11,9 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/uow"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
-	"github.com/postroom/postroom/middleware/unitofwork"
 )
 
 // Defaults of Config.
@@ -115,13 +115,13 @@ func New(cfg Config) (message.HandlerMiddleware, error) {
 			if consumer == "" || len(consumer) > 200 {
 				return nil, &VersionError{Reason: "consumer must have 1 to 200 bytes: set Config.Consumer or run under a Watermill router"}
 			}
-			rows, err := unitofwork.Exec(ctx, upsert, consumer, messageType, v.EntityID, v.At.UnixNano(), msg.UUID, d.Time(now))
+			rows, err := uow.Exec(ctx, upsert, consumer, messageType, v.EntityID, v.At.UnixNano(), msg.UUID, d.Time(now))
 			if err != nil {
 				return nil, fmt.Errorf("stale: upsert watermark: %w", err)
 			}
 			if rows == 0 {
 				ties.check(ctx, consumer, messageType, v, msg.UUID, now)
-				unitofwork.RollbackOnly(ctx)
+				uow.RollbackOnly(ctx)
 				cfg.Recorder.Record(consumer, metrics.Stale)
 				if at := msg.Metadata.Get(metadata.Replayed); at != "" {
 					// An operator asked for it: said, not left to a debug
@@ -137,7 +137,7 @@ func New(cfg Config) (message.HandlerMiddleware, error) {
 			return h(msg)
 		}
 		return func(msg *message.Message) ([]*message.Message, error) {
-			return unitofwork.Run(cfg.DB, msg, check)
+			return uow.Run(cfg.DB, msg, check)
 		}
 	}, nil
 }

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/postroom/postroom/middleware/unitofwork"
+	"github.com/postroom/postroom/internal/uow"
 )
 
 // tieRepeat is how often, at most, ties of one consumer and message type
@@ -51,7 +51,7 @@ func newTies(read string, logger *slog.Logger) *ties {
 func (t *ties) check(ctx context.Context, consumer, messageType string, v Version, messageID string, now time.Time) {
 	var storedAt int64
 	var storedID string
-	row, err := unitofwork.QueryRow(ctx, t.read, consumer, messageType, v.EntityID)
+	row, err := uow.QueryRow(ctx, t.read, consumer, messageType, v.EntityID)
 	if err == nil {
 		err = row.Scan(&storedAt, &storedID)
 	}

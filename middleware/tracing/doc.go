@@ -12,6 +12,6 @@
 //
 // bus.Config.Tracing.Provider turns it on for every handler: the span covers
 // the delivery with its retries, a message moved to the error topic marks it
-// failed ([Fail]), and everything a handler sends carries its span's
+// failed, and everything a handler sends carries its span's
 // context. Without a TracerProvider nothing is traced and nothing is paid.
 package tracing

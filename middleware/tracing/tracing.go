@@ -55,7 +55,7 @@ func New(cfg Config) (message.HandlerMiddleware, error) {
 			if handler == "" {
 				handler = message.HandlerNameFromCtx(parent)
 			}
-			ctx := cfg.Propagator.Extract(parent, Carrier(msg.Metadata))
+			ctx := cfg.Propagator.Extract(parent, carrier(msg.Metadata))
 			ctx, span := tracer.Start(ctx, handler+" process", trace.WithSpanKind(trace.SpanKindConsumer),
 				trace.WithAttributes(
 					attribute.String("messaging.operation.type", "process"),
@@ -82,31 +82,20 @@ func Inject(ctx context.Context, msg *message.Message, p propagation.TextMapProp
 	if p == nil {
 		p = propagation.TraceContext{}
 	}
-	p.Inject(ctx, Carrier(msg.Metadata))
+	p.Inject(ctx, carrier(msg.Metadata))
 }
 
-// Fail marks the span in ctx as failed with reason: the message went to the
-// error topic although the delivery is acked.
-func Fail(ctx context.Context, reason error) {
-	span := trace.SpanFromContext(ctx)
-	if !span.IsRecording() {
-		return
-	}
-	span.AddEvent("moved to the error topic", trace.WithAttributes(attribute.String("postroom.error.reason", reason.Error())))
-	span.SetStatus(codes.Error, reason.Error())
-}
-
-// Carrier adapts message metadata to OpenTelemetry's propagation.
-type Carrier message.Metadata
+// carrier adapts message metadata to OpenTelemetry's propagation.
+type carrier message.Metadata
 
 // Get returns the value of key.
-func (c Carrier) Get(key string) string { return c[key] }
+func (c carrier) Get(key string) string { return c[key] }
 
 // Set sets key.
-func (c Carrier) Set(key, value string) { c[key] = value }
+func (c carrier) Set(key, value string) { c[key] = value }
 
 // Keys lists the keys.
-func (c Carrier) Keys() []string {
+func (c carrier) Keys() []string {
 	keys := make([]string, 0, len(c))
 	for k := range c {
 		keys = append(keys, k)

@@ -12,10 +12,4 @@
 // not be handled (a duplicate, a stale update) calls [RollbackOnly] and
 // returns without error: the transaction is rolled back and the message is
 // acked.
-//
-// A message whose context is marked with [Alone] is handled in a batch of
-// its own by the batched middleware and by a [Collector]: the bus so
-// handles a message that may have ended a process.
-//
-// This package imports nothing else of postroom's.
 package unitofwork

@@ -1,4 +1,4 @@
-package unitofwork_test
+package uow_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/testenv"
-	"github.com/postroom/postroom/middleware/unitofwork"
+	"github.com/postroom/postroom/internal/uow"
 )
 
 // stores runs f on each store: the transaction's behaviour after a failed
@@ -38,7 +38,7 @@ func countEffects(t *testing.T, db *gorm.DB) (n int64) {
 
 // addAll adds each item from a goroutine of its own and returns their
 // errors as they come back.
-func addAll(c *unitofwork.Collector, ctx context.Context, items ...string) <-chan error {
+func addAll(c *uow.Collector, ctx context.Context, items ...string) <-chan error {
 	errs := make(chan error, len(items))
 	for _, it := range items {
 		go func() { errs <- c.Add(ctx, it) }()
@@ -63,13 +63,13 @@ func within(t *testing.T, errs <-chan error, d time.Duration, what string) error
 func TestCollectorRollbackOnly(t *testing.T) {
 	stores(t, func(t *testing.T, db *gorm.DB) {
 		for _, size := range []int{1, 2} {
-			c, err := unitofwork.NewCollector(unitofwork.Config{DB: db, BatchSize: size, BatchWait: time.Minute}, func(ctx context.Context, items []*unitofwork.Collected) error {
+			c, err := uow.NewCollector(uow.Config{DB: db, BatchSize: size, BatchWait: time.Minute}, func(ctx context.Context, items []*uow.Collected) error {
 				for _, it := range items {
-					if err := unitofwork.Tx(ctx).Exec("INSERT INTO effects (id) VALUES (?)", it.Item).Error; err != nil {
+					if err := uow.Tx(ctx).Exec("INSERT INTO effects (id) VALUES (?)", it.Item).Error; err != nil {
 						return err
 					}
 				}
-				unitofwork.RollbackOnly(ctx)
+				uow.RollbackOnly(ctx)
 				return nil
 			})
 			require.NoError(t, err)
@@ -89,8 +89,8 @@ func TestCollectorRollbackOnly(t *testing.T) {
 func TestCollectorGoexit(t *testing.T) {
 	db := testenv.SQLite(t)
 	require.NoError(t, db.Exec("CREATE TABLE effects (id VARCHAR(20) NOT NULL)").Error)
-	c, err := unitofwork.NewCollector(unitofwork.Config{DB: db, BatchSize: 2, BatchWait: time.Minute}, func(ctx context.Context, items []*unitofwork.Collected) error {
-		if err := unitofwork.Tx(ctx).Exec("INSERT INTO effects (id) VALUES ('a')").Error; err != nil {
+	c, err := uow.NewCollector(uow.Config{DB: db, BatchSize: 2, BatchWait: time.Minute}, func(ctx context.Context, items []*uow.Collected) error {
+		if err := uow.Tx(ctx).Exec("INSERT INTO effects (id) VALUES ('a')").Error; err != nil {
 			return err
 		}
 		runtime.Goexit()
@@ -107,7 +107,7 @@ func TestCollectorGoexit(t *testing.T) {
 // a long call stops instead of holding the shutdown.
 func TestCollectorStopsWithItsItems(t *testing.T) {
 	db := testenv.SQLite(t)
-	c, err := unitofwork.NewCollector(unitofwork.Config{DB: db, BatchSize: 2, BatchWait: time.Minute}, func(ctx context.Context, _ []*unitofwork.Collected) error {
+	c, err := uow.NewCollector(uow.Config{DB: db, BatchSize: 2, BatchWait: time.Minute}, func(ctx context.Context, _ []*uow.Collected) error {
 		<-ctx.Done()
 		return ctx.Err()
 	})
@@ -130,8 +130,8 @@ func TestCollectorSettle(t *testing.T) {
 	var inFlight atomic.Int64
 	release := make(chan struct{})
 	first := true
-	c, err := unitofwork.NewCollector(unitofwork.Config{DB: db, BatchSize: 100, BatchWait: time.Minute, InFlight: func() int { return int(inFlight.Load()) }},
-		func(ctx context.Context, _ []*unitofwork.Collected) error {
+	c, err := uow.NewCollector(uow.Config{DB: db, BatchSize: 100, BatchWait: time.Minute, InFlight: func() int { return int(inFlight.Load()) }},
+		func(ctx context.Context, _ []*uow.Collected) error {
 			if first {
 				first = false
 				<-release
@@ -160,27 +160,27 @@ func TestCollectorSettle(t *testing.T) {
 func TestSavepointOfSwallowedError(t *testing.T) {
 	stores(t, func(t *testing.T, db *gorm.DB) {
 		var spErr error
-		c, err := unitofwork.NewCollector(unitofwork.Config{DB: db, BatchSize: 1}, func(ctx context.Context, _ []*unitofwork.Collected) error {
-			spErr = unitofwork.Savepoint(ctx, func(ctx context.Context) error {
-				if err := unitofwork.Tx(ctx).Exec("INSERT INTO effects (id) VALUES ('swallowed')").Error; err != nil {
+		c, err := uow.NewCollector(uow.Config{DB: db, BatchSize: 1}, func(ctx context.Context, _ []*uow.Collected) error {
+			spErr = uow.Savepoint(ctx, func(ctx context.Context) error {
+				if err := uow.Tx(ctx).Exec("INSERT INTO effects (id) VALUES ('swallowed')").Error; err != nil {
 					return err
 				}
-				_ = unitofwork.Tx(ctx).Exec("INSERT INTO no_such_table (id) VALUES ('x')").Error // the error ignored
+				_ = uow.Tx(ctx).Exec("INSERT INTO no_such_table (id) VALUES ('x')").Error // the error ignored
 				return nil
 			})
-			return unitofwork.Tx(ctx).Exec("INSERT INTO effects (id) VALUES ('kept')").Error
+			return uow.Tx(ctx).Exec("INSERT INTO effects (id) VALUES ('kept')").Error
 		})
 		require.NoError(t, err)
 		require.NoError(t, c.Add(context.Background(), "a"), "the transaction outside the savepoint commits")
 		var ids []string
 		require.NoError(t, db.Raw("SELECT id FROM effects ORDER BY id").Scan(&ids).Error)
 		if db.Dialector.Name() == "postgres" {
-			require.ErrorIs(t, spErr, unitofwork.ErrSavepointAborted)
+			require.ErrorIs(t, spErr, uow.ErrSavepointAborted)
 			require.Equal(t, []string{"kept"}, ids)
 		} else {
 			require.NoError(t, spErr)
 			require.Equal(t, []string{"kept", "swallowed"}, ids)
 		}
-		require.False(t, errors.Is(spErr, unitofwork.ErrBatchBroken))
+		require.False(t, errors.Is(spErr, uow.ErrBatchBroken))
 	})
 }

@@ -1,4 +1,4 @@
-package unitofwork_test
+package uow_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
-	"github.com/postroom/postroom/middleware/unitofwork"
+	"github.com/postroom/postroom/internal/uow"
 )
 
 // TestAnAloneMessageIsABatchOfItsOwn: a message marked Alone is handled in
@@ -27,16 +27,16 @@ func TestAnAloneMessageIsABatchOfItsOwn(t *testing.T) {
 			if db.Dialector.Name() == "sqlite" {
 				t.Skip("one connection, which the waiting batch holds: the Collector's calls below show SQLite's batches")
 			}
-			mw, err := unitofwork.New(unitofwork.Config{DB: db, BatchSize: 4, BatchWait: time.Minute})
+			mw, err := uow.New(uow.Config{DB: db, BatchSize: 4, BatchWait: time.Minute})
 			require.NoError(t, err)
 			h := mw(func(msg *message.Message) ([]*message.Message, error) {
-				return nil, unitofwork.Tx(msg.Context()).Exec("INSERT INTO effects (id) VALUES (?)", msg.UUID).Error
+				return nil, uow.Tx(msg.Context()).Exec("INSERT INTO effects (id) VALUES (?)", msg.UUID).Error
 			})
 			done := make(chan error, 5)
 			handle := func(id string, alone bool) {
 				msg := message.NewMessage(id, nil)
 				if alone {
-					msg.SetContext(unitofwork.Alone(msg.Context()))
+					msg.SetContext(uow.Alone(msg.Context()))
 				}
 				_, err := h(msg)
 				done <- err
@@ -57,7 +57,7 @@ func TestAnAloneMessageIsABatchOfItsOwn(t *testing.T) {
 		t.Run("collector", func(t *testing.T) {
 			var mu sync.Mutex
 			var calls [][]string
-			c, err := unitofwork.NewCollector(unitofwork.Config{DB: db, BatchSize: 4, BatchWait: 2 * time.Second}, func(ctx context.Context, items []*unitofwork.Collected) error {
+			c, err := uow.NewCollector(uow.Config{DB: db, BatchSize: 4, BatchWait: 2 * time.Second}, func(ctx context.Context, items []*uow.Collected) error {
 				var ids []string
 				for _, it := range items {
 					ids = append(ids, it.Item.(string))
@@ -71,7 +71,7 @@ func TestAnAloneMessageIsABatchOfItsOwn(t *testing.T) {
 			require.NoError(t, err)
 			errs := addAll(c, context.Background(), "a", "b")
 			time.Sleep(200 * time.Millisecond) // a and b joined the batch
-			alone := addAll(c, unitofwork.Alone(context.Background()), "c")
+			alone := addAll(c, uow.Alone(context.Background()), "c")
 			require.NoError(t, within(t, alone, 30*time.Second, "the alone item did not end"))
 			for range 2 {
 				require.NoError(t, within(t, errs, 30*time.Second, "the batch did not end"))

@@ -1,4 +1,4 @@
-package store
+package storeinfo
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/store"
 )
 
 // ExactCountBelow is the estimate under which Stats counts rows exactly;
@@ -29,7 +30,7 @@ type TableStats struct {
 // estimates and samples, not whole tables, except for the exact count of a
 // table under ExactCountBelow rows: call it every minute or so, not per
 // message.
-func Stats(ctx context.Context, db *gorm.DB, tables Tables) ([]TableStats, error) {
+func Stats(ctx context.Context, db *gorm.DB, tables store.Tables) ([]TableStats, error) {
 	d, err := dialect.Of(db)
 	if err != nil {
 		return nil, err
@@ -100,7 +101,7 @@ type ConsumerSummary struct {
 
 // InboxSummary describes the inbox per consumer, by consumer. It reads the
 // whole table: an operator's query, not a gauge.
-func InboxSummary(ctx context.Context, db *gorm.DB, tables Tables) ([]ConsumerSummary, error) {
+func InboxSummary(ctx context.Context, db *gorm.DB, tables store.Tables) ([]ConsumerSummary, error) {
 	d, err := dialect.Of(db)
 	if err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package unitofwork_test
+package uow_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/testenv"
-	"github.com/postroom/postroom/middleware/unitofwork"
+	"github.com/postroom/postroom/internal/uow"
 )
 
 // TestAMemberWhoseContextEndsFailsAlone: one member's own context ends
@@ -22,11 +22,11 @@ func TestAMemberWhoseContextEndsFailsAlone(t *testing.T) {
 	for _, store := range testenv.Databases {
 		t.Run(store.Name, func(t *testing.T) {
 			db, cfg := batchesOfThree(t, store.Open)
-			mw, err := unitofwork.New(cfg)
+			mw, err := uow.New(cfg)
 			require.NoError(t, err)
 			h := mw(func(msg *message.Message) ([]*message.Message, error) {
 				ctx := msg.Context()
-				if err := unitofwork.Tx(ctx).Exec("INSERT INTO effects (id) VALUES (?)", msg.UUID).Error; err != nil {
+				if err := uow.Tx(ctx).Exec("INSERT INTO effects (id) VALUES (?)", msg.UUID).Error; err != nil {
 					return nil, err
 				}
 				if msg.UUID == "slow" {
@@ -70,15 +70,15 @@ func TestAMemberJoiningAfterEveryOtherEndedGetsANewBatch(t *testing.T) {
 	for _, store := range testenv.Databases {
 		t.Run(store.Name, func(t *testing.T) {
 			db, cfg := batchesOfThree(t, store.Open)
-			mw, err := unitofwork.New(cfg)
+			mw, err := uow.New(cfg)
 			require.NoError(t, err)
 			h := mw(func(msg *message.Message) ([]*message.Message, error) {
-				return nil, unitofwork.Tx(msg.Context()).Exec("INSERT INTO effects (id) VALUES (?)", "m-"+msg.UUID).Error
+				return nil, uow.Tx(msg.Context()).Exec("INSERT INTO effects (id) VALUES (?)", "m-"+msg.UUID).Error
 			})
-			c, err := unitofwork.NewCollector(cfg,
-				func(ctx context.Context, items []*unitofwork.Collected) error {
+			c, err := uow.NewCollector(cfg,
+				func(ctx context.Context, items []*uow.Collected) error {
 					for _, it := range items {
-						if err := unitofwork.Tx(ctx).Exec("INSERT INTO effects (id) VALUES (?)", "c-"+it.Item.(string)).Error; err != nil {
+						if err := uow.Tx(ctx).Exec("INSERT INTO effects (id) VALUES (?)", "c-"+it.Item.(string)).Error; err != nil {
 							return err
 						}
 					}
@@ -127,13 +127,13 @@ func TestAMemberJoiningAfterEveryOtherEndedGetsANewBatch(t *testing.T) {
 // WithBatch and for a Collector (HandleBatch).
 func TestABatchWhoseMembersAllEndedEndsAtOnce(t *testing.T) {
 	_, cfg := batchesOfThree(t, testenv.SQLite)
-	mw, err := unitofwork.New(cfg)
+	mw, err := uow.New(cfg)
 	require.NoError(t, err)
 	h := mw(func(msg *message.Message) ([]*message.Message, error) {
-		return nil, unitofwork.Tx(msg.Context()).Exec("INSERT INTO effects (id) VALUES (?)", msg.UUID).Error
+		return nil, uow.Tx(msg.Context()).Exec("INSERT INTO effects (id) VALUES (?)", msg.UUID).Error
 	})
-	c, err := unitofwork.NewCollector(cfg, func(ctx context.Context, items []*unitofwork.Collected) error {
-		return unitofwork.Tx(ctx).Exec("INSERT INTO effects (id) VALUES (?)", "c").Error
+	c, err := uow.NewCollector(cfg, func(ctx context.Context, items []*uow.Collected) error {
+		return uow.Tx(ctx).Exec("INSERT INTO effects (id) VALUES (?)", "c").Error
 	})
 	require.NoError(t, err)
 	for _, kind := range []string{"WithBatch", "Collector"} {
@@ -154,9 +154,9 @@ func TestABatchWhoseMembersAllEndedEndsAtOnce(t *testing.T) {
 
 // batchesOfThree opens a store with an effects table and returns it with a
 // configuration of batches of three that wait 5 s to fill.
-func batchesOfThree(t *testing.T, open func(testing.TB) *gorm.DB) (*gorm.DB, unitofwork.Config) {
+func batchesOfThree(t *testing.T, open func(testing.TB) *gorm.DB) (*gorm.DB, uow.Config) {
 	t.Helper()
 	db := open(t)
 	require.NoError(t, db.Exec("CREATE TABLE effects (id VARCHAR(20) NOT NULL)").Error)
-	return db, unitofwork.Config{DB: db, BatchSize: 3, BatchWait: 5 * time.Second}
+	return db, uow.Config{DB: db, BatchSize: 3, BatchWait: 5 * time.Second}
 }

@@ -1,4 +1,4 @@
-package store_test
+package storeinfo_test
 
 import (
 	"context"
@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/postroom/postroom/internal/storeinfo"
 	"github.com/postroom/postroom/internal/testenv"
-	"github.com/postroom/postroom/store"
 )
 
 // TestClockSkewSeesAClockAhead: the database's clock, read back, against a
@@ -18,14 +18,14 @@ func TestClockSkewSeesAClockAhead(t *testing.T) {
 		t.Run(db.Name, func(t *testing.T) {
 			gdb := db.Open(t)
 			ctx := context.Background()
-			skew, err := store.ClockSkew(ctx, gdb, time.Now)
+			skew, err := storeinfo.ClockSkew(ctx, gdb, time.Now)
 			require.NoError(t, err)
 			require.Less(t, skew.Abs(), 5*time.Second, "the database runs on this machine")
 			if db.Name == "sqlite" {
 				return // in this process: no other clock
 			}
 			ahead := func() time.Time { return time.Now().Add(time.Hour) }
-			skew, err = store.ClockSkew(ctx, gdb, ahead)
+			skew, err = storeinfo.ClockSkew(ctx, gdb, ahead)
 			require.NoError(t, err)
 			require.InDelta(t, time.Hour.Seconds(), skew.Seconds(), 5)
 		})

@@ -1,4 +1,4 @@
-package store
+package storeinfo
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/store"
 )
 
 // Delayed is a message waiting in the delayed table (bus.DeliverAt, or a
@@ -24,7 +25,7 @@ type Delayed struct {
 
 // ListDelayed returns up to limit waiting messages of tables' delayed
 // table, earliest due first.
-func ListDelayed(ctx context.Context, db *gorm.DB, tables Tables, limit int) ([]Delayed, error) {
+func ListDelayed(ctx context.Context, db *gorm.DB, tables store.Tables, limit int) ([]Delayed, error) {
 	d, names, err := prepare(db, tables)
 	if err != nil {
 		return nil, err
@@ -61,7 +62,7 @@ func ListDelayed(ctx context.Context, db *gorm.DB, tables Tables, limit int) ([]
 
 // DelayedSummary returns how many messages wait in the delayed table and
 // the earliest due time (zero when none).
-func DelayedSummary(ctx context.Context, db *gorm.DB, tables Tables) (int64, time.Time, error) {
+func DelayedSummary(ctx context.Context, db *gorm.DB, tables store.Tables) (int64, time.Time, error) {
 	d, names, err := prepare(db, tables)
 	if err != nil {
 		return 0, time.Time{}, err
@@ -77,4 +78,17 @@ func DelayedSummary(ctx context.Context, db *gorm.DB, tables Tables) (int64, tim
 	}
 	next, err := d.ParseTime(nextDue)
 	return n, next, err
+}
+
+// prepare returns db's dialect and the validated table names, defaults
+// filled in.
+func prepare(db *gorm.DB, tables store.Tables) (dialect.Dialect, dialect.Tables, error) {
+	d, err := dialect.Of(db)
+	if err != nil {
+		return "", dialect.Tables{}, err
+	}
+	if err := tables.Validate(); err != nil {
+		return "", dialect.Tables{}, err
+	}
+	return d, dialect.Tables(tables.WithDefaults()), nil
 }

@@ -1,4 +1,4 @@
-package unitofwork
+package uow
 
 import "context"
 

@@ -1,4 +1,4 @@
-package unitofwork_test
+package uow_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/testenv"
-	"github.com/postroom/postroom/middleware/unitofwork"
+	"github.com/postroom/postroom/internal/uow"
 )
 
 // TestSwallowedDeadlockWithBatch: the third member of a WithBatch batch
@@ -26,12 +26,12 @@ func TestSwallowedDeadlockWithBatch(t *testing.T) {
 	for name, open := range map[string]func(testing.TB) *gorm.DB{"postgres": testenv.Postgres, "mariadb": testenv.MySQL} {
 		t.Run(name, func(t *testing.T) {
 			db := deadlockTables(t, open)
-			mw, err := unitofwork.New(unitofwork.Config{DB: db, BatchSize: 3, BatchWait: time.Minute})
+			mw, err := uow.New(uow.Config{DB: db, BatchSize: 3, BatchWait: time.Minute})
 			require.NoError(t, err)
 			ran := make(chan string, 3)
 			var swallowed error
 			h := mw(func(msg *message.Message) ([]*message.Message, error) {
-				tx := unitofwork.Tx(msg.Context())
+				tx := uow.Tx(msg.Context())
 				if msg.UUID != "x" {
 					err := tx.Exec("INSERT INTO effects (id) VALUES (?)", msg.UUID).Error
 					ran <- msg.UUID
@@ -96,7 +96,7 @@ func deadlockTables(t *testing.T, open func(testing.TB) *gorm.DB) *gorm.DB {
 // swallowDeadlock makes the transaction in ctx the victim of a deadlock with
 // another transaction on db and returns the error it swallowed.
 func swallowDeadlock(t *testing.T, ctx context.Context, db *gorm.DB) error {
-	tx := unitofwork.Tx(ctx)
+	tx := uow.Tx(ctx)
 	require.NoError(t, tx.Exec("UPDATE locks SET v = v + 1 WHERE id = 1").Error)
 	other := db.Begin()
 	defer other.Rollback()
@@ -124,16 +124,16 @@ func TestSwallowedDeadlockCollector(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			db := deadlockTables(t, open)
 			var swallowed error
-			c, err := unitofwork.NewCollector(unitofwork.Config{DB: db, BatchSize: 3, BatchWait: time.Minute}, func(ctx context.Context, items []*unitofwork.Collected) error {
+			c, err := uow.NewCollector(uow.Config{DB: db, BatchSize: 3, BatchWait: time.Minute}, func(ctx context.Context, items []*uow.Collected) error {
 				// the items in a fixed order: the one that deadlocks last
-				byName := map[any]*unitofwork.Collected{}
+				byName := map[any]*uow.Collected{}
 				for _, it := range items {
 					byName[it.Item] = it
 				}
 				for _, name := range []string{"a", "b", "x"} {
 					it := byName[name]
-					it.Err = unitofwork.Savepoint(ctx, func(ctx context.Context) error {
-						if err := unitofwork.Tx(ctx).Exec("INSERT INTO effects (id) VALUES (?)", name).Error; err != nil {
+					it.Err = uow.Savepoint(ctx, func(ctx context.Context) error {
+						if err := uow.Tx(ctx).Exec("INSERT INTO effects (id) VALUES (?)", name).Error; err != nil {
 							return err
 						}
 						if name == "x" {
@@ -185,7 +185,7 @@ func TestCopiesInTwoBatchesDoNotDeadlock(t *testing.T) {
 			if name == "mariadb" {
 				claim = "INSERT IGNORE INTO claims (id) VALUES (?)"
 			}
-			mw, err := unitofwork.New(unitofwork.Config{DB: db, BatchSize: 2, BatchWait: time.Minute})
+			mw, err := uow.New(uow.Config{DB: db, BatchSize: 2, BatchWait: time.Minute})
 			require.NoError(t, err)
 			ran, held, release := make(chan string, 4), make(chan struct{}), make(chan struct{})
 			h := mw(func(msg *message.Message) ([]*message.Message, error) {
@@ -193,7 +193,7 @@ func TestCopiesInTwoBatchesDoNotDeadlock(t *testing.T) {
 					close(held)
 					<-release
 				}
-				err := unitofwork.Tx(msg.Context()).Exec(claim, msg.UUID).Error
+				err := uow.Tx(msg.Context()).Exec(claim, msg.UUID).Error
 				ran <- msg.UUID
 				return nil, err
 			})

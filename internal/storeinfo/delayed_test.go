@@ -1,4 +1,4 @@
-package store_test
+package storeinfo_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/storeinfo"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/store"
 )
@@ -23,7 +24,7 @@ func TestDelayedListAndSummary(t *testing.T) {
 		t.Run(tc.Name, func(t *testing.T) {
 			db := tc.Open(t)
 			ctx := context.Background()
-			n, next, err := store.DelayedSummary(ctx, db, store.Tables{})
+			n, next, err := storeinfo.DelayedSummary(ctx, db, store.Tables{})
 			require.NoError(t, err)
 			require.Zero(t, n)
 			require.True(t, next.IsZero())
@@ -34,9 +35,9 @@ func TestDelayedListAndSummary(t *testing.T) {
 			prefix := testenv.Name("r-")
 			require.NoError(t, bus.Publish(ctx, b, &Reminder{}, bus.WithMessageID(prefix+"-later"), bus.DeliverAt(due.Add(time.Minute))))
 			require.NoError(t, bus.Publish(ctx, b, &Reminder{}, bus.WithMessageID(prefix+"-sooner"), bus.DeliverAt(due)))
-			rows, err := store.ListDelayed(ctx, db, store.Tables{}, 10)
+			rows, err := storeinfo.ListDelayed(ctx, db, store.Tables{}, 10)
 			require.NoError(t, err)
-			var ours []store.Delayed
+			var ours []storeinfo.Delayed
 			for _, r := range rows {
 				if len(r.MessageID) > len(prefix) && r.MessageID[:len(prefix)] == prefix {
 					ours = append(ours, r)
@@ -45,7 +46,7 @@ func TestDelayedListAndSummary(t *testing.T) {
 			require.Len(t, ours, 2)
 			require.Equal(t, prefix+"-sooner", ours[0].MessageID)
 			require.WithinDuration(t, due, ours[0].DueAt, time.Millisecond)
-			n, next, err = store.DelayedSummary(ctx, db, store.Tables{})
+			n, next, err = storeinfo.DelayedSummary(ctx, db, store.Tables{})
 			require.NoError(t, err)
 			require.GreaterOrEqual(t, n, int64(2))
 			require.False(t, next.After(due.Add(time.Millisecond)))

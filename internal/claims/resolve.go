@@ -1,4 +1,4 @@
-package inbox
+package claims
 
 import (
 	"cmp"
@@ -11,6 +11,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/middleware/inbox"
 )
 
 // Unresolved is a claim of the External mode whose outcome is unknown:
@@ -28,7 +29,7 @@ type Unresolved struct {
 }
 
 // ListUnresolved returns up to limit unresolved claims of table (empty for
-// TableDefault), oldest first, as of now.
+// inbox.TableDefault), oldest first, as of now.
 func ListUnresolved(ctx context.Context, db *gorm.DB, table string, now time.Time, limit int) ([]Unresolved, error) {
 	d, table, err := storeOf(db, table)
 	if err != nil {
@@ -89,7 +90,7 @@ var ErrAttemptNotReached = errors.New("inbox: the claim has not reached this att
 // Resolve records what happened to the unresolved claim of key for
 // consumer, as of now, whatever its attempt. An operator who looked at
 // one attempt (a list, a confirmation page) uses ResolveAttempt.
-func Resolve(ctx context.Context, db *gorm.DB, table, consumer string, key Key, r Resolution, now time.Time) error {
+func Resolve(ctx context.Context, db *gorm.DB, table, consumer string, key inbox.Key, r Resolution, now time.Time) error {
 	return resolve(ctx, db, table, consumer, key, 0, r, now)
 }
 
@@ -100,7 +101,7 @@ func Resolve(ctx context.Context, db *gorm.DB, table, consumer string, key Key, 
 // [ErrAttemptNotReached], and changes nothing. Without it, a resolution
 // read off a stale page would apply to a later attempt that the operator
 // never saw.
-func ResolveAttempt(ctx context.Context, db *gorm.DB, table, consumer string, key Key, attempts int, r Resolution, now time.Time) error {
+func ResolveAttempt(ctx context.Context, db *gorm.DB, table, consumer string, key inbox.Key, attempts int, r Resolution, now time.Time) error {
 	if attempts < 1 {
 		return fmt.Errorf("inbox: attempt %d: a claim's attempts start at 1 (the ATTEMPTS column of `postroom inbox unresolved`)", attempts)
 	}
@@ -108,7 +109,7 @@ func ResolveAttempt(ctx context.Context, db *gorm.DB, table, consumer string, ke
 }
 
 // resolve resolves the claim of key at attempts, or at any attempt (0).
-func resolve(ctx context.Context, db *gorm.DB, table, consumer string, key Key, attempts int, r Resolution, now time.Time) error {
+func resolve(ctx context.Context, db *gorm.DB, table, consumer string, key inbox.Key, attempts int, r Resolution, now time.Time) error {
 	d, table, err := storeOf(db, table)
 	if err != nil {
 		return err
@@ -167,7 +168,7 @@ func resolve(ctx context.Context, db *gorm.DB, table, consumer string, key Key, 
 }
 
 func storeOf(db *gorm.DB, table string) (dialect.Dialect, string, error) {
-	table = cmp.Or(table, TableDefault)
+	table = cmp.Or(table, inbox.TableDefault)
 	if err := dialect.ValidateIdentifier(table); err != nil {
 		return "", "", fmt.Errorf("inbox: %w", err)
 	}
