@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -13,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"gorm.io/gorm"
 
+	"github.com/postroom/postroom/internal/endpointname"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/transport"
 )
@@ -97,8 +97,7 @@ func (p RetryPolicy) Horizon() time.Duration {
 type Config struct {
 	// Endpoint names this service; it names its queues and is the source of
 	// the messages it sends. Required: 1 to 40 characters, each an ASCII
-	// letter or digit, '-', '_' or '.', the first a letter or digit (see
-	// CheckEndpoint).
+	// letter or digit, '-', '_' or '.', the first a letter or digit.
 	Endpoint string
 	// Transport carries the messages. Defaults to an in-memory gochannel
 	// transport. New hands a transport that logs its Logger
@@ -229,17 +228,6 @@ func (c Config) RedeliveryHorizon() time.Duration {
 	return c.Retry.Horizon() + c.RedeliveryWindow
 }
 
-var endpointName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$`)
-
-// CheckEndpoint returns an error unless name can name an endpoint: 1 to 40
-// letters, digits, '-', '_' or '.', starting with a letter or digit.
-func CheckEndpoint(name string) error {
-	if !endpointName.MatchString(name) {
-		return fmt.Errorf("bus: endpoint %q: use 1 to 40 letters, digits, '-', '_' or '.', starting with a letter or digit", name)
-	}
-	return nil
-}
-
 // Metrics configures what the bus counts and serves (Config.Metrics).
 type Metrics struct {
 	// Recorder counts what happens to messages. Defaults to a
@@ -307,7 +295,7 @@ func (c Config) withDefaults() Config {
 
 func (c Config) validate() error {
 	var errs []error
-	if !endpointName.MatchString(c.Endpoint) {
+	if !endpointname.Valid(c.Endpoint) {
 		errs = append(errs, fmt.Errorf("bus: Config.Endpoint %q: use 1 to 40 letters, digits, '-', '_' or '.', starting with a letter or digit", c.Endpoint))
 	}
 	if !topicName.MatchString(c.ErrorTopic) {

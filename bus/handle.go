@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -665,12 +664,6 @@ func Unrecoverable(err error) error {
 func IsUnrecoverable(err error) bool {
 	var u interface{ Unrecoverable() bool }
 	return errors.As(err, &u) && u.Unrecoverable()
-}
-
-// ErrorAttempts returns the attempt count of a message from the error topic.
-func ErrorAttempts(msg *message.Message) int {
-	n, _ := strconv.Atoi(msg.Metadata.Get(metadata.ErrorAttempts))
-	return n
 }
 
 // growStack grows the calling goroutine's stack in one step, while it is

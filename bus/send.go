@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/endpointname"
 	"github.com/postroom/postroom/internal/uow"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
@@ -124,7 +125,7 @@ func Send[T any](ctx context.Context, b *Bus, cmd *T, opts ...SendOption) error 
 	if !o.toSet {
 		dest = b.cfg.Endpoint
 	}
-	if !endpointName.MatchString(dest) {
+	if !endpointname.Valid(dest) {
 		return fmt.Errorf("bus: send %s to endpoint %q: not an endpoint name (1 to 40 letters, digits, '-', '_' or '.')", MessageName[T](), dest)
 	}
 	msg.Metadata.Set(metadata.CommandTo, dest)

@@ -238,9 +238,9 @@ func (c *Console) unresolvedResolve(w http.ResponseWriter, r *http.Request) {
 	redirectDone(w, r, "/unresolved", done, "message "+id+" of "+consumer)
 }
 
-// InboxKey is one consumer's key of a message: it was handled (status
+// inboxKey is one consumer's key of a message: it was handled (status
 // done) or is being handled, when, and how many duplicates were skipped.
-type InboxKey struct {
+type inboxKey struct {
 	Consumer, Source, MessageID, MessageType string
 	ReceivedAt                               time.Time
 	// Status is done for a handled message; the External mode's claims
@@ -249,9 +249,9 @@ type InboxKey struct {
 	Duplicates int64
 }
 
-// LookupInbox returns the keys of message id in the inbox table, for
+// lookupInbox returns the keys of message id in the inbox table, for
 // consumer or (empty) every consumer, at most limit.
-func (c *Console) LookupInbox(ctx context.Context, id, consumer string, limit int) ([]InboxKey, error) {
+func (c *Console) lookupInbox(ctx context.Context, id, consumer string, limit int) ([]inboxKey, error) {
 	d, err := dialect.Of(c.cfg.DB)
 	if err != nil {
 		return nil, err
@@ -265,9 +265,9 @@ func (c *Console) LookupInbox(ctx context.Context, id, consumer string, limit in
 		return nil, fmt.Errorf("console: look up %s: %w", id, err)
 	}
 	defer rows.Close()
-	var out []InboxKey
+	var out []inboxKey
 	for rows.Next() {
-		var k InboxKey
+		var k inboxKey
 		var received any
 		if err := rows.Scan(&k.Consumer, &k.Source, &k.MessageID, &k.MessageType, &received, &k.Status, &k.Duplicates); err != nil {
 			return nil, fmt.Errorf("console: look up %s: %w", id, err)
@@ -285,7 +285,7 @@ func (c *Console) inboxLookup(w http.ResponseWriter, r *http.Request) {
 	data := map[string]any{"ID": id, "Consumer": consumer}
 	p := page{Title: "Inbox lookup", Data: data}
 	if id != "" {
-		keys, err := c.LookupInbox(r.Context(), id, consumer, 100)
+		keys, err := c.lookupInbox(r.Context(), id, consumer, 100)
 		data["Keys"], data["Searched"] = keys, true
 		if err != nil {
 			p.Error = c.redact(err)

@@ -179,7 +179,7 @@ func (o *Outbox) Publish(ctx context.Context, tx *gorm.DB, topic string, msgs ..
 	for _, m := range msgs {
 		m.SetContext(ctx)
 		if o.cfg.Reach != "" {
-			m.Metadata.Set(ReachKey, o.cfg.Reach)
+			m.Metadata.Set(reachKey, o.cfg.Reach)
 		}
 	}
 	if err := forwarder.NewPublisher(pub, forwarder.PublisherConfig{ForwarderTopic: o.cfg.Topic}).Publish(topic, msgs...); err != nil {

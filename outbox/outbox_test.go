@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 // TestReturnedMessagesCommitThenRelay, on PostgreSQL and MariaDB: messages
 // a plain Watermill handler returns are queued with its transaction (none on
 // rollback), show in the backlog, and are relayed with their own IDs and
-// without the outbox's own reach metadata (ReachKey), which is the relay's
+// without the outbox's own reach metadata ("postroom-outbox-reach"), which is the relay's
 // business, not the subscriber's (caught the relay leaving it on).
 func TestReturnedMessagesCommitThenRelay(t *testing.T) {
 	for _, db := range testenv.ServerDatabases {
@@ -43,7 +43,7 @@ func TestReturnedMessagesCommitThenRelay(t *testing.T) {
 			broker := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
 			defer broker.Close()
 			o, err := outbox.New(outbox.Config{DB: gorm, Destination: broker, PollInterval: 10 * time.Millisecond,
-				Reach: "memory@returned"}) // the messages are written with ReachKey
+				Reach: "memory@returned"}) // the messages are written with "postroom-outbox-reach"
 			require.NoError(t, err)
 			uow, err := unitofwork.New(unitofwork.Config{DB: gorm})
 			require.NoError(t, err)
@@ -80,7 +80,7 @@ func TestReturnedMessagesCommitThenRelay(t *testing.T) {
 				case m := <-received:
 					m.Ack()
 					ids = append(ids, m.UUID)
-					require.NotContains(t, m.Metadata, outbox.ReachKey, "the relay takes its reach metadata off")
+					require.NotContains(t, m.Metadata, "postroom-outbox-reach", "the relay takes its reach metadata off")
 				case <-time.After(20 * time.Second):
 					t.Fatal("relay did not publish")
 				}

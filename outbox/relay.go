@@ -37,11 +37,11 @@ type relayPublisher struct {
 	elsewhereN  int       // messages of another reach published
 }
 
-// ReachKey is the metadata an outbox message carries with the reach of
+// reachKey is the metadata an outbox message carries with the reach of
 // the transport it is for (Config.Reach): a relay of another reach does
 // says so when it publishes it. Taken off before the message is
 // published.
-const ReachKey = "postroom-outbox-reach"
+const reachKey = "postroom-outbox-reach"
 
 // errElsewhere is the error logged for a message of another reach.
 var errElsewhere = errors.New("outbox: the message was written for another transport's subscribers")
@@ -67,10 +67,10 @@ func (p *relayPublisher) Publish(topic string, msgs ...*message.Message) error {
 }
 
 func (p *relayPublisher) publish(topic string, msg *message.Message) error {
-	if reach := msg.Metadata.Get(ReachKey); reach != "" && reach != p.cfg.Reach {
+	if reach := msg.Metadata.Get(reachKey); reach != "" && reach != p.cfg.Reach {
 		p.elsewhere(topic, msg, reach)
 	}
-	delete(msg.Metadata, ReachKey)
+	delete(msg.Metadata, reachKey)
 	var err error
 	if p.cfg.PublishCommand != nil && msg.Metadata.Get(metadata.CommandTo) != "" {
 		err = p.cfg.PublishCommand(topic, msg)

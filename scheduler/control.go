@@ -114,25 +114,25 @@ func (c *Control) Trigger(ctx context.Context, name string, now time.Time) error
 		return err
 	}
 	if paused {
-		return &PausedError{Name: name}
+		return &pausedError{Name: name}
 	}
 	return nil // due already
 }
 
-// ErrPaused is what [Control.Trigger] returns (as a [*PausedError]) for a
-// paused schedule.
+// ErrPaused matches the error [Control.Trigger] returns for a paused
+// schedule (the error names the schedule).
 var ErrPaused = errors.New("scheduler: schedule is paused")
 
-// PausedError says which schedule a trigger found paused.
-type PausedError struct{ Name string }
+// pausedError says which schedule a trigger found paused.
+type pausedError struct{ Name string }
 
 // Error says which schedule is paused and what to do.
-func (e *PausedError) Error() string {
+func (e *pausedError) Error() string {
 	return fmt.Sprintf("scheduler: schedule %q is paused: resume it first", e.Name)
 }
 
 // Is reports whether target is [ErrPaused].
-func (e *PausedError) Is(target error) bool { return target == ErrPaused }
+func (e *pausedError) Is(target error) bool { return target == ErrPaused }
 
 // paused reads whether the schedule name is paused: an error if there is
 // none of that name.

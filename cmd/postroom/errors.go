@@ -84,10 +84,11 @@ type failedMessage struct {
 }
 
 func failedOf(msg *message.Message, full bool) failedMessage {
+	attempts, _ := strconv.Atoi(msg.Metadata.Get(metadata.ErrorAttempts))
 	f := failedMessage{
 		ID: msg.UUID, Handler: msg.Metadata.Get(metadata.ErrorHandler), Group: msg.Metadata.Get(metadata.ErrorGroup),
 		Topic:    msg.Metadata.Get(metadata.ErrorTopic),
-		Attempts: bus.ErrorAttempts(msg), At: msg.Metadata.Get(metadata.ErrorAt),
+		Attempts: attempts, At: msg.Metadata.Get(metadata.ErrorAt),
 		Reason: msg.Metadata.Get(metadata.ErrorReason),
 	}
 	if full {

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/endpointname"
 	"github.com/postroom/postroom/transport/amqp"
 )
 
@@ -88,7 +89,7 @@ func routesOf(endpoint, handler string, commands, events []string) ([]route, err
 		errs = append(errs, errors.New("--handler needs the --endpoint it belongs to"))
 	}
 	if endpoint != "" {
-		if err := bus.CheckEndpoint(endpoint); err != nil {
+		if err := endpointname.Check(endpoint); err != nil {
 			errs = append(errs, err)
 		}
 	}
