@@ -21,6 +21,7 @@ import (
 	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/internal/testbus"
 	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/internal/wire"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/transport"
@@ -697,7 +698,7 @@ func checkOutboxCommandNoRoute(t *testing.T, c *confCase) {
 	select {
 	case failed := <-errs:
 		failed.Ack()
-		require.Equal(t, nowhere, failed.Metadata.Get(metadata.CommandTo))
+		require.Equal(t, nowhere, failed.Metadata.Get(wire.CommandTo))
 		require.Contains(t, failed.Metadata.Get(metadata.ErrorReason), "outbox relay")
 	case <-time.After(20 * time.Second):
 		t.Fatal("the command to an endpoint with no queue did not reach the error topic")

@@ -13,6 +13,7 @@ import (
 	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/internal/endpointname"
 	"github.com/postroom/postroom/internal/uow"
+	"github.com/postroom/postroom/internal/wire"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/middleware/inbox"
@@ -84,7 +85,7 @@ func WithMetadata(key, value string) SendOption {
 var reservedMetadata = map[string]string{
 	metadata.MessageID:            ": use WithMessageID",
 	metadata.MessageType:          ": the message's Go type names it",
-	metadata.CommandTo:            ": use To",
+	wire.CommandTo:                ": use To",
 	metadata.TransportError:       "",
 	metadata.UnreadMetadata:       "",
 	metadata.DeliveryCount:        "",
@@ -128,7 +129,7 @@ func Send[T any](ctx context.Context, b *Bus, cmd *T, opts ...SendOption) error 
 	if !endpointname.Valid(dest) {
 		return fmt.Errorf("bus: send %s to endpoint %q: not an endpoint name (1 to 40 letters, digits, '-', '_' or '.')", MessageName[T](), dest)
 	}
-	msg.Metadata.Set(metadata.CommandTo, dest)
+	msg.Metadata.Set(wire.CommandTo, dest)
 	return b.dispatch(ctx, b.outgoingOf(commandTopic(dest, MessageName[T]()), msg, o))
 }
 
@@ -272,7 +273,7 @@ func (b *Bus) publish(out outgoing) error {
 		return b.delay(out.msg.Context(), b.cfg.DB, out)
 	}
 	var err error
-	to := out.msg.Metadata.Get(metadata.CommandTo) // set by Send
+	to := out.msg.Metadata.Get(wire.CommandTo) // set by Send
 	if m, ok := b.cfg.Transport.(transport.Mandatory); ok {
 		err = m.PublishMandatory(out.topic, out.msg)
 	} else {

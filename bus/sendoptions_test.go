@@ -10,6 +10,7 @@ import (
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/internal/testbus"
 	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/internal/wire"
 	"github.com/postroom/postroom/metadata"
 )
 
@@ -60,9 +61,9 @@ func TestOptionsAreNotMetadata(t *testing.T) {
 	require.ErrorContains(t, bus.Publish(ctx, b, &OrderPlaced{}, bus.To("shipping")), `To("shipping") is for Send`)
 	require.NoError(t, bus.Publish(ctx, b, &OrderPlaced{}))
 	md = receive()
-	require.NotContains(t, md, metadata.CommandTo)
+	require.NotContains(t, md, wire.CommandTo)
 
-	for _, key := range []string{metadata.MessageID, metadata.MessageType, metadata.CommandTo, metadata.DeliveryCount,
+	for _, key := range []string{metadata.MessageID, metadata.MessageType, wire.CommandTo, metadata.DeliveryCount,
 		metadata.Redelivered, metadata.TransportError, metadata.ErrorGroup} {
 		require.ErrorContains(t, bus.Send(ctx, b, &CreateInvoice{}, bus.WithMetadata(key, "x")), "WithMetadata(\""+key+"\"): the key is postroom's own", key)
 		require.ErrorContains(t, bus.Publish(ctx, b, &OrderPlaced{}, bus.WithMetadata(key, "x")), "the key is postroom's own", key)

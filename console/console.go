@@ -26,6 +26,7 @@ import (
 
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dsnparse"
 	"github.com/postroom/postroom/store"
 )
 
@@ -239,12 +240,12 @@ func (c *Console) redact(err error) string {
 	text := err.Error()
 	for _, s := range append([]string{c.cfg.AMQPURL, c.cfg.Token}, c.cfg.Secrets...) {
 		if s != "" {
-			text = store.RedactText(text, s)
+			text = dsnparse.RedactText(text, s)
 			text = strings.ReplaceAll(text, s, "xxxxx")
 		}
 	}
 	for _, m := range c.cfg.Metrics { // shown, but not a password in them
-		text = store.RedactText(text, m)
+		text = dsnparse.RedactText(text, m)
 	}
 	return text
 }

@@ -61,12 +61,6 @@ const TransportError = "postroom-transport-error"
 // that the copy in the error topic shows what the producer sent.
 const UnreadMetadata = "postroom-unread-metadata"
 
-// CommandTo is set on a command sent with bus.Send: the endpoint it is
-// for. The outbox relay publishes such a message so that it fails when no
-// queue takes it (and moves it to the error topic), instead of letting the
-// broker drop it.
-const CommandTo = "postroom-command-to"
-
 // DeliveryCount is set by a transport that counts deliveries (RabbitMQ's
 // quorum queues, from x-delivery-count): how many times the message was
 // delivered before this delivery without being settled. The bus's

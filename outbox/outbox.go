@@ -60,8 +60,8 @@ type Config struct {
 	// database of the SQL transport out of reach, is not counted. Defaults
 	// to 5.
 	MaxRelayAttempts int
-	// PublishCommand publishes a message that carries metadata.CommandTo
-	// (a command), failing when no queue takes it; such a message is then
+	// PublishCommand publishes a command (a message bus.Send marked with
+	// its endpoint), failing when no queue takes it; such a message is then
 	// moved to ErrorTopic after MaxRelayAttempts like any the transport
 	// refuses. Defaults to nil: commands go through Destination.
 	PublishCommand func(topic string, msg *message.Message) error

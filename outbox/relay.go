@@ -14,6 +14,7 @@ import (
 
 	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/internal/logsink"
+	"github.com/postroom/postroom/internal/wire"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/transport"
 )
@@ -72,7 +73,7 @@ func (p *relayPublisher) publish(topic string, msg *message.Message) error {
 	}
 	delete(msg.Metadata, reachKey)
 	var err error
-	if p.cfg.PublishCommand != nil && msg.Metadata.Get(metadata.CommandTo) != "" {
+	if p.cfg.PublishCommand != nil && msg.Metadata.Get(wire.CommandTo) != "" {
 		err = p.cfg.PublishCommand(topic, msg)
 	} else {
 		err = p.cfg.Destination.Publish(topic, msg)

@@ -29,10 +29,10 @@
 // [Migrate] applies postroom's versioned migrations for the database's
 // dialect and records them in the postroom_migrations table; version 1
 // creates the inbox, stale watermark, schedules, delayed and deliveries
-// tables and, on PostgreSQL and MySQL/MariaDB, the outbox's. [Plan]
-// returns the SQL it would run, for a DBA. The names in [Tables] are
-// validated as identifiers; the postroom command renames the inbox,
-// watermark and schedules tables (--inbox-table, --watermarks-table,
+// tables and, on PostgreSQL and MySQL/MariaDB, the outbox's. `postroom
+// migrate --print` prints the SQL it would run, for a DBA. The names in
+// [Tables] are validated as identifiers; the postroom command renames the
+// inbox, watermark and schedules tables (--inbox-table, --watermarks-table,
 // --schedules-table), and a bus (bus.New) uses the default name of every
 // table. Other names serve the inbox, stale and scheduler packages used
 // without the bus (their Config.Table).

@@ -11,6 +11,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dsnparse"
 )
 
 // ErrFoundRows is the error of a MySQL connection that counts the rows an
@@ -31,7 +32,7 @@ func checkMySQLDSN(dsn string) error {
 			// user@127.0.0.1:3306/db: the driver takes the address for a
 			// network's name and says "default addr for network
 			// '127.0.0.1:3306' unknown", which names no fix.
-			return fmt.Errorf("%w: the MySQL address needs its protocol, as in user@tcp(host:3306)/db: use %s", ErrBadDSN, dsnForms)
+			return fmt.Errorf("%w: the MySQL address needs its protocol, as in user@tcp(host:3306)/db: use %s", ErrBadDSN, dsnparse.Forms)
 		}
 		return nil // the driver says what is wrong when it opens
 	}

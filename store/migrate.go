@@ -40,30 +40,6 @@ func (t Tables) Validate() error { return dialect.Tables(t).Validate() }
 // TablesDefault returns the default table names.
 func TablesDefault() Tables { return Tables{}.WithDefaults() }
 
-// Plan returns, in order, the SQL statements that Migrate would run on a
-// database of dsn's kind that has none of postroom's schema yet. It does
-// not connect.
-func Plan(dsn string, tables Tables) ([]string, error) {
-	d, err := dialectOfDSN(dsn)
-	if err != nil {
-		return nil, err
-	}
-	if err := tables.Validate(); err != nil {
-		return nil, err
-	}
-	tables = tables.WithDefaults()
-	stmts, err := d.MigrationsTable(dialect.MigrationsTableDefault)
-	if err != nil {
-		return nil, err
-	}
-	out := []string{stmts.Create}
-	for _, m := range d.Migrations(dialect.Tables(tables)) {
-		out = append(out, fmt.Sprintf("-- %d: %s", m.Version, m.Name))
-		out = append(out, m.Statements...)
-	}
-	return out, nil
-}
-
 // Migrate applies every migration that the database has not recorded yet,
 // under a lock so that several instances starting at once apply each step
 // once. It returns the versions it applied.

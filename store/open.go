@@ -13,6 +13,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dsnparse"
 	"github.com/postroom/postroom/internal/pgdriver"
 	"github.com/postroom/postroom/internal/sqlitedriver"
 )
@@ -29,7 +30,7 @@ const BusyTimeoutDefault = 10 * time.Second
 // ErrBadDSN, never a new SQLite file. Errors never contain the DSN's
 // password.
 func Open(dsn string) (*gorm.DB, error) {
-	d, err := dialectOfDSN(dsn)
+	d, err := dsnparse.Dialect(dsn)
 	if err != nil {
 		return nil, err
 	}
@@ -59,7 +60,7 @@ func Open(dsn string) (*gorm.DB, error) {
 		if db != nil {
 			_ = Close(db)
 		}
-		return nil, fmt.Errorf("store: open %s: %w", Redact(dsn), redactErr(err, dsn))
+		return nil, fmt.Errorf("store: open %s: %w", dsnparse.Redact(dsn), dsnparse.RedactErr(err, dsn))
 	}
 	return db, nil
 }

@@ -6,6 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dsnparse"
 	"github.com/postroom/postroom/store"
 )
 
@@ -34,7 +36,7 @@ and scheduler packages used without the bus.`,
 				if err != nil {
 					return err
 				}
-				stmts, err := store.Plan(dsn, opts.tables)
+				stmts, err := dsnparse.Plan(dsn, dialect.Tables(opts.tables))
 				if err != nil {
 					return err
 				}

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"gorm.io/gorm"
 
+	"github.com/postroom/postroom/internal/dsnparse"
 	"github.com/postroom/postroom/store"
 )
 
@@ -78,7 +79,7 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	text := err.Error()
 	for _, s := range opts.secrets {
-		text = store.RedactText(text, s)
+		text = dsnparse.RedactText(text, s)
 	}
 	if text != err.Error() {
 		return errors.New(text)
@@ -138,7 +139,7 @@ func (o *options) openDB(create bool) (*gorm.DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	if file, ok := store.SQLiteFile(dsn); ok && !create {
+	if file, ok := dsnparse.SQLiteFile(dsn); ok && !create {
 		if _, err := os.Stat(file); errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("no SQLite database at %s: check the path, or create it with `postroom migrate --dsn %s`", file, store.Redact(dsn))
 		}
