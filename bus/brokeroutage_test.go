@@ -10,6 +10,7 @@ import (
 
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/internal/amqptest"
+	"github.com/postroom/postroom/internal/metricseries"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/transport/amqp"
@@ -103,7 +104,7 @@ func TestTheTransportConnectedGaugeFollowsTheBroker(t *testing.T) {
 	b, proxy, _ := outageBus(t, func(cfg *bus.Config) { cfg.Metrics.GaugeInterval = 50 * time.Millisecond })
 	gauge := func(want float64) func() bool {
 		return func() bool {
-			v, ok := b.Counters().GetGauge(metrics.TransportConnected)
+			v, ok := b.Counters().GetGauge(metrics.Gauge(metricseries.TransportConnected))
 			return ok && v == want
 		}
 	}

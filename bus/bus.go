@@ -17,6 +17,7 @@ import (
 
 	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/internal/logsink"
+	"github.com/postroom/postroom/internal/metricseries"
 	"github.com/postroom/postroom/internal/uow"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/middleware/tracing"
@@ -524,7 +525,7 @@ func reportConnected(ctx context.Context, interval time.Duration, c transport.Co
 		if c.Connected() {
 			connected = 1
 		}
-		gauges.SetGauge(metrics.TransportConnected, connected)
+		gauges.SetGauge(metrics.Gauge(metricseries.TransportConnected), connected)
 	})
 }
 
@@ -532,12 +533,12 @@ func reportConnected(ctx context.Context, interval time.Duration, c transport.Co
 func (b *Bus) reportOutbox(ctx context.Context, gauges metrics.GaugeSetter) {
 	every(ctx, b.cfg.Metrics.GaugeInterval, func() {
 		if backlog, err := b.outbox.Backlog(ctx); err == nil {
-			gauges.SetGauge(metrics.OutboxBacklog, float64(backlog.Messages))
-			gauges.SetGauge(metrics.OutboxLagSeconds, backlog.Lag.Seconds())
+			gauges.SetGauge(metrics.Gauge(metricseries.OutboxBacklog), float64(backlog.Messages))
+			gauges.SetGauge(metrics.Gauge(metricseries.OutboxLagSeconds), backlog.Lag.Seconds())
 		} else if ctx.Err() == nil {
 			b.cfg.Logger.Warn("bus: outbox backlog", "error", err)
-			gauges.SetGauge(metrics.OutboxBacklog, metrics.Unknown)
-			gauges.SetGauge(metrics.OutboxLagSeconds, metrics.Unknown)
+			gauges.SetGauge(metrics.Gauge(metricseries.OutboxBacklog), metrics.Unknown)
+			gauges.SetGauge(metrics.Gauge(metricseries.OutboxLagSeconds), metrics.Unknown)
 		}
 	})
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/postroom/postroom/handlers"
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/metricseries"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/outbox"
 	"github.com/postroom/postroom/scheduler"
@@ -69,11 +70,11 @@ func (b *Bus) newCleanup() (*scheduler.Scheduler, error) {
 		}
 		m = &handlers.CleanupStore{Before: cutoff, Retention: m.Retention, BatchSize: m.BatchSize, Pause: m.Pause}
 		res, err := cleanup.Purge(ctx, *m)
-		b.add(metrics.CleanupDeleted(tables.Inbox), float64(res.Inbox))
-		b.add(metrics.CleanupDeleted(tables.Watermarks), float64(res.Watermarks))
-		b.add(metrics.CleanupDeleted(dialect.DeliveriesTableDefault), float64(res.Deliveries))
+		b.add(metrics.Count(metricseries.CleanupDeleted(tables.Inbox)), float64(res.Inbox))
+		b.add(metrics.Count(metricseries.CleanupDeleted(tables.Watermarks)), float64(res.Watermarks))
+		b.add(metrics.Count(metricseries.CleanupDeleted(dialect.DeliveriesTableDefault)), float64(res.Deliveries))
 		if b.outbox != nil {
-			b.add(metrics.CleanupDeleted(outboxTable), float64(res.Outbox))
+			b.add(metrics.Count(metricseries.CleanupDeleted(outboxTable)), float64(res.Outbox))
 		}
 		return err
 	}
@@ -85,8 +86,8 @@ func (b *Bus) newCleanup() (*scheduler.Scheduler, error) {
 		Logger: b.cfg.Logger,
 		Now:    b.cfg.Now,
 		OnFire: func(name string, emitted, missed int) {
-			b.add(metrics.ScheduleMissed(name), float64(missed))
-			b.add(metrics.ScheduleFires(name), float64(emitted)) // last: a reader that sees the fire sees its missed slots
+			b.add(metrics.Count(metricseries.ScheduleMissed(name)), float64(missed))
+			b.add(metrics.Count(metricseries.ScheduleFires(name)), float64(emitted)) // last: a reader that sees the fire sees its missed slots
 		},
 		Schedules: []scheduler.Schedule{{
 			Name:  "postroom.cleanup." + b.cfg.Endpoint,

@@ -19,6 +19,7 @@ import (
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/internal/amqptest"
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/metricseries"
 	"github.com/postroom/postroom/internal/testbus"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/internal/wire"
@@ -847,7 +848,10 @@ func checkDelayed(t *testing.T, c *confCase) {
 		require.Equal(t, 1, n, id)
 	}
 	require.Zero(t, count(t, c.db, "SELECT COUNT(*) FROM postroom_delayed WHERE message_id LIKE ?", prefix+"%"), "delivered messages leave the table")
-	waitFor(t, "the delayed gauge", func() bool { v, ok := b.Counters().GetGauge(metrics.DelayedMessages); return ok && v == 0 })
+	waitFor(t, "the delayed gauge", func() bool {
+		v, ok := b.Counters().GetGauge(metrics.Gauge(metricseries.DelayedMessages))
+		return ok && v == 0
+	})
 }
 
 func checkDelayedRetries(t *testing.T, c *confCase) {

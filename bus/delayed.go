@@ -11,6 +11,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/metricseries"
 	"github.com/postroom/postroom/internal/storeinfo"
 	"github.com/postroom/postroom/internal/uow"
 	"github.com/postroom/postroom/metrics"
@@ -132,16 +133,16 @@ func (b *Bus) reportDelayed(ctx context.Context) {
 			return // stopping
 		}
 		// The next tick tries again; deliverDue logs the database's failures.
-		gauges.SetGauge(metrics.DelayedMessages, metrics.Unknown)
-		gauges.SetGauge(metrics.DelayedOverdueSeconds, metrics.Unknown)
+		gauges.SetGauge(metrics.Gauge(metricseries.DelayedMessages), metrics.Unknown)
+		gauges.SetGauge(metrics.Gauge(metricseries.DelayedOverdueSeconds), metrics.Unknown)
 		return
 	}
 	overdue := 0.0
 	if n > 0 && !next.IsZero() {
 		overdue = max(0, b.cfg.Now().Sub(next).Seconds())
 	}
-	gauges.SetGauge(metrics.DelayedMessages, float64(n))
-	gauges.SetGauge(metrics.DelayedOverdueSeconds, overdue)
+	gauges.SetGauge(metrics.Gauge(metricseries.DelayedMessages), float64(n))
+	gauges.SetGauge(metrics.Gauge(metricseries.DelayedOverdueSeconds), overdue)
 }
 
 type delayedRow struct {

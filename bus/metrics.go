@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/metricseries"
 	"github.com/postroom/postroom/internal/storeinfo"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/store"
@@ -84,10 +85,10 @@ func (b *Bus) reportTables(ctx context.Context, gauges metrics.GaugeSetter) {
 	var tables []string // those set: unknown when a read fails
 	unknown := func() {
 		for _, table := range tables {
-			gauges.SetGauge(metrics.TableRows(table), metrics.Unknown)
-			gauges.SetGauge(metrics.TableOldestSeconds(table), metrics.Unknown)
+			gauges.SetGauge(metrics.Gauge(metricseries.TableRows(table)), metrics.Unknown)
+			gauges.SetGauge(metrics.Gauge(metricseries.TableOldestSeconds(table)), metrics.Unknown)
 		}
-		gauges.SetGauge(metrics.CleanupLagSeconds, metrics.Unknown)
+		gauges.SetGauge(metrics.Gauge(metricseries.CleanupLagSeconds), metrics.Unknown)
 	}
 	every(ctx, b.cfg.Metrics.TableGaugeInterval, func() {
 		stats, err := storeinfo.Stats(ctx, b.cfg.DB, store.Tables{})
@@ -102,18 +103,18 @@ func (b *Bus) reportTables(ctx context.Context, gauges metrics.GaugeSetter) {
 		tables = tables[:0]
 		for _, s := range stats {
 			tables = append(tables, s.Table)
-			gauges.SetGauge(metrics.TableRows(s.Table), float64(s.Rows))
+			gauges.SetGauge(metrics.Gauge(metricseries.TableRows(s.Table)), float64(s.Rows))
 			age := 0.0
 			if !s.Oldest.IsZero() {
 				age = now.Sub(s.Oldest).Seconds()
 			}
-			gauges.SetGauge(metrics.TableOldestSeconds(s.Table), age)
+			gauges.SetGauge(metrics.Gauge(metricseries.TableOldestSeconds(s.Table)), age)
 		}
 		oldest, err := b.oldestOwnKey(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
 				b.cfg.Logger.Warn("bus: cleanup lag gauge", "error", err)
-				gauges.SetGauge(metrics.CleanupLagSeconds, metrics.Unknown)
+				gauges.SetGauge(metrics.Gauge(metricseries.CleanupLagSeconds), metrics.Unknown)
 			}
 			return
 		}
@@ -121,7 +122,7 @@ func (b *Bus) reportTables(ctx context.Context, gauges metrics.GaugeSetter) {
 		if !oldest.IsZero() {
 			lag = max(0, now.Sub(oldest).Seconds()-b.cfg.InboxRetention.Seconds())
 		}
-		gauges.SetGauge(metrics.CleanupLagSeconds, lag)
+		gauges.SetGauge(metrics.Gauge(metricseries.CleanupLagSeconds), lag)
 	})
 }
 

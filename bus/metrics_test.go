@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/metricseries"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/transport/gochannel"
@@ -143,7 +144,7 @@ func TestCleanupLagCountsOnlyTheEndpointsOwnKeys(t *testing.T) {
 	var lag float64
 	waitFor(t, "the cleanup lag gauge", func() bool {
 		var ok bool
-		lag, ok = b.Counters().GetGauge(metrics.CleanupLagSeconds)
+		lag, ok = b.Counters().GetGauge(metrics.Gauge(metricseries.CleanupLagSeconds))
 		return ok
 	})
 	require.InDelta(t, (24 * time.Hour).Seconds(), lag, 60, "the lag of this endpoint's own oldest key")
@@ -164,8 +165,8 @@ func TestAGaugeWhoseReadFailsIsLeftOut(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, bus.Handle(b, func(context.Context, *CreateInvoice) error { return nil }, bus.WithInbox()))
 	start(t, b, "error")
-	gauges := []metrics.Gauge{metrics.TableRows("postroom_inbox"), metrics.TableOldestSeconds("postroom_inbox"),
-		metrics.CleanupLagSeconds, metrics.OutboxBacklog, metrics.OutboxLagSeconds, metrics.DelayedMessages, metrics.DelayedOverdueSeconds}
+	gauges := []metrics.Gauge{metrics.Gauge(metricseries.TableRows("postroom_inbox")), metrics.Gauge(metricseries.TableOldestSeconds("postroom_inbox")),
+		metrics.Gauge(metricseries.CleanupLagSeconds), metrics.Gauge(metricseries.OutboxBacklog), metrics.Gauge(metricseries.OutboxLagSeconds), metrics.Gauge(metricseries.DelayedMessages), metrics.Gauge(metricseries.DelayedOverdueSeconds)}
 	served := func(want bool) func() bool {
 		return func() bool {
 			for _, g := range gauges {

@@ -19,6 +19,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/metricseries"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
@@ -112,7 +113,7 @@ func TestOutboxBacklogIsAGauge(t *testing.T) {
 	order.Metadata.Set(metadata.MessageType, "test.Order")
 	require.NoError(t, tr.Publisher().Publish("test.Order", order)) // past the refusing publisher
 	waitFor(t, "a backlog of two", func() bool {
-		v, ok := b.Counters().GetGauge(metrics.OutboxBacklog)
+		v, ok := b.Counters().GetGauge(metrics.Gauge(metricseries.OutboxBacklog))
 		return ok && v == 2
 	})
 	resp, err := http.Get("http://" + b.MetricsAddr() + "/metrics")

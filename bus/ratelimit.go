@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/postroom/postroom/internal/metricseries"
 	"github.com/postroom/postroom/metrics"
 )
 
@@ -179,6 +180,6 @@ func (l *limiter) set(open bool) {
 		l.log.Info("bus: rate limiting ended: an attempt succeeded", "handler", l.handler)
 	}
 	if l.gauges != nil {
-		l.gauges.SetGauge(metrics.RateLimited(l.handler), value)
+		l.gauges.SetGauge(metrics.Gauge(metricseries.RateLimited(l.handler)), value)
 	}
 }

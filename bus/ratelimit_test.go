@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postroom/postroom/bus"
+	"github.com/postroom/postroom/internal/metricseries"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/transport/gochannel"
@@ -55,7 +56,10 @@ func TestRateLimitingWaitsOutTransientFailures(t *testing.T) {
 		require.NoError(t, bus.Publish(context.Background(), b, &OrderPlaced{OrderID: fmt.Sprint(i)}))
 	}
 	c := b.Counters()
-	limited := func() float64 { v, _ := c.GetGauge(metrics.RateLimited("sales.OrderPlaced")); return v }
+	limited := func() float64 {
+		v, _ := c.GetGauge(metrics.Gauge(metricseries.RateLimited("sales.OrderPlaced")))
+		return v
+	}
 	waitFor(t, "the handler to be rate limited", func() bool {
 		return limited() == 1 && attempts.Load() > 30
 	})
@@ -309,7 +313,10 @@ func TestAStopDoesNotWaitForRateLimitedMessages(t *testing.T) {
 	for i := range 5 {
 		require.NoError(t, bus.Publish(context.Background(), b, &OrderPlaced{OrderID: fmt.Sprint(i)}))
 	}
-	limited := func() float64 { v, _ := b.Counters().GetGauge(metrics.RateLimited("sales.OrderPlaced")); return v }
+	limited := func() float64 {
+		v, _ := b.Counters().GetGauge(metrics.Gauge(metricseries.RateLimited("sales.OrderPlaced")))
+		return v
+	}
 	waitFor(t, "the handler to be rate limited", func() bool { return limited() == 1 })
 	began := time.Now()
 	cancel()

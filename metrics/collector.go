@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/postroom/postroom/internal/metricseries"
 )
 
 var messagesTotal = prometheus.NewDesc("postroom_messages_total",
@@ -14,8 +16,8 @@ var messagesTotal = prometheus.NewDesc("postroom_messages_total",
 // registry checks what Collect sends against it.
 func (c *Counters) Describe(ch chan<- *prometheus.Desc) {
 	ch <- messagesTotal
-	for _, f := range families {
-		ch <- f.desc
+	for _, f := range metricseries.Families {
+		ch <- f.Desc
 	}
 }
 
@@ -28,26 +30,27 @@ func (c *Counters) Collect(ch chan<- prometheus.Metric) {
 		send(ch, messagesTotal, prometheus.CounterValue, float64(n.(*atomic.Uint64).Load()), k.handler, string(k.event))
 	}
 	type level struct {
-		s series
+		s metricseries.Series
 		v float64
 	}
 	var levels []level
 	c.mu.Lock()
 	for g, v := range c.gauges {
-		levels = append(levels, level{g.s, v})
+		levels = append(levels, level{metricseries.Series(g), v})
 	}
 	for n, v := range c.counts {
-		levels = append(levels, level{n.s, v})
+		levels = append(levels, level{metricseries.Series(n), v})
 	}
 	c.mu.Unlock()
 	for _, l := range levels {
-		if l.s.fam == nil {
+		f := l.s.Family()
+		if f == nil {
 			continue // the zero Gauge or Count
 		}
-		if l.s.fam.label == "" {
-			send(ch, l.s.fam.desc, l.s.fam.typ, l.v)
+		if f.Label == "" {
+			send(ch, f.Desc, f.Type, l.v)
 		} else {
-			send(ch, l.s.fam.desc, l.s.fam.typ, l.v, l.s.value)
+			send(ch, f.Desc, f.Type, l.v, l.s.Value())
 		}
 	}
 }

@@ -19,7 +19,6 @@ func ExampleCounters() {
 	c := &metrics.Counters{}
 	c.Record("billing.CreateInvoice", metrics.Handled)
 	c.Record("billing.CreateInvoice", metrics.Duplicate)
-	c.SetGauge(metrics.TableRows("postroom_inbox"), 1)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c)
@@ -40,5 +39,4 @@ func ExampleCounters() {
 	// Output:
 	// postroom_messages_total{event="duplicate",handler="billing.CreateInvoice"} 1
 	// postroom_messages_total{event="handled",handler="billing.CreateInvoice"} 1
-	// postroom_table_rows{table="postroom_inbox"} 1
 }

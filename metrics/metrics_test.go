@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/stretchr/testify/require"
 
+	"github.com/postroom/postroom/internal/metricseries"
 	"github.com/postroom/postroom/metrics"
 )
 
@@ -82,11 +83,11 @@ func TestServedCountsMatchRecordedAndLabelsAreEscaped(t *testing.T) {
 	}
 	c.Record(odd, metrics.Duplicate)
 	c.Record("shipping.Ship", metrics.Unrouted)
-	c.SetGauge(metrics.TableRows(odd), 42)
-	c.SetGauge(metrics.OutboxBacklog, 7)
-	c.Add(metrics.ScheduleFires(odd), 2)
-	c.Add(metrics.ScheduleFires(odd), 1)
-	c.Add(metrics.CleanupDeleted("postroom_inbox"), 500)
+	c.SetGauge(metrics.Gauge(metricseries.TableRows(odd)), 42)
+	c.SetGauge(metrics.Gauge(metricseries.OutboxBacklog), 7)
+	c.Add(metrics.Count(metricseries.ScheduleFires(odd)), 2)
+	c.Add(metrics.Count(metricseries.ScheduleFires(odd)), 1)
+	c.Add(metrics.Count(metricseries.CleanupDeleted("postroom_inbox")), 500)
 
 	body, families := serve(t, c)
 	require.Contains(t, body, "handler=\"billing.\\\"Create\\\\Invoice\\\"\\nv2\tx\u00ad\"",
@@ -137,13 +138,13 @@ func TestNonUTF8LabelIsServed(t *testing.T) {
 // system each series' name and label without parsing.
 func TestGaugeAndCountNameTheirSeries(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, "postroom_table_rows", metrics.TableRows("postroom_inbox").Name())
-	name, value := metrics.TableRows("postroom_inbox").Label()
+	require.Equal(t, "postroom_table_rows", metrics.Gauge(metricseries.TableRows("postroom_inbox")).Name())
+	name, value := metrics.Gauge(metricseries.TableRows("postroom_inbox")).Label()
 	require.Equal(t, []string{"table", "postroom_inbox"}, []string{name, value})
-	name, value = metrics.OutboxLagSeconds.Label()
+	name, value = metrics.Gauge(metricseries.OutboxLagSeconds).Label()
 	require.Equal(t, []string{"", ""}, []string{name, value})
-	require.Equal(t, "postroom_schedule_missed_slots_total", metrics.ScheduleMissed("s").Name())
-	name, value = metrics.ScheduleMissed("s").Label()
+	require.Equal(t, "postroom_schedule_missed_slots_total", metrics.Count(metricseries.ScheduleMissed("s")).Name())
+	name, value = metrics.Count(metricseries.ScheduleMissed("s")).Label()
 	require.Equal(t, []string{"schedule", "s"}, []string{name, value})
 	require.Empty(t, metrics.Gauge{}.Name(), "the zero Gauge names nothing")
 }
@@ -154,10 +155,22 @@ func TestZeroGaugeIsNotServed(t *testing.T) {
 	c := &metrics.Counters{}
 	c.SetGauge(metrics.Gauge{}, 1)
 	c.Add(metrics.Count{}, 1)
-	c.SetGauge(metrics.CleanupLagSeconds, 0)
+	c.SetGauge(metrics.Gauge(metricseries.CleanupLagSeconds), 0)
 	_, families := serve(t, c)
 	require.Len(t, families, 1)
 	got, ok := value(families, "postroom_cleanup_lag_seconds", nil)
 	require.True(t, ok)
 	require.Zero(t, got)
+}
+
+// TestCountersServeAGauge: a gauge the bus sets is served beside the
+// message counts, in Prometheus's text format.
+func TestCountersServeAGauge(t *testing.T) {
+	t.Parallel()
+	c := &metrics.Counters{}
+	c.Record("billing.CreateInvoice", metrics.Handled)
+	c.SetGauge(metrics.Gauge(metricseries.TableRows("postroom_inbox")), 1)
+	body, _ := serve(t, c)
+	require.Contains(t, body, "\npostroom_messages_total{event=\"handled\",handler=\"billing.CreateInvoice\"} 1\n")
+	require.Contains(t, body, "\npostroom_table_rows{table=\"postroom_inbox\"} 1\n")
 }
