@@ -21,6 +21,7 @@ import (
 	"github.com/postroom/postroom/console"
 	"github.com/postroom/postroom/internal/amqptest"
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/idempotency"
 	"github.com/postroom/postroom/internal/testbus"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metrics"
@@ -275,7 +276,7 @@ func TestConsoleInChromium(t *testing.T) {
 
 	// Unresolved external effect: resolve as done.
 	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`a[href="/unresolved"]`)), chromedp.WaitVisible(chromedp.CSS(`tr[data-id="pay-42"]`))))
-	require.Contains(t, text(t, ctx, `tr[data-id="pay-42"]`), inbox.IdempotencyKeyOf("payments/Capture", inbox.Key{Source: "shop", MessageID: "pay-42"}))
+	require.Contains(t, text(t, ctx, `tr[data-id="pay-42"]`), idempotency.Key("payments/Capture", "shop", "pay-42"))
 	screenshot(t, ctx, "unresolved")
 	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS("a.resolve-done")), chromedp.WaitVisible(chromedp.CSS("#confirm")),
 		chromedp.Click(chromedp.CSS("#confirm")), chromedp.WaitVisible(chromedp.CSS("#no-unresolved"))))

@@ -45,7 +45,7 @@ func (b *Bus) newCleanup() (*scheduler.Scheduler, error) {
 	if err != nil {
 		return nil, err
 	}
-	tables := store.TablesDefault()
+	tables := store.Tables{}.WithDefaults()
 	purge := func(ctx context.Context, m *handlers.CleanupStore) error {
 		// The message says how far to purge, but this endpoint's
 		// InboxRetention (checked against every handler's redelivery

@@ -141,7 +141,7 @@ func (b *Bus) oldestOwnKey(ctx context.Context) (time.Time, error) {
 	}
 	prefix := b.consumer("")
 	var v any
-	err = b.cfg.DB.WithContext(ctx).Raw("SELECT MIN(received_at) FROM "+store.TablesDefault().Inbox+" WHERE consumer >= ? AND consumer < ?",
+	err = b.cfg.DB.WithContext(ctx).Raw("SELECT MIN(received_at) FROM "+store.Tables{}.WithDefaults().Inbox+" WHERE consumer >= ? AND consumer < ?",
 		prefix, prefix[:len(prefix)-1]+"0").Row().Scan(&v)
 	if err != nil || v == nil {
 		return time.Time{}, err

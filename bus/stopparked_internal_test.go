@@ -45,7 +45,7 @@ func TestAnAttemptParkedByTheStopIsSaidAtWarn(t *testing.T) {
 	require.NoError(t, <-stopped)
 	require.NoError(t, b.Close())
 
-	list, err := claims.ListUnresolved(context.Background(), db, store.TablesDefault().Inbox, time.Now(), 10)
+	list, err := claims.ListUnresolved(context.Background(), db, store.Tables{}.WithDefaults().Inbox, time.Now(), 10)
 	require.NoError(t, err)
 	require.Len(t, list, 1, "the key is parked")
 	out := logs.String()

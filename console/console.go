@@ -45,7 +45,7 @@ const TokenEnv = "POSTROOM_CONSOLE_TOKEN"
 type Config struct {
 	// DB is postroom's database. Required.
 	DB *gorm.DB
-	// Tables names postroom's tables. Defaults to store.TablesDefault().
+	// Tables names postroom's tables. Defaults to store.Tables{}.WithDefaults().
 	// Delayed must be the default: it is the only one a bus polls.
 	Tables store.Tables
 	// AMQPURL is RabbitMQ's URL, for the failed messages. Without it, the

@@ -21,6 +21,7 @@ import (
 	"github.com/postroom/postroom/console"
 	"github.com/postroom/postroom/internal/claims"
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/idempotency"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/middleware/inbox"
 	"github.com/postroom/postroom/scheduler"
@@ -334,7 +335,7 @@ func TestNoSecretOnAnyPage(t *testing.T) {
 func TestUnresolvedResolve(t *testing.T) {
 	f := newFixture(t, testenv.SQLite(t), console.Config{})
 	_, body, _ := f.do(t, "GET", "/unresolved/confirm?resolution=release&consumer=billing/Charge&id=m-1&attempts=1", nil, nil)
-	require.Contains(t, body, inbox.IdempotencyKeyOf("billing/Charge", inbox.Key{MessageID: "m-1"}))
+	require.Contains(t, body, idempotency.Key("billing/Charge", "", "m-1"))
 	require.Contains(t, body, "attempt 1,")
 	csrf := csrfField.FindStringSubmatch(body)[1]
 	status, _, res := f.do(t, "POST", "/unresolved/resolve", url.Values{"csrf": {csrf}, "consumer": {"billing/Charge"}, "source": {""},

@@ -10,6 +10,7 @@ import (
 
 	"github.com/postroom/postroom/internal/claims"
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/idempotency"
 	"github.com/postroom/postroom/internal/storeinfo"
 	"github.com/postroom/postroom/middleware/inbox"
 	"github.com/postroom/postroom/scheduler"
@@ -164,7 +165,7 @@ func (c *Console) unresolved(ctx context.Context) ([]unresolvedRow, error) {
 	list, err := claims.ListUnresolved(ctx, c.cfg.DB, c.tables.Inbox, c.now(), c.cfg.Limit)
 	rows := make([]unresolvedRow, len(list))
 	for i, u := range list {
-		rows[i] = unresolvedRow{u, inbox.IdempotencyKeyOf(u.Consumer, inbox.Key{Source: u.Source, MessageID: u.MessageID})}
+		rows[i] = unresolvedRow{u, idempotency.Key(u.Consumer, u.Source, u.MessageID)}
 	}
 	return rows, err
 }
@@ -184,7 +185,7 @@ func (c *Console) unresolvedConfirm(w http.ResponseWriter, r *http.Request) {
 	attempts, err := attemptsOf(q.Get("attempts"))
 	p := page{Title: "Confirm", Data: map[string]any{"Consumer": q.Get("consumer"), "Source": q.Get("source"), "MessageID": q.Get("id"),
 		"Resolution": resolution, "Attempts": attempts,
-		"IdempotencyKey": inbox.IdempotencyKeyOf(q.Get("consumer"), inbox.Key{Source: q.Get("source"), MessageID: q.Get("id")})}}
+		"IdempotencyKey": idempotency.Key(q.Get("consumer"), q.Get("source"), q.Get("id"))}}
 	switch {
 	case resolution != "done" && resolution != "release":
 		p.Error = "the resolution is done or release"

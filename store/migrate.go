@@ -37,9 +37,6 @@ func (t Tables) WithDefaults() Tables { return Tables(dialect.Tables(t).WithDefa
 // Validate reports every name that is not a valid identifier.
 func (t Tables) Validate() error { return dialect.Tables(t).Validate() }
 
-// TablesDefault returns the default table names.
-func TablesDefault() Tables { return Tables{}.WithDefaults() }
-
 // Migrate applies every migration that the database has not recorded yet,
 // under a lock so that several instances starting at once apply each step
 // once. It returns the versions it applied.

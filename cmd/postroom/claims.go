@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/postroom/postroom/internal/claims"
+	"github.com/postroom/postroom/internal/idempotency"
 	"github.com/postroom/postroom/middleware/inbox"
 	"github.com/postroom/postroom/store"
 )
@@ -56,7 +57,7 @@ type unresolvedClaim struct {
 func printUnresolved(out io.Writer, list []claims.Unresolved, asJSON bool) error {
 	claims := make([]unresolvedClaim, len(list))
 	for i, u := range list {
-		claims[i] = unresolvedClaim{u, inbox.IdempotencyKeyOf(u.Consumer, inbox.Key{Source: u.Source, MessageID: u.MessageID})}
+		claims[i] = unresolvedClaim{u, idempotency.Key(u.Consumer, u.Source, u.MessageID)}
 	}
 	return printList(out, asJSON, claims, []string{"CONSUMER", "SOURCE", "MESSAGE ID", "STATUS", "ATTEMPTS", "RECEIVED", "IDEMPOTENCY KEY"},
 		func(c unresolvedClaim) []string {

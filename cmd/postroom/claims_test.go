@@ -12,6 +12,7 @@ import (
 
 	"github.com/postroom/postroom/internal/claims"
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/idempotency"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/middleware/inbox"
 )
@@ -39,7 +40,7 @@ func TestInboxUnresolvedAndResolve(t *testing.T) {
 	ids := []string{list[0].MessageID, list[1].MessageID}
 	require.ElementsMatch(t, []string{"parked-1", "expired-1"}, ids)
 	for _, c := range list {
-		require.Equal(t, inbox.IdempotencyKeyOf("payments", inbox.Key{Source: "shop", MessageID: c.MessageID}), c.IdempotencyKey, "the key, as the table shows it")
+		require.Equal(t, idempotency.Key("payments", "shop", c.MessageID), c.IdempotencyKey, "the key, as the table shows it")
 		require.Equal(t, "shop", c.Source)
 		require.False(t, c.LeaseUntil.IsZero(), "the lease")
 	}
@@ -48,7 +49,7 @@ func TestInboxUnresolvedAndResolve(t *testing.T) {
 	out, err = run(t, "inbox", "unresolved", "--dsn", dsn)
 	require.NoError(t, err)
 	require.Contains(t, out, "IDEMPOTENCY KEY")
-	require.Contains(t, out, inbox.IdempotencyKeyOf("payments", inbox.Key{Source: "shop", MessageID: "parked-1"}))
+	require.Contains(t, out, idempotency.Key("payments", "shop", "parked-1"))
 
 	out, err = run(t, "inbox", "resolve", "payments", "parked-1", "--source", "shop", "--done", "--dsn", dsn)
 	require.NoError(t, err)

@@ -100,7 +100,7 @@ const (
 func (o *options) databaseFlags(cmd *cobra.Command, tables ...tableFlag) *cobra.Command {
 	cmd.Flags().StringVar(&o.dsn, "dsn", "", "database: postgres://…, host=… dbname=…, mysql://…, user:pass@tcp(host:3306)/db, sqlite:path or a file *.db "+
 		"(default: $"+strings.Join(dsnEnv, ", then $")+")")
-	defaults := store.TablesDefault()
+	defaults := store.Tables{}.WithDefaults()
 	for _, t := range tables {
 		switch t {
 		case inboxTable:

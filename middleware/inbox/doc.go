@@ -37,8 +37,8 @@
 // operator. A handler moved from External to
 // Transactional under the same consumer settles what its claims left: a
 // released key is taken over, a parked one or one whose lease ran out is
-// an [*OutcomeUnknownError] (and is parked), one under a live lease a
-// [*HeldClaimError] (retried).
+// an [*OutcomeUnknownError] (and is parked), one under a live lease an
+// error that is retried.
 //
 // # Message log
 //

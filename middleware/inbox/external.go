@@ -11,6 +11,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/idempotency"
 	"github.com/postroom/postroom/internal/uow"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
@@ -151,7 +152,7 @@ func (x *external) middleware(h message.HandlerFunc) message.HandlerFunc {
 // marks the key done with the handler's writes.
 func (x *external) run(msg *message.Message, h message.HandlerFunc, consumer string, key Key, n int, lease time.Time) (_ []*message.Message, err error) {
 	parent := msg.Context()
-	ctx, cancel := context.WithDeadline(context.WithValue(parent, idempotencyKey{}, IdempotencyKeyOf(consumer, key)),
+	ctx, cancel := context.WithDeadline(context.WithValue(parent, idempotencyKey{}, idempotency.Key(consumer, key.Source, key.MessageID)),
 		time.Now().Add(lease.Sub(x.cfg.Now())))
 	defer cancel()
 	msg.SetContext(ctx)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/postroom/postroom/handlers"
 	"github.com/postroom/postroom/internal/claims"
+	"github.com/postroom/postroom/internal/idempotency"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/middleware/inbox"
@@ -161,7 +162,7 @@ func TestExternalModeConformance(t *testing.T) {
 					require.NoError(t, err)
 				}
 				require.Equal(t, 1, api.count())
-				require.Equal(t, inbox.IdempotencyKeyOf("payments.charge", inbox.Key{MessageID: "e-1"}), api.keys[0])
+				require.Equal(t, idempotency.Key("payments.charge", "", "e-1"), api.keys[0])
 				require.Len(t, api.keys[0], 32)
 				st, n := status(t, s.db, "e-1")
 				require.Equal(t, "done", st)

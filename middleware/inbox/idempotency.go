@@ -17,17 +17,6 @@ func IdempotencyKey(ctx context.Context) string {
 	return k
 }
 
-// IdempotencyKeyOf returns the idempotency key of key for consumer: 32 hex
-// characters of SHA-256 over consumer, source and message ID.
-func IdempotencyKeyOf(consumer string, key Key) string {
-	h := sha256.New()
-	for _, part := range []string{consumer, key.Source, key.MessageID} {
-		h.Write([]byte(part))
-		h.Write([]byte{0})
-	}
-	return hex.EncodeToString(h.Sum(nil)[:16])
-}
-
 // checksum is the message log's checksum of a payload: SHA-256, in hex.
 func checksum(payload []byte) string {
 	sum := sha256.Sum256(payload)

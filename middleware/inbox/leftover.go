@@ -82,7 +82,7 @@ func (l leftovers) unsettled(c claim, consumer string, key Key, now time.Time) e
 	case c.status == dialect.StatusReleased:
 		return changedError(consumer, key)
 	case c.status == dialect.StatusProcessing && now.Before(c.lease):
-		return &HeldClaimError{Consumer: consumer, Key: key, Until: c.lease}
+		return &heldClaimError{Consumer: consumer, Key: key, Until: c.lease}
 	}
 	return &OutcomeUnknownError{Consumer: consumer, Key: key, Attempts: c.attempts}
 }
@@ -125,24 +125,24 @@ func changedError(consumer string, key Key) error {
 		consumer, key.Source, key.MessageID)
 }
 
-// ErrClaimHeld is the sentinel every [*HeldClaimError] matches.
-var ErrClaimHeld = errors.New("inbox: an attempt of the external-effects mode holds the key")
+// errClaimHeld is the sentinel every [*heldClaimError] matches.
+var errClaimHeld = errors.New("inbox: an attempt of the external-effects mode holds the key")
 
-// HeldClaimError says that an attempt of the external-effects mode holds a
+// heldClaimError says that an attempt of the external-effects mode holds a
 // message's key (the handler ran with Inbox.ExternalEffects earlier, on an
 // instance still running): the message is retried, and goes to the error
 // topic if the claim outlives the retries.
-type HeldClaimError struct {
+type heldClaimError struct {
 	Consumer string
 	Key      Key
 	Until    time.Time
 }
 
 // Error names the message and the claim's lease.
-func (e *HeldClaimError) Error() string {
+func (e *heldClaimError) Error() string {
 	return fmt.Sprintf("inbox: consumer %s, source %q, message %s: an attempt of the external-effects mode holds the key until %s (the handler ran with Inbox.ExternalEffects before); retried",
 		e.Consumer, e.Key.Source, e.Key.MessageID, e.Until.Format(time.RFC3339))
 }
 
-// Is makes errors.Is(err, ErrClaimHeld) true.
-func (e *HeldClaimError) Is(target error) bool { return target == ErrClaimHeld }
+// Is makes errors.Is(err, errClaimHeld) true.
+func (e *heldClaimError) Is(target error) bool { return target == errClaimHeld }
