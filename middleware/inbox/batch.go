@@ -1,7 +1,6 @@
 package inbox
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,16 +9,35 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/inboxbatch"
 	"github.com/postroom/postroom/internal/uow"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
 )
 
-// Batch claims the keys of many messages at once, in one statement: the
+func init() {
+	inboxbatch.New = func(cfg inboxbatch.Config) (inboxbatch.Batch, error) {
+		var key KeyFunc
+		if cfg.Key != nil {
+			key = func(msg *message.Message) (Key, error) {
+				source, id, err := cfg.Key(msg)
+				return Key{Source: source, MessageID: id}, err
+			}
+		}
+		b, err := newBatch(Config{DB: cfg.DB, Consumer: cfg.Consumer, Key: key, Recorder: cfg.Recorder, Logger: cfg.Logger, Now: cfg.Now})
+		if err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
+}
+
+// batch claims the keys of many messages at once, in one statement: the
 // inbox of a handler that takes a batch of messages in one call
-// (bus.HandleBatch). Its statements run in the unit of work of the context
-// they are given. Only the Transactional mode, without a checksum.
-type Batch struct {
+// (bus.HandleBatch, through inboxbatch.New). Its statements run in the
+// unit of work of the context they are given. Only the Transactional mode,
+// without a checksum.
+type batch struct {
 	cfg       Config
 	d         dialect.Dialect
 	insert    string // one key
@@ -27,23 +45,8 @@ type Batch struct {
 	left      leftovers
 }
 
-// Claim is one message's key in a batch.
-type Claim struct {
-	Consumer string
-	Key      Key
-	Type     string
-}
-
-// CompareClaims orders claims by key: the order ClaimAll inserts them in.
-// Statements on many keys of one transaction take them in this order, so
-// that two transactions with keys in common wait for each other instead of
-// deadlocking.
-func CompareClaims(a, b Claim) int {
-	return cmp.Or(cmp.Compare(a.Consumer, b.Consumer), cmp.Compare(a.Key.Source, b.Key.Source), cmp.Compare(a.Key.MessageID, b.Key.MessageID))
-}
-
-// NewBatch returns the batch claimer of cfg.
-func NewBatch(cfg Config) (*Batch, error) {
+// newBatch returns the batch claimer of cfg.
+func newBatch(cfg Config) (*batch, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -55,17 +58,17 @@ func NewBatch(cfg Config) (*Batch, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
-	return &Batch{cfg: cfg, d: d, insert: d.Native(d.InboxInsert(cfg.Table)), countDone: d.Native(d.InboxCountDone(cfg.Table)),
+	return &batch{cfg: cfg, d: d, insert: d.Native(d.InboxInsert(cfg.Table)), countDone: d.Native(d.InboxCountDone(cfg.Table)),
 		left: newLeftovers(cfg, d)}, nil
 }
 
 // KeyOf returns msg's claim, or the unrecoverable error of a bad key.
-func (b *Batch) KeyOf(msg *message.Message) (Claim, error) {
+func (b *batch) KeyOf(msg *message.Message) (inboxbatch.Claim, error) {
 	consumer, key, err := b.cfg.keyOf(msg)
 	if err != nil {
-		return Claim{}, err
+		return inboxbatch.Claim{}, err
 	}
-	return Claim{Consumer: consumer, Key: key, Type: msg.Metadata.Get(metadata.MessageType)}, nil
+	return inboxbatch.Claim{Consumer: consumer, Source: key.Source, MessageID: key.MessageID, Type: msg.Metadata.Get(metadata.MessageType)}, nil
 }
 
 // ClaimAll inserts the claims' keys in the unit of work in ctx and reports
@@ -74,7 +77,7 @@ func (b *Batch) KeyOf(msg *message.Message) (Claim, error) {
 // is new at most once. Keys are inserted in one order, whatever the order
 // of claims, so that two batches with keys in common wait for each other
 // instead of deadlocking.
-func (b *Batch) ClaimAll(ctx context.Context, claims []Claim) (fresh []bool, err error) {
+func (b *batch) ClaimAll(ctx context.Context, claims []inboxbatch.Claim) (fresh []bool, err error) {
 	fresh = make([]bool, len(claims))
 	order := make([]int, 0, len(claims))
 	type key struct {
@@ -83,12 +86,12 @@ func (b *Batch) ClaimAll(ctx context.Context, claims []Claim) (fresh []bool, err
 	}
 	seen := make(map[key]bool, len(claims))
 	for i, c := range claims {
-		if k := (key{c.Consumer, c.Key}); !seen[k] { // a later copy stays a duplicate, whatever its type
+		if k := (key{c.Consumer, keyOfClaim(c)}); !seen[k] { // a later copy stays a duplicate, whatever its type
 			seen[k] = true
 			order = append(order, i)
 		}
 	}
-	slices.SortFunc(order, func(i, j int) int { return CompareClaims(claims[i], claims[j]) })
+	slices.SortFunc(order, func(i, j int) int { return inboxbatch.Compare(claims[i], claims[j]) })
 	if len(order) == 0 {
 		return fresh, nil
 	}
@@ -96,7 +99,7 @@ func (b *Batch) ClaimAll(ctx context.Context, claims []Claim) (fresh []bool, err
 	args := make([]any, 0, 5*len(order))
 	for _, i := range order {
 		c := claims[i]
-		args = append(args, c.Consumer, c.Key.Source, c.Key.MessageID, c.Type, now)
+		args = append(args, c.Consumer, c.Source, c.MessageID, c.Type, now)
 	}
 	all := errors.New("inbox: not every key is new")
 	err = uow.Savepoint(ctx, func(ctx context.Context) error {
@@ -128,21 +131,21 @@ func (b *Batch) ClaimAll(ctx context.Context, claims []Claim) (fresh []bool, err
 
 // Claim inserts one claim's key in the unit of work in ctx and reports
 // whether it is new.
-func (b *Batch) Claim(ctx context.Context, c Claim) (bool, error) {
+func (b *batch) Claim(ctx context.Context, c inboxbatch.Claim) (bool, error) {
 	return b.claim(ctx, c, b.d.Time(b.cfg.Now()))
 }
 
 // claim inserts c's key as of now, or takes it over when the
 // external-effects mode released it, and reports whether it is new.
-func (b *Batch) claim(ctx context.Context, c Claim, now any) (bool, error) {
-	rows, err := uow.Exec(ctx, b.insert, c.Consumer, c.Key.Source, c.Key.MessageID, c.Type, now)
+func (b *batch) claim(ctx context.Context, c inboxbatch.Claim, now any) (bool, error) {
+	rows, err := uow.Exec(ctx, b.insert, c.Consumer, c.Source, c.MessageID, c.Type, now)
 	if err != nil {
 		return false, fmt.Errorf("inbox: claim key: %w", err)
 	}
 	if rows == 1 {
 		return true, nil
 	}
-	return b.left.takeReleased(ctx, c.Consumer, c.Key)
+	return b.left.takeReleased(ctx, c.Consumer, keyOfClaim(c))
 }
 
 // Duplicate counts c's message, skipped as a duplicate, on its row, in the
@@ -152,22 +155,23 @@ func (b *Batch) claim(ctx context.Context, c Claim, now any) (bool, error) {
 // failed is its error (its outcome is unknown: a claim whose lease ran out
 // is parked in the transaction; or an attempt holds it). err is the
 // transaction's.
-func (b *Batch) Duplicate(ctx context.Context, c Claim) (failed, err error) {
-	rows, err := uow.Exec(ctx, b.countDone, c.Consumer, c.Key.Source, c.Key.MessageID)
+func (b *batch) Duplicate(ctx context.Context, c inboxbatch.Claim) (failed, err error) {
+	key := keyOfClaim(c)
+	rows, err := uow.Exec(ctx, b.countDone, c.Consumer, c.Source, c.MessageID)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: count duplicate: %w", err)
 	}
 	if rows == 1 {
 		return nil, nil
 	}
-	claim, gone, err := b.left.readTaken(ctx, c.Consumer, c.Key)
+	claim, gone, err := b.left.readTaken(ctx, c.Consumer, key)
 	if err != nil || gone != nil {
 		return gone, err
 	}
 	now := b.cfg.Now()
-	failed = b.left.unsettled(claim, c.Consumer, c.Key, now)
+	failed = b.left.unsettled(claim, c.Consumer, key, now)
 	if failed != nil && b.left.expired(claim, now) {
-		parked, err := uow.Exec(ctx, b.left.parkNative, b.left.parkArgs(claim, c.Consumer, c.Key)...)
+		parked, err := uow.Exec(ctx, b.left.parkNative, b.left.parkArgs(claim, c.Consumer, key)...)
 		if err != nil {
 			return nil, fmt.Errorf("inbox: park an expired claim: %w", err)
 		}
@@ -180,4 +184,9 @@ func (b *Batch) Duplicate(ctx context.Context, c Claim) (failed, err error) {
 
 // Skipped records in the metrics and the log that c's message was skipped
 // as a duplicate, once Duplicate's count has committed.
-func (b *Batch) Skipped(ctx context.Context, c Claim) { b.cfg.duplicate(ctx, c.Consumer, c.Key) }
+func (b *batch) Skipped(ctx context.Context, c inboxbatch.Claim) {
+	b.cfg.duplicate(ctx, c.Consumer, keyOfClaim(c))
+}
+
+// keyOfClaim is c's key.
+func keyOfClaim(c inboxbatch.Claim) Key { return Key{Source: c.Source, MessageID: c.MessageID} }
