@@ -22,6 +22,7 @@ import (
 	"github.com/postroom/postroom/internal/claims"
 	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/internal/idempotency"
+	"github.com/postroom/postroom/internal/schedcontrol"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/middleware/inbox"
 	"github.com/postroom/postroom/scheduler"
@@ -110,7 +111,7 @@ func (f *fixture) origin() map[string]string { return map[string]string{"Origin"
 
 func nextRun(t *testing.T, db *gorm.DB) time.Time {
 	t.Helper()
-	c, err := scheduler.NewControl(db, "")
+	c, err := schedcontrol.New(db, "")
 	require.NoError(t, err)
 	list, err := c.List(context.Background())
 	require.NoError(t, err)
@@ -177,7 +178,7 @@ func TestReadOnly(t *testing.T) {
 		require.Equal(t, http.StatusForbidden, status, path)
 		require.Contains(t, body, "read-only", "refused for being read-only, before the CSRF token is looked at")
 	}
-	c, err := scheduler.NewControl(f.db, "")
+	c, err := schedcontrol.New(f.db, "")
 	require.NoError(t, err)
 	list, err := c.List(context.Background())
 	require.NoError(t, err)

@@ -11,9 +11,9 @@ import (
 	"github.com/postroom/postroom/internal/claims"
 	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/internal/idempotency"
+	"github.com/postroom/postroom/internal/schedcontrol"
 	"github.com/postroom/postroom/internal/storeinfo"
 	"github.com/postroom/postroom/middleware/inbox"
-	"github.com/postroom/postroom/scheduler"
 )
 
 // overdueAfter is how late a schedule's next slot may be before the
@@ -104,8 +104,8 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	c.renderPage(w, r, "overview", p)
 }
 
-func (c *Console) schedules(ctx context.Context) ([]scheduler.Stored, error) {
-	ctl, err := scheduler.NewControl(c.cfg.DB, c.tables.Schedules)
+func (c *Console) schedules(ctx context.Context) ([]schedcontrol.Stored, error) {
+	ctl, err := schedcontrol.New(c.cfg.DB, c.tables.Schedules)
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +114,7 @@ func (c *Console) schedules(ctx context.Context) ([]scheduler.Stored, error) {
 
 // scheduleRow is a schedule as the page shows it.
 type scheduleRow struct {
-	scheduler.Stored
+	schedcontrol.Stored
 	Overdue bool
 }
 
@@ -133,7 +133,7 @@ func (c *Console) schedulesList(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) scheduleAction(w http.ResponseWriter, r *http.Request) {
 	name, action := r.PostFormValue("name"), r.PostFormValue("action")
-	ctl, err := scheduler.NewControl(c.cfg.DB, c.tables.Schedules)
+	ctl, err := schedcontrol.New(c.cfg.DB, c.tables.Schedules)
 	if err == nil {
 		switch action {
 		case "trigger":

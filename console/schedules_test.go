@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postroom/postroom/console"
+	"github.com/postroom/postroom/internal/schedcontrol"
 	"github.com/postroom/postroom/internal/testenv"
-	"github.com/postroom/postroom/scheduler"
 )
 
 // TestAPausedScheduleHasNoTrigger: a paused schedule does not fire, so its
@@ -18,7 +18,7 @@ import (
 // with the reason instead of a banner saying it will fire.
 func TestAPausedScheduleHasNoTrigger(t *testing.T) {
 	f := newFixture(t, testenv.SQLite(t), console.Config{})
-	ctl, err := scheduler.NewControl(f.db, "")
+	ctl, err := schedcontrol.New(f.db, "")
 	require.NoError(t, err)
 	require.NoError(t, ctl.Pause(context.Background(), "nightly"))
 	before := nextRun(t, f.db)

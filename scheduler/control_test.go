@@ -13,6 +13,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/postroom/postroom/internal/schedcontrol"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/scheduler"
 )
@@ -32,7 +33,7 @@ func TestTriggerKeepsTheMissedSlotsOfALateSchedule(t *testing.T) {
 			c.Set(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 			sc := scheduler.Schedule{Name: "hourly", Every: time.Hour, Missed: scheduler.CatchUp}
 			s := newScheduler(t, db, c, "a", sc) // next slot 01:00
-			ctl, err := scheduler.NewControl(db, "")
+			ctl, err := schedcontrol.New(db, "")
 			require.NoError(t, err)
 			ctx := context.Background()
 
@@ -71,13 +72,13 @@ func TestTriggerRefusesAPausedSchedule(t *testing.T) {
 			c := &clock{}
 			c.Set(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 			s := newScheduler(t, db, c, "a", scheduler.Schedule{Name: "daily", Every: 24 * time.Hour})
-			ctl, err := scheduler.NewControl(db, "")
+			ctl, err := schedcontrol.New(db, "")
 			require.NoError(t, err)
 			ctx := context.Background()
 
 			require.NoError(t, ctl.Pause(ctx, "daily"))
 			err = ctl.Trigger(ctx, "daily", c.Now())
-			require.ErrorIs(t, err, scheduler.ErrPaused)
+			require.ErrorIs(t, err, schedcontrol.ErrPaused)
 			require.EqualError(t, err, `scheduler: schedule "daily" is paused: resume it first`)
 			c.Advance(time.Second)
 			n, err := s.Tick(ctx)
@@ -109,7 +110,7 @@ func TestAPauseBeforeTheClaimStopsTheFire(t *testing.T) {
 			c := &clock{}
 			c.Set(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 			s := newScheduler(t, db, c, "a", scheduler.Schedule{Name: "hourly", Every: time.Hour})
-			ctl, err := scheduler.NewControl(db, "")
+			ctl, err := schedcontrol.New(db, "")
 			require.NoError(t, err)
 			ctx := context.Background()
 
@@ -160,12 +161,12 @@ func TestPauseAndTriggerLogNoGormError(t *testing.T) {
 			c := &clock{}
 			c.Set(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 			newScheduler(t, db, c, "a", scheduler.Schedule{Name: "daily", Every: 24 * time.Hour})
-			ctl, err := scheduler.NewControl(db, "")
+			ctl, err := schedcontrol.New(db, "")
 			require.NoError(t, err)
 			ctx := context.Background()
 			require.NoError(t, ctl.Pause(ctx, "daily"))
 			require.NoError(t, ctl.Pause(ctx, "daily"))
-			require.ErrorIs(t, ctl.Trigger(ctx, "daily", c.Now()), scheduler.ErrPaused)
+			require.ErrorIs(t, ctl.Trigger(ctx, "daily", c.Now()), schedcontrol.ErrPaused)
 			require.NoError(t, ctl.Resume(ctx, "daily"))
 			require.NoError(t, ctl.Resume(ctx, "daily"))
 			require.ErrorContains(t, ctl.Pause(ctx, "nope"), `no schedule named "nope"`)
@@ -200,7 +201,7 @@ func TestAChangedTimingIsStoredAtDefine(t *testing.T) {
 			newScheduler(t, db, c, "a", scheduler.Schedule{Name: "job", Every: time.Hour})
 			c.Advance(30 * time.Minute)
 			s := newScheduler(t, db, c, "b", scheduler.Schedule{Name: "job", Every: 24 * time.Hour})
-			ctl, err := scheduler.NewControl(db, "")
+			ctl, err := schedcontrol.New(db, "")
 			require.NoError(t, err)
 			ctx := context.Background()
 			list, err := ctl.List(ctx)

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
+	"github.com/postroom/postroom/internal/schedcontrol"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/scheduler"
 )
@@ -166,7 +167,7 @@ func TestPauseResumeTriggerAndRestart(t *testing.T) {
 	c.Set(start)
 	job := scheduler.Schedule{Name: "job", Every: time.Hour, Missed: scheduler.Skip}
 	s := newScheduler(t, db, c, "a", job)
-	ctl, err := scheduler.NewControl(db, "")
+	ctl, err := schedcontrol.New(db, "")
 	require.NoError(t, err)
 	ctx := context.Background()
 
@@ -204,7 +205,7 @@ func TestControlListsWhatTheTableHolds(t *testing.T) {
 			s := newScheduler(t, db, c, "instance-a",
 				scheduler.Schedule{Name: "hourly", Every: time.Hour},
 				scheduler.Schedule{Name: "nightly", Cron: "0 3 * * *"})
-			ctl, err := scheduler.NewControl(db, "")
+			ctl, err := schedcontrol.New(db, "")
 			require.NoError(t, err)
 			ctx := context.Background()
 			require.NoError(t, ctl.Pause(ctx, "nightly"))
@@ -215,12 +216,12 @@ func TestControlListsWhatTheTableHolds(t *testing.T) {
 			list, err := ctl.List(ctx)
 			require.NoError(t, err)
 			fired := start.Add(time.Hour)
-			require.Equal(t, []scheduler.Stored{
+			require.Equal(t, []schedcontrol.Stored{
 				{Name: "hourly", Spec: "every 1h0m0s", NextRunAt: start.Add(2 * time.Hour), LastRunAt: &fired, LastFiredBy: "instance-a"},
 				{Name: "nightly", Spec: "cron 0 3 * * *", NextRunAt: time.Date(2026, 3, 2, 3, 0, 0, 0, time.UTC), Paused: true},
 			}, list)
 
-			_, err = scheduler.NewControl(db, "bad name")
+			_, err = schedcontrol.New(db, "bad name")
 			require.ErrorContains(t, err, "bad table name")
 		})
 	}
@@ -266,7 +267,7 @@ func TestControlTwiceIsNotAnError(t *testing.T) {
 			c := &clock{}
 			c.Set(time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC))
 			newScheduler(t, db, c, "a", scheduler.Schedule{Name: "job", Every: time.Hour})
-			ctl, err := scheduler.NewControl(db, "")
+			ctl, err := schedcontrol.New(db, "")
 			require.NoError(t, err)
 			ctx := context.Background()
 			for range 2 {
@@ -318,7 +319,7 @@ func TestAFailedEmitRollsBackItsClaim(t *testing.T) {
 			require.ErrorContains(t, err, "broker refused the slot")
 			require.Zero(t, n)
 			require.Empty(t, emitted(t, db, "job"), "the failed emit's writes rolled back")
-			ctl, err := scheduler.NewControl(db, "")
+			ctl, err := schedcontrol.New(db, "")
 			require.NoError(t, err)
 			list, err := ctl.List(context.Background())
 			require.NoError(t, err)

@@ -15,8 +15,8 @@ import (
 
 	"github.com/postroom/postroom/handlers"
 	"github.com/postroom/postroom/internal/dsnparse"
+	"github.com/postroom/postroom/internal/schedcontrol"
 	"github.com/postroom/postroom/internal/testenv"
-	"github.com/postroom/postroom/scheduler"
 	"github.com/postroom/postroom/store"
 )
 
@@ -130,11 +130,11 @@ func TestBadTableNamesAreRefused(t *testing.T) {
 
 // TestANilDBIsAnError: a nil *gorm.DB given to the store, the scheduler's
 // control or cleanup is an error, not a nil dereference (a cold trial:
-// store.Migrate and scheduler.NewControl panicked).
+// store.Migrate and the scheduler's control panicked).
 func TestANilDBIsAnError(t *testing.T) {
 	_, err := store.Migrate(context.Background(), nil, store.Tables{})
 	require.ErrorContains(t, err, "the *gorm.DB is nil")
-	_, err = scheduler.NewControl(nil, "")
+	_, err = schedcontrol.New(nil, "")
 	require.ErrorContains(t, err, "the *gorm.DB is nil")
 	_, err = handlers.NewCleanup(handlers.CleanupConfig{DB: &gorm.DB{Config: &gorm.Config{}}})
 	require.ErrorContains(t, err, "the *gorm.DB is nil")

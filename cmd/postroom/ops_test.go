@@ -12,6 +12,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/schedcontrol"
 	"github.com/postroom/postroom/internal/storeinfo"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/middleware/inbox"
@@ -96,7 +97,7 @@ func TestSchedulesCommands(t *testing.T) {
 
 	out, err := run(t, "schedules", "list", "--json", "--dsn", dsn)
 	require.NoError(t, err)
-	var list []scheduler.Stored
+	var list []schedcontrol.Stored
 	require.NoError(t, json.Unmarshal([]byte(out), &list))
 	require.Len(t, list, 1)
 	require.Equal(t, "cleanup", list[0].Name)

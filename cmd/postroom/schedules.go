@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/postroom/postroom/scheduler"
+	"github.com/postroom/postroom/internal/schedcontrol"
 	"github.com/postroom/postroom/store"
 )
 
@@ -19,29 +19,29 @@ func newSchedules(opts *options) *cobra.Command {
 	cmd.AddCommand(newSchedulesList(opts))
 	for _, action := range []struct {
 		use, short string
-		run        func(c *scheduler.Control, cmd *cobra.Command, name string) error
-		said       func(name string, s scheduler.Stored) string // what now holds, from the stored schedule
+		run        func(c *schedcontrol.Control, cmd *cobra.Command, name string) error
+		said       func(name string, s schedcontrol.Stored) string // what now holds, from the stored schedule
 	}{
-		{"trigger NAME", "Make a schedule due now: the next tick of any instance fires it (a paused one is refused: resume it first)", func(c *scheduler.Control, cmd *cobra.Command, name string) error {
+		{"trigger NAME", "Make a schedule due now: the next tick of any instance fires it (a paused one is refused: resume it first)", func(c *schedcontrol.Control, cmd *cobra.Command, name string) error {
 			return c.Trigger(cmd.Context(), name, time.Now())
-		}, func(name string, s scheduler.Stored) string {
+		}, func(name string, s schedcontrol.Stored) string {
 			return fmt.Sprintf("%s: due since %s: the next tick of a running instance fires it", name, s.NextRunAt.Format(time.RFC3339))
 		}},
-		{"pause NAME", "Stop a schedule from firing until resumed", func(c *scheduler.Control, cmd *cobra.Command, name string) error {
+		{"pause NAME", "Stop a schedule from firing until resumed", func(c *schedcontrol.Control, cmd *cobra.Command, name string) error {
 			return c.Pause(cmd.Context(), name)
-		}, func(name string, _ scheduler.Stored) string {
+		}, func(name string, _ schedcontrol.Stored) string {
 			return fmt.Sprintf("%s: paused: it fires no more until `postroom schedules resume %s`", name, name)
 		}},
-		{"resume NAME", "Let a paused schedule fire again", func(c *scheduler.Control, cmd *cobra.Command, name string) error {
+		{"resume NAME", "Let a paused schedule fire again", func(c *schedcontrol.Control, cmd *cobra.Command, name string) error {
 			return c.Resume(cmd.Context(), name)
-		}, func(name string, s scheduler.Stored) string {
+		}, func(name string, s schedcontrol.Stored) string {
 			return fmt.Sprintf("%s: resumed: next run at %s (slots missed while paused follow its missed-slot policy)", name, s.NextRunAt.Format(time.RFC3339))
 		}},
 	} {
 		cmd.AddCommand(opts.databaseFlags(&cobra.Command{
 			Use: action.use, Short: action.short, Args: oneScheduleName,
 			RunE: func(cmd *cobra.Command, args []string) error {
-				return opts.withControl(func(c *scheduler.Control) error {
+				return opts.withControl(func(c *schedcontrol.Control) error {
 					name := args[0]
 					if err := action.run(c, cmd, name); err != nil {
 						return err
@@ -50,7 +50,7 @@ func newSchedules(opts *options) *cobra.Command {
 					if err != nil {
 						return err
 					}
-					i := slices.IndexFunc(list, func(s scheduler.Stored) bool { return s.Name == name })
+					i := slices.IndexFunc(list, func(s schedcontrol.Stored) bool { return s.Name == name })
 					if i < 0 { // deleted right after the action
 						return fmt.Errorf("scheduler: no schedule named %q", name)
 					}
@@ -76,13 +76,13 @@ func oneScheduleName(cmd *cobra.Command, args []string) error {
 }
 
 // withControl opens the database and runs fn on its schedules.
-func (o *options) withControl(fn func(c *scheduler.Control) error) error {
+func (o *options) withControl(fn func(c *schedcontrol.Control) error) error {
 	db, err := o.open()
 	if err != nil {
 		return err
 	}
 	defer store.Close(db)
-	c, err := scheduler.NewControl(db, o.tables.Schedules)
+	c, err := schedcontrol.New(db, o.tables.Schedules)
 	if err != nil {
 		return err
 	}
@@ -94,7 +94,7 @@ func newSchedulesList(opts *options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use: "list", Short: "Every stored schedule with its next and last run", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return opts.withControl(func(c *scheduler.Control) error {
+			return opts.withControl(func(c *schedcontrol.Control) error {
 				list, err := c.List(cmd.Context())
 				if err != nil {
 					return err
@@ -107,8 +107,8 @@ func newSchedulesList(opts *options) *cobra.Command {
 	return opts.databaseFlags(cmd, schedulesTable)
 }
 
-func printSchedules(out io.Writer, list []scheduler.Stored, asJSON bool) error {
-	return printList(out, asJSON, list, []string{"NAME", "SPEC", "NEXT RUN", "LAST RUN", "LAST FIRED BY", "PAUSED"}, func(r scheduler.Stored) []string {
+func printSchedules(out io.Writer, list []schedcontrol.Stored, asJSON bool) error {
+	return printList(out, asJSON, list, []string{"NAME", "SPEC", "NEXT RUN", "LAST RUN", "LAST FIRED BY", "PAUSED"}, func(r schedcontrol.Stored) []string {
 		last := "-"
 		if r.LastRunAt != nil {
 			last = r.LastRunAt.Format(time.RFC3339)

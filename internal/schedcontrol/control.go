@@ -1,4 +1,7 @@
-package scheduler
+// Package schedcontrol lists, pauses, resumes and triggers the schedules
+// of package scheduler in their table, for the postroom command and the
+// console.
+package schedcontrol
 
 import (
 	"context"
@@ -20,10 +23,10 @@ type Control struct {
 	stmts dialect.ScheduleStatements
 }
 
-// NewControl returns a Control on db's schedules table (empty: the default).
-func NewControl(db *gorm.DB, table string) (*Control, error) {
+// New returns a Control on db's schedules table (empty: the default).
+func New(db *gorm.DB, table string) (*Control, error) {
 	if table == "" {
-		table = TableDefault
+		table = dialect.SchedulesTableDefault
 	}
 	d, err := dialect.Of(db)
 	if err != nil {
@@ -44,7 +47,7 @@ type Stored struct {
 	NextRunAt time.Time `json:"next_run_at"`
 	// LastRunAt is nil until it first fired.
 	LastRunAt *time.Time `json:"last_run_at,omitempty"`
-	// LastFiredBy is the Config.Instance that fired it last.
+	// LastFiredBy is the scheduler.Config.Instance that fired it last.
 	LastFiredBy string `json:"last_fired_by"`
 	Paused      bool   `json:"paused"`
 }
@@ -99,7 +102,8 @@ func (c *Control) setPaused(ctx context.Context, name string, paused bool) error
 // already keeps its due slots, which the next tick settles by its missed
 // slot policy (a late CatchUp schedule still emits each of them). A
 // triggered slot is off the schedule's grid: its slot time, and so its
-// message ID ([SlotID]), is now; the schedule then continues on its grid.
+// message ID (scheduler.SlotID), is now; the schedule then continues on
+// its grid.
 //
 // A paused schedule is refused with an error that [errors.Is] [ErrPaused]:
 // it would not fire, and the console and the CLI would say it did.
