@@ -10,7 +10,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/postroom/postroom/internal/inboxbatch"
 	"github.com/postroom/postroom/internal/uow"
 	"github.com/postroom/postroom/middleware/inbox"
 )
@@ -72,7 +71,7 @@ type batchMember[T any] struct {
 	m     *T
 	msg   *message.Message
 	in    *incoming
-	claim inboxbatch.Claim
+	claim inbox.Claim
 	item  *uow.Collected // its place in the batch: Err fails it alone
 	pos   int            // the order it joined the batch in
 	dup   bool           // skipped: its key was claimed before
@@ -93,20 +92,13 @@ func batched[T any](b *Bus, hc handlerConfig, fn BatchFunc[T]) (message.HandlerF
 	if err := hc.validateBatch(); err != nil {
 		return nil, err
 	}
-	var claimer inboxbatch.Batch
+	var claimer *inbox.Batch
 	if hc.inbox {
 		if err := inbox.CheckRetention(b.cfg.InboxRetention, b.keyHorizon(hc)); err != nil {
 			return nil, fmt.Errorf("bus: handler %s: %w", hc.name, err)
 		}
-		var key func(msg *message.Message) (source, messageID string, err error)
-		if hc.inboxKey != nil {
-			key = func(msg *message.Message) (string, string, error) {
-				k, err := hc.inboxKey(msg)
-				return k.Source, k.MessageID, err
-			}
-		}
 		var err error
-		claimer, err = inboxbatch.New(inboxbatch.Config{DB: b.cfg.DB, Consumer: b.consumer(hc.name), Key: key,
+		claimer, err = inbox.NewBatch(inbox.Config{DB: b.cfg.DB, Consumer: b.consumer(hc.name), Key: hc.inboxKey,
 			Recorder: namedRecorder{hc.name, b.cfg.Metrics.Recorder}, Logger: b.cfg.Logger, Now: b.cfg.Now})
 		if err != nil {
 			return nil, fmt.Errorf("bus: handler %s: %w", hc.name, err)
@@ -146,7 +138,7 @@ func batched[T any](b *Bus, hc handlerConfig, fn BatchFunc[T]) (message.HandlerF
 // batchRun runs a batch of fn in the transaction of the context it gets.
 type batchRun[T any] struct {
 	fn      BatchFunc[T]
-	claimer inboxbatch.Batch // nil without the inbox
+	claimer *inbox.Batch // nil without the inbox
 	log     *slog.Logger
 	name    string // the handler's
 }
@@ -271,7 +263,7 @@ func inArrival[T any](ms []*batchMember[T]) []*batchMember[T] {
 }
 
 // byClaim orders members by key.
-func byClaim[T any](a, b *batchMember[T]) int { return inboxbatch.Compare(a.claim, b.claim) }
+func byClaim[T any](a, b *batchMember[T]) int { return inbox.CompareClaims(a.claim, b.claim) }
 
 // alone claims m's key and calls fn with m alone, in a savepoint of the
 // transaction in ctx: m fails alone when fn fails, and joins dups when
@@ -314,7 +306,7 @@ func (r batchRun[T]) claimAll(ctx context.Context, members []*batchMember[T]) (f
 	if r.claimer == nil {
 		return members, nil, nil
 	}
-	claims := make([]inboxbatch.Claim, len(members))
+	claims := make([]inbox.Claim, len(members))
 	for i, m := range members {
 		claims[i] = m.claim
 	}

@@ -11,9 +11,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
-	"github.com/postroom/postroom/internal/inboxbatch"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/internal/uow"
+	"github.com/postroom/postroom/middleware/inbox"
 )
 
 type batchMsg struct{ Name string }
@@ -29,7 +29,7 @@ func addInTurn(col *uow.Collector, members ...*batchMember[batchMsg]) {
 	wg.Wait()
 }
 
-func newBatchMember(name, id string, c inboxbatch.Claim) *batchMember[batchMsg] {
+func newBatchMember(name, id string, c inbox.Claim) *batchMember[batchMsg] {
 	return &batchMember[batchMsg]{m: &batchMsg{name}, msg: message.NewMessage(id, nil), claim: c}
 }
 
@@ -40,7 +40,7 @@ func newBatchMember(name, id string, c inboxbatch.Claim) *batchMember[batchMsg] 
 // committed nothing.
 func TestBatchCopyWithAnotherType(t *testing.T) {
 	db := testenv.SQLite(t)
-	claimer, err := inboxbatch.New(inboxbatch.Config{DB: db, Consumer: "test/h"})
+	claimer, err := inbox.NewBatch(inbox.Config{DB: db, Consumer: "test/h"})
 	require.NoError(t, err)
 	r := batchRun[batchMsg]{claimer: claimer, log: slog.Default(), fn: func(ctx context.Context, ms []*batchMsg) error {
 		for _, m := range ms {
@@ -52,8 +52,9 @@ func TestBatchCopyWithAnotherType(t *testing.T) {
 	}}
 	col, err := uow.NewCollector(uow.Config{DB: db, BatchSize: 2, BatchWait: time.Minute}, r.run)
 	require.NoError(t, err)
-	first := newBatchMember("first", "m1", inboxbatch.Claim{Consumer: "test/h", MessageID: "interchange-42", Type: "test.Msg"})
-	resend := newBatchMember("resend", "m2", inboxbatch.Claim{Consumer: "test/h", MessageID: "interchange-42"})
+	key := inbox.Key{MessageID: "interchange-42"}
+	first := newBatchMember("first", "m1", inbox.Claim{Consumer: "test/h", Key: key, Type: "test.Msg"})
+	resend := newBatchMember("resend", "m2", inbox.Claim{Consumer: "test/h", Key: key})
 	addInTurn(col, first, resend)
 	var n int64
 	require.NoError(t, db.Raw("SELECT COUNT(*) FROM postroom_inbox WHERE message_id = 'interchange-42'").Scan(&n).Error)
@@ -68,7 +69,7 @@ func TestBatchCopyWithAnotherType(t *testing.T) {
 // the one whose correlation what it sends carries.
 func TestBatchHandlerSeesArrivalOrder(t *testing.T) {
 	db := testenv.SQLite(t)
-	claimer, err := inboxbatch.New(inboxbatch.Config{DB: db, Consumer: "test/h"})
+	claimer, err := inbox.NewBatch(inbox.Config{DB: db, Consumer: "test/h"})
 	require.NoError(t, err)
 	var seen []string
 	r := batchRun[batchMsg]{claimer: claimer, log: slog.Default(), fn: func(ctx context.Context, ms []*batchMsg) error {
@@ -79,7 +80,7 @@ func TestBatchHandlerSeesArrivalOrder(t *testing.T) {
 	}}
 	col, err := uow.NewCollector(uow.Config{DB: db, BatchSize: 3, BatchWait: time.Minute}, r.run)
 	require.NoError(t, err)
-	claim := func(id string) inboxbatch.Claim { return inboxbatch.Claim{Consumer: "test/h", MessageID: id} }
+	claim := func(id string) inbox.Claim { return inbox.Claim{Consumer: "test/h", Key: inbox.Key{MessageID: id}} }
 	addInTurn(col, newBatchMember("c", "m3", claim("k3")), newBatchMember("a", "m1", claim("k1")), newBatchMember("b", "m2", claim("k2")))
 	require.Equal(t, []string{"c", "a", "b"}, seen)
 }

@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,35 +10,16 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/postroom/postroom/internal/dialect"
-	"github.com/postroom/postroom/internal/inboxbatch"
 	"github.com/postroom/postroom/internal/uow"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
 )
 
-func init() {
-	inboxbatch.New = func(cfg inboxbatch.Config) (inboxbatch.Batch, error) {
-		var key KeyFunc
-		if cfg.Key != nil {
-			key = func(msg *message.Message) (Key, error) {
-				source, id, err := cfg.Key(msg)
-				return Key{Source: source, MessageID: id}, err
-			}
-		}
-		b, err := newBatch(Config{DB: cfg.DB, Consumer: cfg.Consumer, Key: key, Recorder: cfg.Recorder, Logger: cfg.Logger, Now: cfg.Now})
-		if err != nil {
-			return nil, err
-		}
-		return b, nil
-	}
-}
-
-// batch claims the keys of many messages at once, in one statement: the
+// Batch claims the keys of many messages at once, in one statement: the
 // inbox of a handler that takes a batch of messages in one call
-// (bus.HandleBatch, through inboxbatch.New). Its statements run in the
-// unit of work of the context they are given. Only the Transactional mode,
-// without a checksum.
-type batch struct {
+// (bus.HandleBatch). Its statements run in the unit of work of the context
+// they are given. Only the Transactional mode, without a checksum.
+type Batch struct {
 	cfg       Config
 	d         dialect.Dialect
 	insert    string // one key
@@ -45,8 +27,23 @@ type batch struct {
 	left      leftovers
 }
 
-// newBatch returns the batch claimer of cfg.
-func newBatch(cfg Config) (*batch, error) {
+// Claim is one message's key in a batch.
+type Claim struct {
+	Consumer string
+	Key      Key
+	Type     string
+}
+
+// CompareClaims orders claims by key: the order ClaimAll inserts them in.
+// Statements on many keys of one transaction take them in this order, so
+// that two transactions with keys in common wait for each other instead of
+// deadlocking.
+func CompareClaims(a, b Claim) int {
+	return cmp.Or(cmp.Compare(a.Consumer, b.Consumer), cmp.Compare(a.Key.Source, b.Key.Source), cmp.Compare(a.Key.MessageID, b.Key.MessageID))
+}
+
+// NewBatch returns the batch claimer of cfg.
+func NewBatch(cfg Config) (*Batch, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -58,17 +55,17 @@ func newBatch(cfg Config) (*batch, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
-	return &batch{cfg: cfg, d: d, insert: d.Native(d.InboxInsert(cfg.Table)), countDone: d.Native(d.InboxCountDone(cfg.Table)),
+	return &Batch{cfg: cfg, d: d, insert: d.Native(d.InboxInsert(cfg.Table)), countDone: d.Native(d.InboxCountDone(cfg.Table)),
 		left: newLeftovers(cfg, d)}, nil
 }
 
 // KeyOf returns msg's claim, or the unrecoverable error of a bad key.
-func (b *batch) KeyOf(msg *message.Message) (inboxbatch.Claim, error) {
+func (b *Batch) KeyOf(msg *message.Message) (Claim, error) {
 	consumer, key, err := b.cfg.keyOf(msg)
 	if err != nil {
-		return inboxbatch.Claim{}, err
+		return Claim{}, err
 	}
-	return inboxbatch.Claim{Consumer: consumer, Source: key.Source, MessageID: key.MessageID, Type: msg.Metadata.Get(metadata.MessageType)}, nil
+	return Claim{Consumer: consumer, Key: key, Type: msg.Metadata.Get(metadata.MessageType)}, nil
 }
 
 // ClaimAll inserts the claims' keys in the unit of work in ctx and reports
@@ -77,7 +74,7 @@ func (b *batch) KeyOf(msg *message.Message) (inboxbatch.Claim, error) {
 // is new at most once. Keys are inserted in one order, whatever the order
 // of claims, so that two batches with keys in common wait for each other
 // instead of deadlocking.
-func (b *batch) ClaimAll(ctx context.Context, claims []inboxbatch.Claim) (fresh []bool, err error) {
+func (b *Batch) ClaimAll(ctx context.Context, claims []Claim) (fresh []bool, err error) {
 	fresh = make([]bool, len(claims))
 	order := make([]int, 0, len(claims))
 	type key struct {
@@ -86,12 +83,12 @@ func (b *batch) ClaimAll(ctx context.Context, claims []inboxbatch.Claim) (fresh 
 	}
 	seen := make(map[key]bool, len(claims))
 	for i, c := range claims {
-		if k := (key{c.Consumer, keyOfClaim(c)}); !seen[k] { // a later copy stays a duplicate, whatever its type
+		if k := (key{c.Consumer, c.Key}); !seen[k] { // a later copy stays a duplicate, whatever its type
 			seen[k] = true
 			order = append(order, i)
 		}
 	}
-	slices.SortFunc(order, func(i, j int) int { return inboxbatch.Compare(claims[i], claims[j]) })
+	slices.SortFunc(order, func(i, j int) int { return CompareClaims(claims[i], claims[j]) })
 	if len(order) == 0 {
 		return fresh, nil
 	}
@@ -99,7 +96,7 @@ func (b *batch) ClaimAll(ctx context.Context, claims []inboxbatch.Claim) (fresh 
 	args := make([]any, 0, 5*len(order))
 	for _, i := range order {
 		c := claims[i]
-		args = append(args, c.Consumer, c.Source, c.MessageID, c.Type, now)
+		args = append(args, c.Consumer, c.Key.Source, c.Key.MessageID, c.Type, now)
 	}
 	all := errors.New("inbox: not every key is new")
 	err = uow.Savepoint(ctx, func(ctx context.Context) error {
@@ -131,21 +128,21 @@ func (b *batch) ClaimAll(ctx context.Context, claims []inboxbatch.Claim) (fresh 
 
 // Claim inserts one claim's key in the unit of work in ctx and reports
 // whether it is new.
-func (b *batch) Claim(ctx context.Context, c inboxbatch.Claim) (bool, error) {
+func (b *Batch) Claim(ctx context.Context, c Claim) (bool, error) {
 	return b.claim(ctx, c, b.d.Time(b.cfg.Now()))
 }
 
 // claim inserts c's key as of now, or takes it over when the
 // external-effects mode released it, and reports whether it is new.
-func (b *batch) claim(ctx context.Context, c inboxbatch.Claim, now any) (bool, error) {
-	rows, err := uow.Exec(ctx, b.insert, c.Consumer, c.Source, c.MessageID, c.Type, now)
+func (b *Batch) claim(ctx context.Context, c Claim, now any) (bool, error) {
+	rows, err := uow.Exec(ctx, b.insert, c.Consumer, c.Key.Source, c.Key.MessageID, c.Type, now)
 	if err != nil {
 		return false, fmt.Errorf("inbox: claim key: %w", err)
 	}
 	if rows == 1 {
 		return true, nil
 	}
-	return b.left.takeReleased(ctx, c.Consumer, keyOfClaim(c))
+	return b.left.takeReleased(ctx, c.Consumer, c.Key)
 }
 
 // Duplicate counts c's message, skipped as a duplicate, on its row, in the
@@ -155,23 +152,22 @@ func (b *batch) claim(ctx context.Context, c inboxbatch.Claim, now any) (bool, e
 // failed is its error (its outcome is unknown: a claim whose lease ran out
 // is parked in the transaction; or an attempt holds it). err is the
 // transaction's.
-func (b *batch) Duplicate(ctx context.Context, c inboxbatch.Claim) (failed, err error) {
-	key := keyOfClaim(c)
-	rows, err := uow.Exec(ctx, b.countDone, c.Consumer, c.Source, c.MessageID)
+func (b *Batch) Duplicate(ctx context.Context, c Claim) (failed, err error) {
+	rows, err := uow.Exec(ctx, b.countDone, c.Consumer, c.Key.Source, c.Key.MessageID)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: count duplicate: %w", err)
 	}
 	if rows == 1 {
 		return nil, nil
 	}
-	claim, gone, err := b.left.readTaken(ctx, c.Consumer, key)
+	claim, gone, err := b.left.readTaken(ctx, c.Consumer, c.Key)
 	if err != nil || gone != nil {
 		return gone, err
 	}
 	now := b.cfg.Now()
-	failed = b.left.unsettled(claim, c.Consumer, key, now)
+	failed = b.left.unsettled(claim, c.Consumer, c.Key, now)
 	if failed != nil && b.left.expired(claim, now) {
-		parked, err := uow.Exec(ctx, b.left.parkNative, b.left.parkArgs(claim, c.Consumer, key)...)
+		parked, err := uow.Exec(ctx, b.left.parkNative, b.left.parkArgs(claim, c.Consumer, c.Key)...)
 		if err != nil {
 			return nil, fmt.Errorf("inbox: park an expired claim: %w", err)
 		}
@@ -184,9 +180,4 @@ func (b *batch) Duplicate(ctx context.Context, c inboxbatch.Claim) (failed, err 
 
 // Skipped records in the metrics and the log that c's message was skipped
 // as a duplicate, once Duplicate's count has committed.
-func (b *batch) Skipped(ctx context.Context, c inboxbatch.Claim) {
-	b.cfg.duplicate(ctx, c.Consumer, keyOfClaim(c))
-}
-
-// keyOfClaim is c's key.
-func keyOfClaim(c inboxbatch.Claim) Key { return Key{Source: c.Source, MessageID: c.MessageID} }
+func (b *Batch) Skipped(ctx context.Context, c Claim) { b.cfg.duplicate(ctx, c.Consumer, c.Key) }

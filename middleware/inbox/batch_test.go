@@ -7,8 +7,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
-	"github.com/postroom/postroom/internal/inboxbatch"
 	"github.com/postroom/postroom/internal/testenv"
+	"github.com/postroom/postroom/middleware/inbox"
 	"github.com/postroom/postroom/middleware/unitofwork"
 )
 
@@ -25,15 +25,15 @@ func TestABatchClaimsKeysBySourceAndConsumer(t *testing.T) {
 		t.Run(store.Name, func(t *testing.T) {
 			t.Parallel()
 			db := store.Open(t)
-			b, err := inboxbatch.New(inboxbatch.Config{DB: db, Consumer: "billing.invoice"})
+			b, err := inbox.NewBatch(inbox.Config{DB: db, Consumer: "billing.invoice"})
 			require.NoError(t, err)
-			claims := []inboxbatch.Claim{
-				{Consumer: "billing.invoice", Source: "a", MessageID: "m-1"},
-				{Consumer: "billing.invoice", Source: "b", MessageID: "m-1"},
-				{Consumer: "billing.invoice", Source: "a", MessageID: "m-1"}, // a copy
-				{Consumer: "billing.audit", Source: "a", MessageID: "m-1"},
+			claims := []inbox.Claim{
+				{Consumer: "billing.invoice", Key: inbox.Key{Source: "a", MessageID: "m-1"}},
+				{Consumer: "billing.invoice", Key: inbox.Key{Source: "b", MessageID: "m-1"}},
+				{Consumer: "billing.invoice", Key: inbox.Key{Source: "a", MessageID: "m-1"}}, // a copy
+				{Consumer: "billing.audit", Key: inbox.Key{Source: "a", MessageID: "m-1"}},
 			}
-			claim := func(claims []inboxbatch.Claim) []bool {
+			claim := func(claims []inbox.Claim) []bool {
 				t.Helper()
 				msg := message.NewMessage("batch", nil)
 				msg.SetContext(context.Background())
@@ -51,7 +51,7 @@ func TestABatchClaimsKeysBySourceAndConsumer(t *testing.T) {
 			require.NoError(t, db.Raw("SELECT COUNT(*) FROM postroom_inbox").Scan(&rows).Error)
 			require.EqualValues(t, 3, rows)
 
-			claims = append(claims, inboxbatch.Claim{Consumer: "billing.invoice", Source: "c", MessageID: "m-1"})
+			claims = append(claims, inbox.Claim{Consumer: "billing.invoice", Key: inbox.Key{Source: "c", MessageID: "m-1"}})
 			require.Equal(t, []bool{false, false, false, false, true}, claim(claims), "in the table: only the new source's key")
 		})
 	}
