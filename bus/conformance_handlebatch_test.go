@@ -26,10 +26,47 @@ import (
 
 // batchCalls records the messages (their N) of each call of a batch
 // handler, and writes one effect per message through the batch's
-// transaction. Its first call takes 100 ms.
+// transaction. With countDeliveries, a first call of one message waits
+// until two more deliveries have reached the bus, so that messages
+// handled at the same time share a call however they arrive.
 type batchCalls struct {
 	mu    sync.Mutex
 	calls [][]int
+
+	delivered atomic.Int32  // deliveries that reached the bus's Middleware
+	arrival   chan struct{} // a token after each of them
+}
+
+// countDeliveries sets a bus Middleware that counts the deliveries.
+func (l *batchCalls) countDeliveries(cfg *bus.Config) {
+	l.arrival = make(chan struct{}, 1)
+	cfg.Middleware = append(cfg.Middleware, func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			l.delivered.Add(1)
+			select {
+			case l.arrival <- struct{}{}:
+			default:
+			}
+			return h(msg)
+		}
+	})
+}
+
+// awaitDeliveries waits until n deliveries reached the bus, at most 20 s
+// (then the check that calls share messages says what went wrong); at
+// once without countDeliveries.
+func (l *batchCalls) awaitDeliveries(n int32) {
+	if l.arrival == nil {
+		return
+	}
+	deadline := time.After(20 * time.Second)
+	for l.delivered.Load() < n {
+		select {
+		case <-l.arrival:
+		case <-deadline:
+			return
+		}
+	}
 }
 
 func (l *batchCalls) handler(c *confCase, fail func(call []int, n int) error) bus.BatchFunc[ConfCmd] {
@@ -49,11 +86,13 @@ func (l *batchCalls) handler(c *confCase, fail func(call []int, n int) error) bu
 		l.calls = append(l.calls, call)
 		first := len(l.calls) == 1
 		l.mu.Unlock()
-		if first {
-			// The messages after the first batch's arrive while it runs,
-			// and join the next: batches of more than one form whatever
-			// the speed of the store against the transport's.
-			time.Sleep(100 * time.Millisecond)
+		if first && len(ms) == 1 {
+			// Held until two more deliveries are in flight: the batch
+			// handler's messages in flight include this one, so the next
+			// batch does not close before they joined it (batches of
+			// more than one form whatever the speed of the store against
+			// the transport's).
+			l.awaitDeliveries(3)
 		}
 		for _, m := range ms {
 			if err := bus.Tx(ctx).Exec("INSERT INTO "+c.effects+" (consumer, id) VALUES (?, ?)", "batch", strconv.Itoa(m.N)).Error; err != nil {
@@ -101,8 +140,8 @@ func sendBatch(t *testing.T, b *bus.Bus, ns []int, id func(int) string) map[stri
 // fourth alone, once. Each is applied once: the others commit when handled
 // alone, the fourth when the bus retries it.
 func checkHandleBatchFailing(t *testing.T, c *confCase) {
-	b := newConfBus(t, c, nil)
 	var calls batchCalls
+	b := newConfBus(t, c, calls.countDeliveries)
 	var failures atomic.Int32
 	require.NoError(t, bus.HandleBatch(b, calls.handler(c, func(_ []int, n int) error {
 		if n == 3 && failures.Add(1) <= 2 {
@@ -127,8 +166,8 @@ func checkHandleBatchFailing(t *testing.T, c *confCase) {
 // same time. The handler sees each once; the four duplicates are skipped
 // and counted, in the process and on their inbox rows.
 func checkHandleBatchDuplicates(t *testing.T, c *confCase) {
-	b := newConfBus(t, c, nil)
 	var calls batchCalls
+	b := newConfBus(t, c, nil)
 	require.NoError(t, bus.HandleBatch(b, calls.handler(c, func([]int, int) error { return nil }), bus.WithInbox(), bus.WithBatch(8, 500*time.Millisecond)))
 	run(t, b)
 	prefix := testenv.Name("hb-dup-") + "-"
@@ -153,8 +192,8 @@ func checkHandleBatchDuplicates(t *testing.T, c *confCase) {
 // makes the handler panic every time and one is unrecoverable: both go to
 // the error topic, the four others are applied once.
 func checkHandleBatchPoison(t *testing.T, c *confCase) {
-	b := newConfBus(t, c, nil)
 	var calls batchCalls
+	b := newConfBus(t, c, calls.countDeliveries)
 	require.NoError(t, bus.HandleBatch(b, calls.handler(c, func(_ []int, n int) error {
 		switch n {
 		case 2:
@@ -184,8 +223,8 @@ func checkHandleBatchPoison(t *testing.T, c *confCase) {
 // first, 11 is applied once, and 10 is skipped as its duplicate or goes to
 // the error topic, never both lost.
 func checkHandleBatchCopyOfFailed(t *testing.T, c *confCase) {
-	b := newConfBus(t, c, nil)
 	var calls batchCalls
+	b := newConfBus(t, c, nil)
 	prefix := testenv.Name("hb-copy-") + "-"
 	sameKey := func(msg *message.Message) (inbox.Key, error) {
 		if strings.HasSuffix(msg.UUID, "-10") || strings.HasSuffix(msg.UUID, "-11") {
@@ -216,8 +255,8 @@ func checkHandleBatchCopyOfFailed(t *testing.T, c *confCase) {
 // fails alone again; the others are in two calls, not retried with it.
 // Elsewhere the transaction goes on. Each is applied once.
 func checkHandleBatchSwallowedError(t *testing.T, c *confCase) {
-	b := newConfBus(t, c, nil)
 	var calls batchCalls
+	b := newConfBus(t, c, calls.countDeliveries)
 	var swallowed atomic.Int32
 	record := calls.handler(c, func([]int, int) error { return nil })
 	require.NoError(t, bus.HandleBatch(b, func(ctx context.Context, ms []*ConfCmd) error {
