@@ -101,37 +101,61 @@ step "the bench module (its own go.mod: ./... above does not reach it)"
 make bench-check
 (cd bench && go run "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION" ./...)
 
-step "go test -race"
-go test -race -count=1 -timeout 20m ./...
+# The fault tests start servers of their own (a PostgreSQL, a MariaDB, a
+# proxy in front of RabbitMQ) and spend most of their minutes waiting out
+# the outages they cause, so they run beside the suite, from one test
+# binary: the PostgreSQL test, then the MariaDB one, and the broker outage
+# beside them.
+faults=$(mktemp -d)
+step "the fault tests' binary (bus, -race), then the fault tests in the background, logged to $faults"
+go test -race -c -o "$faults/bus.test" ./bus/
+fault() { # runs the bus fault tests named by the pattern $1 with the flag $2
+  (cd bus && "$faults/bus.test" -test.count=1 -test.timeout 15m -test.run "$1" "$2")
+}
+(
+  fault '^(TestDatabaseRestartedMidRun|TestDatabaseOutageOfAMinute)$' -fault.db >"$faults/postgres.log" 2>&1; echo $? >"$faults/postgres.status"
+  fault '^TestMariaDBKilledThenStopped$' -fault.mariadb >"$faults/mariadb.log" 2>&1; echo $? >"$faults/mariadb.status"
+) &
+servers_pid=$!
+fault '^TestBrokerOutageOfAMinute$' -fault.outage >"$faults/outage.log" 2>&1 &
+outage_pid=$!
+
+step "go test -race (the fault tests run beside it)"
+suite_status=0
+go test -race -count=1 -timeout 20m ./... || suite_status=$?
 
 step "the browser-test module (its own go.mod: ./... above does not reach it)"
-(cd browsertest && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION" ./... && go test -race -count=1 -timeout 5m ./...)
+browser_status=0
+(cd browsertest && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION" ./... && go test -race -count=1 -timeout 5m ./...) || browser_status=$?
+
+step "waiting for the fault tests"
+wait "$servers_pid" || true
+outage_status=0
+wait "$outage_pid" || outage_status=$?
+echo "$outage_status" >"$faults/outage.status"
+fault_failed=0
+for name in postgres mariadb outage; do
+  status=$(cat "$faults/$name.status" 2>/dev/null || echo "not run")
+  case $name in
+    postgres) what="a PostgreSQL server of the tests' own restarted mid-run, then stopped for a minute (the shared PostgreSQL is not touched)" ;;
+    mariadb) what="a MariaDB server of the test's own killed, then stopped, for 30 s each under load, with consumers on RabbitMQ, then on the SQL transport (the shared MariaDB is not touched)" ;;
+    outage) what="three consumers cut off RabbitMQ for 50 s through a proxy of the test's own (the shared broker is not touched)" ;;
+  esac
+  if [ "$status" = 0 ]; then
+    echo "test: fault test passed: $what ($(grep -cE '^--- PASS|^PASS' "$faults/$name.log" >/dev/null && tail -1 "$faults/$name.log"))"
+  else
+    echo "test: fault test FAILED (exit $status): $what; its output:"
+    cat "$faults/$name.log"
+    fault_failed=1
+  fi
+done
+rm -rf "$faults"
+if [ "$suite_status" -ne 0 ] || [ "$browser_status" -ne 0 ] || [ "$fault_failed" -ne 0 ]; then
+  echo "test: failed (go test exit $suite_status, browser tests exit $browser_status, fault tests failed: $fault_failed)"; exit 1
+fi
 
 step "RabbitMQ's connections all closed mid-run (alone: it closes every test's connections)"
 go test -race -count=1 -run '^TestBrokerConnectionsClosedMidRun$' ./bus/ -fault.broker
-
-step "a PostgreSQL server of the tests' own restarted mid-run, then stopped for a minute (the shared PostgreSQL is not touched)"
-go test -race -count=1 -run '^(TestDatabaseRestartedMidRun|TestDatabaseOutageOfAMinute)$' ./bus/ -fault.db
-
-# Side by side (about 100 s, then the MariaDB test's second 100 s alone), neither disturbing the other's servers.
-step "a MariaDB server of the test's own killed, then stopped, for 30 s each under load, with consumers on RabbitMQ, then another with consumers on the SQL transport (the shared MariaDB is not touched); beside the first, three consumers cut off RabbitMQ for 50 s through a proxy of the test's own (the shared broker is not touched)"
-outage_log=$(mktemp)
-go test -race -count=1 -run '^TestBrokerOutageOfAMinute$' ./bus/ -fault.outage >"$outage_log" 2>&1 &
-outage_pid=$!
-mariadb_status=0
-go test -race -count=1 -run '^TestMariaDBKilledThenStopped$' ./bus/ -fault.mariadb || mariadb_status=$?
-outage_status=0
-wait "$outage_pid" || outage_status=$?
-if [ "$outage_status" -ne 0 ]; then
-  echo "test: the broker outage test (TestBrokerOutageOfAMinute) failed; its output:"
-  cat "$outage_log"
-else
-  echo "test: the broker outage test (TestBrokerOutageOfAMinute): $(grep -E '^ok' "$outage_log" || echo passed)"
-fi
-rm -f "$outage_log"
-if [ "$mariadb_status" -ne 0 ] || [ "$outage_status" -ne 0 ]; then
-  echo "test: a fault test failed (MariaDB exit $mariadb_status, broker outage exit $outage_status)"; exit 1
-fi
 
 broker_check
 
