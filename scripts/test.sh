@@ -105,8 +105,10 @@ make bench-check
 # MariaDB) and spend most of their minutes waiting out the outages they
 # cause, so they run beside the suite, from one test binary, one after the
 # other. The broker outage test runs after the suite: its store is the
-# tests' PostgreSQL, and a transaction it holds open while RabbitMQ is cut
-# off holds back what the SQL transport's tests on that server may read.
+# tests' PostgreSQL, and beside the suite two tests of the SQL transport
+# on that server timed out in a CI run (a transaction open anywhere on a
+# PostgreSQL server holds back what the SQL transport may read there:
+# docs/operations.md).
 faults=$(mktemp -d)
 step "the fault tests' binary (bus, -race), then the database fault tests in the background, logged to $faults"
 go test -race -c -o "$faults/bus.test" ./bus/
