@@ -60,14 +60,22 @@ func name(prefix string) string {
 // subscribe subscribes group to topic until the test ends.
 func subscribe(t *testing.T, tr transport.Transport, group, topic string) (message.Subscriber, <-chan *message.Message) {
 	t.Helper()
-	sub, err := tr.Subscriber(group, 1)
+	sub, msgs, _ := subscribeInFlight(t, tr, group, topic, 1)
+	return sub, msgs
+}
+
+// subscribeInFlight subscribes a subscriber of group with inFlight to
+// topic until the test ends, or until cancel.
+func subscribeInFlight(t *testing.T, tr transport.Transport, group, topic string, inFlight int) (message.Subscriber, <-chan *message.Message, context.CancelFunc) {
+	t.Helper()
+	sub, err := tr.Subscriber(group, inFlight)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, sub.Close()) })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	msgs, err := sub.Subscribe(ctx, topic)
 	require.NoError(t, err)
-	return sub, msgs
+	return sub, msgs, cancel
 }
 
 // newMessage is a message with id as its UUID and postroom's ID metadata.
@@ -269,13 +277,7 @@ func aSubscriptionHoldsUpToItsInFlight(t *testing.T, tr transport.Transport) {
 	}
 	const inFlight = 3
 	topic, group := name("tt_inflight_"), name("g")
-	sub, err := tr.Subscriber(group, inFlight)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, sub.Close()) })
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	msgs, err := sub.Subscribe(ctx, topic)
-	require.NoError(t, err)
+	sub, msgs, cancel := subscribeInFlight(t, tr, group, topic, inFlight)
 	for i := range inFlight + 2 {
 		publish(t, tr, topic, newMessage(fmt.Sprintf("in-flight-%d", i)))
 	}
