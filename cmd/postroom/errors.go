@@ -294,7 +294,8 @@ func newErrorsDelete(o *errorOptions) *cobra.Command {
 		Long: `delete removes each chosen message from the error topic: it is not handled,
 and nothing keeps a copy (show it first to keep its payload). Every copy of an
 ID is deleted (a message moved there by two endpoints' handlers has one copy
-each). It looks only at the messages in the error topic when it starts.`,
+each); "" names the messages without an ID (a producer that set none). It
+looks only at the messages in the error topic when it starts.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if all == (len(args) > 0) {
 				return errors.New("pass the IDs to delete, or --all")
@@ -306,14 +307,15 @@ each). It looks only at the messages in the error topic when it starts.`,
 			defer q.Close()
 			out := cmd.OutOrStdout()
 			deleted := 0
-			// taken is the message removed last: Browse confirms its
-			// removal before it reads the next, so it is printed then.
-			taken := ""
+			// taken is the ID of the message removed last, if pending:
+			// Browse confirms its removal before it reads the next, so it
+			// is printed then. A message without an ID ("") counts too.
+			taken, pending := "", false
 			confirm := func() {
-				if taken != "" {
+				if pending {
 					deleted++
-					fmt.Fprintf(out, "deleted %s\n", printable(taken))
-					taken = ""
+					fmt.Fprintf(out, "deleted %s\n", idOrNone(taken))
+					pending = false
 				}
 			}
 			err = q.Browse(cmd.Context(), o.limit, func(msg *message.Message) (bool, error) {
@@ -321,12 +323,12 @@ each). It looks only at the messages in the error topic when it starts.`,
 				if !all && !slices.Contains(args, msg.UUID) {
 					return false, nil
 				}
-				taken = msg.UUID
+				taken, pending = msg.UUID, true
 				return true, nil
 			})
-			if errors.Is(err, amqpqueue.ErrNotRemoved) && taken != "" {
-				fmt.Fprintf(out, "%s may still be in the error topic: the connection dropped as it was removed\n", printable(taken))
-				taken = ""
+			if errors.Is(err, amqpqueue.ErrNotRemoved) && pending {
+				fmt.Fprintf(out, "%s may still be in the error topic: the connection dropped as it was removed\n", idOrNone(taken))
+				pending = false
 			}
 			confirm()
 			if err != nil {

@@ -109,8 +109,9 @@ func TestErrorsListShowReplay(t *testing.T) {
 }
 
 // TestErrorsDelete: delete removes the chosen messages from the error
-// topic, every copy of an ID, without handling them; --all removes the
-// rest; a delete that finds nothing fails.
+// topic, every copy of an ID, without handling them; "" removes a message
+// without an ID and says so; --all removes the rest; a delete that finds
+// nothing fails.
 func TestErrorsDelete(t *testing.T) {
 	url, _, errorTopic, b := billingOnRabbitMQ(t)
 	var handled atomic.Int32
@@ -146,6 +147,21 @@ func TestErrorsDelete(t *testing.T) {
 	require.ErrorContains(t, err, "pass the IDs to delete, or --all")
 	_, err = run(t, append([]string{"errors", "delete", "del-1"}, flags...)...)
 	require.ErrorContains(t, err, "nothing to delete")
+
+	// A message without an ID (a producer that set none) is named by "".
+	conn, err := amqp091.Dial(url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	require.NoError(t, ch.Publish("", amqp.QueueName(errorTopic, transport.ErrorQueueGroup), false, false, amqp091.Publishing{Body: []byte("no ID")}))
+	require.NoError(t, ch.Close())
+	waitUntil(t, func() bool { return len(ids()) == 3 })
+	out, err = run(t, append([]string{"errors", "delete", ""}, flags...)...)
+	require.NoError(t, err, "the message without an ID was deleted")
+	require.Contains(t, out, "deleted (no ID)\n")
+	require.Contains(t, out, "deleted 1\n")
+	require.ElementsMatch(t, []string{"del-2", "del-3"}, ids())
 
 	out, err = run(t, append([]string{"errors", "delete", "--all"}, flags...)...)
 	require.NoError(t, err)

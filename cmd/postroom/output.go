@@ -56,3 +56,12 @@ func orDash(s string) string {
 	}
 	return s
 }
+
+// idOrNone is a message ID to print: printable, or "(no ID)" for a
+// message without one.
+func idOrNone(id string) string {
+	if id == "" {
+		return "(no ID)"
+	}
+	return printable(id)
+}
