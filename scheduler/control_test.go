@@ -139,11 +139,11 @@ func TestAPauseBeforeTheClaimStopsTheFire(t *testing.T) {
 }
 
 // TestPauseAndTriggerLogNoGormError on every store: pausing a paused
-// schedule (MySQL then reads it back) and triggering a paused one read its
-// state into a struct gorm could not parse, and gorm printed "[error]
-// failed to parse field: NextRunAt" through its global logger each time,
-// though the command did what it should (a cold trial). Not parallel:
-// it swaps gorm's global logger.
+// schedule (MySQL then reads it back) and triggering a paused one must not
+// read its state into a struct gorm cannot parse: gorm then prints
+// "[error] failed to parse field: NextRunAt" through its global logger
+// each time, though the command does what it should. Not parallel: it
+// swaps gorm's global logger.
 func TestPauseAndTriggerLogNoGormError(t *testing.T) {
 	var said strings.Builder
 	var mu sync.Mutex
