@@ -375,9 +375,9 @@ func TestReasonsThatNameTheirMessageAreOneGroup(t *testing.T) {
 
 // TestAnActionTakesAsManyIdenticalCopiesAsItConfirmed: copies alike in ID,
 // body and metadata have one digest, so the form counts them; a copy
-// alike that failed after the confirmation stays in the error topic. A
-// mutation audit found nothing caught an action that took every copy of a
-// digest it had confirmed once.
+// alike that failed after the confirmation stays in the error topic. It
+// catches an action that takes every copy of a digest it confirmed once,
+// which no other test does.
 func TestAnActionTakesAsManyIdenticalCopiesAsItConfirmed(t *testing.T) {
 	for _, tc := range errorTopics {
 		if tc.unsupported != "" {

@@ -188,8 +188,8 @@ func (w writerFunc) Printf(format string, args ...any) {
 // TestAChangedTimingIsStoredAtDefine on every store: a schedule defined
 // again with another timing (a deploy changed it from hourly to daily)
 // keeps its name and takes the new spec and the new timing's next slot;
-// the old timing's slots no longer fire. A mutation audit found nothing
-// caught a Define that kept the stored timing.
+// the old timing's slots no longer fire. It catches a Define that keeps
+// the stored timing, which no other test does.
 func TestAChangedTimingIsStoredAtDefine(t *testing.T) {
 	for _, store := range testenv.Databases {
 		t.Run(store.Name, func(t *testing.T) {

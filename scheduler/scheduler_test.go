@@ -351,9 +351,9 @@ func TestSlotIDIsTheSameOnEveryInstance(t *testing.T) {
 
 // TestRunStoppedWhileStartingIsNotAnError: Run whose context ends before
 // or while it starts returns nil, as it does when stopped later (a
-// program that joins its Run errors on Ctrl-C failed with "context
-// canceled" when the stop came while the scheduler waited for SQLite's
-// one connection: the getting-started program in a CI run).
+// program that joins its Run errors on Ctrl-C, as the getting-started
+// program does, would fail with "context canceled" when the stop comes
+// while the scheduler waits for SQLite's one connection).
 func TestRunStoppedWhileStartingIsNotAnError(t *testing.T) {
 	for _, store := range testenv.Databases {
 		t.Run(store.Name, func(t *testing.T) {

@@ -385,8 +385,8 @@ func TestATieIsToldInATransactionThatReadBefore(t *testing.T) {
 
 // TestWatermarksAreKeptPerMessageType on every store: one entity's
 // watermark is kept per message type, so an update of another kind with an
-// older version is not stale. A mutation audit found nothing caught an
-// upsert that ignored the message type.
+// older version is not stale. It catches an upsert that ignores the
+// message type, which no other test does.
 func TestWatermarksAreKeptPerMessageType(t *testing.T) {
 	for _, store := range testenv.Databases {
 		t.Run(store.Name, func(t *testing.T) {
