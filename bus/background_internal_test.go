@@ -12,8 +12,8 @@ import (
 // TestAFailingBackgroundTaskStopsTheBus: a background task of Run (the
 // outbox's relay, the scheduler, ...) that fails while the bus runs is
 // logged at error and stops the bus, whose Run then returns the error.
-// Before, its error waited unseen until something else stopped the bus:
-// a relay that died left every sent message in the outbox without a word.
+// Otherwise its error waits unseen until something else stops the bus: a
+// relay that died leaves every sent message in the outbox without a word.
 func TestAFailingBackgroundTaskStopsTheBus(t *testing.T) {
 	var logs strings.Builder
 	b := &Bus{cfg: Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))}}

@@ -49,10 +49,10 @@ func outageBus(t *testing.T, mod func(*bus.Config)) (*bus.Bus, *amqptest.Proxy, 
 
 // TestSendDuringABrokerOutageEndsWithItsContext: the broker takes
 // connections and never answers (a blackhole); Sends with a 1 s deadline,
-// five at once, each return an error by their deadline. Before, the dial
-// ignored the context and one publish at a time dialled for up to 30 s, so
-// the callers queued behind each other (a Send with a 10 s deadline
-// returned after 120 s in a cold trial).
+// five at once, each return an error by their deadline. A dial that
+// ignores the context, one publish at a time, dials for up to 30 s, so the
+// callers queue behind each other and a Send with a 10 s deadline returns
+// minutes later.
 func TestSendDuringABrokerOutageEndsWithItsContext(t *testing.T) {
 	b, proxy, _ := outageBus(t, nil)
 	proxy.Blackhole(true)
@@ -78,9 +78,9 @@ func TestSendDuringABrokerOutageEndsWithItsContext(t *testing.T) {
 
 // TestAStopDuringABrokerBlackholeEndsInTime: a delayed message falls due
 // while the broker takes connections and never answers; the bus's stop
-// does not wait for the delayed relay's publish, which held it 45 s (a dial
-// of up to 30 s that ignored the stop, inside the transaction that locks
-// the due rows; found by a cold trial).
+// does not wait for the delayed relay's publish. A dial of up to 30 s that
+// ignores the stop, inside the transaction that locks the due rows, holds
+// the stop for 45 s.
 func TestAStopDuringABrokerBlackholeEndsInTime(t *testing.T) {
 	b, proxy, stop := outageBus(t, func(cfg *bus.Config) {
 		cfg.StopTimeout = time.Second
@@ -98,8 +98,8 @@ func TestAStopDuringABrokerBlackholeEndsInTime(t *testing.T) {
 // TestTheTransportConnectedGaugeFollowsTheBroker: postroom_transport_connected
 // is 1 while the bus's connections to RabbitMQ are up, 0 while the broker
 // is out of reach (it takes connections and never answers), and 1 again
-// once it is back. Before, nothing told an operator that the broker was
-// out of reach but the logs (found by a cold trial of a long outage).
+// once it is back. Without it, nothing but the logs tells an operator that
+// the broker is out of reach.
 func TestTheTransportConnectedGaugeFollowsTheBroker(t *testing.T) {
 	b, proxy, _ := outageBus(t, func(cfg *bus.Config) { cfg.Metrics.GaugeInterval = 50 * time.Millisecond })
 	gauge := func(want float64) func() bool {

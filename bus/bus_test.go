@@ -247,8 +247,8 @@ func TestBusScenarios(t *testing.T) {
 				msg.Metadata.Set(metadata.EntityID, "customer-1")
 				msg.Metadata.Set(metadata.Version, time.Now().Add(-time.Minute).UTC().Format(time.RFC3339Nano))
 				require.NoError(t, ep.Transport().Publisher().Publish("crm.CustomerMoved", msg))
-				// Before: to the error topic, "message type is missing"
-				// (docs/foreign-producers.md says the key is optional).
+				// Not to the error topic with "message type is missing":
+				// docs/foreign-producers.md says the key is optional.
 				waitFor(t, "the update applied", func() bool { return moved.Load() == 1 })
 			})
 
@@ -257,8 +257,8 @@ func TestBusScenarios(t *testing.T) {
 				msg.Metadata.Set(metadata.MessageType, strings.Repeat("t", 300))
 				require.NoError(t, ep.Transport().Publisher().Publish("billing.CreateInvoice", msg))
 				failed := <-ep.errors
-				// Before: retried, the reason the database's (PostgreSQL:
-				// "value too long for type character varying(255)").
+				// Not retried with the database's reason (PostgreSQL: "value
+				// too long for type character varying(255)").
 				require.Contains(t, failed.Metadata.Get(metadata.ErrorReason), "unknown message type")
 				require.Equal(t, 1, bus.ErrorAttempts(failed))
 				var keys int64
@@ -384,9 +384,9 @@ func TestDelayedRetriesNeedTheirTable(t *testing.T) {
 
 // TestDeliveryLimitAboveMaxDeliveries: a quorum queue's delivery limit at
 // or near Config.MaxDeliveries would let RabbitMQ drop a failing message
-// before the bus moves it to the error topic (found by a cold trial: a
-// limit of 2 dropped a message after two restarts, without a trace), so
-// New refuses it; the defaults (20 and 10) pass.
+// before the bus moves it to the error topic (a limit of 2 drops a message
+// after two restarts, without a trace), so New refuses it; the defaults
+// (20 and 10) pass.
 func TestDeliveryLimitAboveMaxDeliveries(t *testing.T) {
 	quorum := func(limit int) *amqp.Transport {
 		tr, err := amqp.New(amqp.Config{URL: "amqp://guest:guest@127.0.0.1:5672/", QueueType: amqp.QueueQuorum, DeliveryLimit: limit})
@@ -414,9 +414,8 @@ func (nullPayload) MarshalJSON() ([]byte, error) { return []byte("null"), nil }
 // TestANilTxPanicNamesTheMissingOption: a handler registered without a
 // transaction that writes through bus.Tx(ctx) (nil there) panics; the
 // message reaches the error topic with a reason that names the options
-// that give it one. Before, the reason was only Go's "invalid memory
-// address or nil pointer dereference" (found by a cold trial). A handler
-// with a transaction keeps Go's reason as it is.
+// that give it one, not only Go's "invalid memory address or nil pointer
+// dereference". A handler with a transaction keeps Go's reason as it is.
 func TestANilTxPanicNamesTheMissingOption(t *testing.T) {
 	db := testenv.SQLite(t)
 	b, err := bus.New(bus.Config{Endpoint: "billing", Transport: gochannel.New(gochannel.Config{}), DB: db,
@@ -441,7 +440,7 @@ func TestANilTxPanicNamesTheMissingOption(t *testing.T) {
 
 // TestWithVersionIsCheckedAtSend: a version every receiver's stale check
 // would refuse (no entity ID, a zero time) fails at Send and Publish, not
-// at the receivers (found by a cold trial).
+// at the receivers.
 func TestWithVersionIsCheckedAtSend(t *testing.T) {
 	b, err := bus.New(bus.Config{Endpoint: "billing", Transport: gochannel.New(gochannel.Config{}), Logger: testenv.Logger(t)})
 	require.NoError(t, err)
@@ -487,13 +486,13 @@ func TestANegativeRedeliveryWindowIsRefused(t *testing.T) {
 }
 
 // TestNegativeSettingsAreRefused: negative settings that mean nothing are
-// refused by New and Handle. Before (a cold trial), a negative
-// DelayedPollInterval or GaugeInterval made Run panic (a ticker of a
-// negative interval), a negative MaxPayloadBytes sent every message to the
-// error topic, a negative Cleanup.Interval failed Run naming a scheduler
-// field, a negative delayed retry delay scheduled retries in the past,
-// WithConcurrency(0) was quietly 1, WithBatch(0, 0) quietly no batch, and
-// a nil handler function panicked at every delivery.
+// refused by New and Handle. Accepted, a negative DelayedPollInterval or
+// GaugeInterval makes Run panic (a ticker of a negative interval), a
+// negative MaxPayloadBytes sends every message to the error topic, a
+// negative Cleanup.Interval fails Run naming a scheduler field, a negative
+// delayed retry delay schedules retries in the past, WithConcurrency(0) is
+// quietly 1, WithBatch(0, 0) quietly no batch, and a nil handler function
+// panics at every delivery.
 func TestNegativeSettingsAreRefused(t *testing.T) {
 	for name, tc := range map[string]struct {
 		cfg  bus.Config
@@ -556,8 +555,8 @@ func warnedAtRun(t *testing.T, cfg bus.Config) string {
 }
 
 // TestAPanicIsLoggedWithItsHandler: two handlers of one event get the same
-// message ID, so the panic's line names the handler (a cold trial had to
-// read the stack to tell which one panicked).
+// message ID, so the panic's line names the handler; without it, only the
+// stack tells which one panicked.
 func TestAPanicIsLoggedWithItsHandler(t *testing.T) {
 	logger, logs := testenv.CapturedLogger(slog.LevelError)
 	b, err := bus.New(bus.Config{Endpoint: "panics", Logger: logger, Retry: bus.RetryPolicy{NoRetries: true}})

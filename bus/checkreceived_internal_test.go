@@ -10,8 +10,8 @@ import (
 // TestAnEmptyIDSaysWhereEachTransportTakesIt: a row a foreign producer
 // inserted into the SQL transport's table with an empty uuid reaches the
 // error topic with a reason that names the column to set, as it names
-// RabbitMQ's property (found by a cold trial: the reason named only the
-// Watermill UUID and RabbitMQ's message_id).
+// RabbitMQ's property, not only the Watermill UUID and RabbitMQ's
+// message_id.
 func TestAnEmptyIDSaysWhereEachTransportTakesIt(t *testing.T) {
 	err := checkReceived(message.NewMessage("", []byte(`{}`)))
 	if err == nil {

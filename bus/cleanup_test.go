@@ -33,8 +33,8 @@ func TestCleanupIsScheduledWithTheInbox(t *testing.T) {
 	require.NoError(t, db.Exec(d.InboxInsert("postroom_inbox"), "billing/h", "", "old", "t", d.Time(old)).Error)
 	require.NoError(t, db.Exec(d.InboxInsert("postroom_inbox"), "billing/h", "", "recent", "t", d.Time(recent)).Error)
 	// Another endpoint's key on the same database: its own cleanup, with
-	// its own retention, purges it (found by a review: this one's purged
-	// it inside the other's redelivery window).
+	// its own retention, purges it. This endpoint's cleanup leaves it: a
+	// purge here could fall inside the other's redelivery window.
 	require.NoError(t, db.Exec(d.InboxInsert("postroom_inbox"), "billing_eu/h", "", "other's", "t", d.Time(old)).Error)
 
 	b, err := bus.New(bus.Config{Endpoint: "billing", Transport: gochannel.New(gochannel.Config{}), DB: db,
@@ -58,10 +58,9 @@ func TestCleanupIsScheduledWithTheInbox(t *testing.T) {
 // TestACleanupStoreNeverPurgesInsideTheRetention: a CleanupStore sent by
 // hand (or emitted by an instance with another retention) purges no key
 // younger than the endpoint's InboxRetention, whatever its Retention or
-// Before say: before, a CleanupStore{Retention: time.Minute} purged a key
-// ten minutes old, and its redelivery ran the handler again; and a
-// CleanupStore{} purged after 10 days under a 30-day retention (found by
-// a cold trial).
+// Before say. Otherwise a CleanupStore{Retention: time.Minute} purges a
+// key ten minutes old, and its redelivery runs the handler again; and a
+// CleanupStore{} purges after 10 days under a 30-day retention.
 func TestACleanupStoreNeverPurgesInsideTheRetention(t *testing.T) {
 	db := testenv.SQLite(t)
 	d, err := dialect.Of(db)
@@ -110,15 +109,15 @@ func TestShortRetentionIsRefused(t *testing.T) {
 	require.ErrorContains(t, err, "retention 30m0s is shorter than the retry and redelivery horizon")
 	require.ErrorContains(t, err, "raise the retention")
 	// Watermarks are purged after the same retention: a handler WithStale
-	// alone is checked too (before, it was not: found by a review).
+	// alone is checked too.
 	err = bus.Handle(b, func(context.Context, *CustomerMoved) error { return nil }, bus.WithStale())
 	require.ErrorContains(t, err, "retention 30m0s is shorter than the retry and redelivery horizon")
 }
 
 // TestRetentionCoversDelayedRetries: a delayed retry runs long after the
 // first delivery; a copy handled meanwhile leaves a key that must outlive
-// it, or the retry applies the message again (found by a review: a 2 h
-// retention with 24 h delays was accepted).
+// it, or the retry applies the message again: a 2 h retention with 24 h
+// delays is refused.
 func TestRetentionCoversDelayedRetries(t *testing.T) {
 	b, err := bus.New(bus.Config{Endpoint: "billing", DB: testenv.SQLite(t), InboxRetention: 2 * time.Hour})
 	require.NoError(t, err)

@@ -18,10 +18,10 @@ import (
 // runs the plain inbox now, under the same name, finds the keys its claims
 // left. A released key (the effect did not happen) is handled, a done one
 // is a duplicate, a parked one (outcome unknown) and one an attempt still
-// holds go to the error topic with the reason. Before, the plain inbox
-// acked all four as duplicates: the released and parked messages were
-// never applied (found by a review). For each handler shape: one message
-// per transaction, WithBatch, and HandleBatch.
+// holds go to the error topic with the reason. A plain inbox that acks
+// all four as duplicates never applies the released and parked messages.
+// For each handler shape: one message per transaction, WithBatch, and
+// HandleBatch.
 func checkLeftoverClaims(t *testing.T, c *confCase) {
 	d, err := dialect.Of(c.db)
 	require.NoError(t, err)

@@ -24,11 +24,11 @@ import (
 // no inbox: a second delivery would write twice). The same for a stop by
 // Run's context and by Close. A handler still running at StopTimeout has
 // its context cancelled: its writes roll back and its message goes back to
-// the broker, to be handled by the next instance. Before, every stop
-// cancelled the handlers in flight at once (docs/decisions.md); and then,
-// with the drain, Watermill's router closed the subscriber at once, which
-// gave back the messages finishing in the drain: every stop by Close, one
-// in four by Run's context, handled them again (found by a cold trial).
+// the broker, to be handled by the next instance. A stop that cancels the
+// handlers in flight at once fails this (docs/decisions.md); so does a
+// drain behind which Watermill's router closes the subscriber at once,
+// giving back the messages finishing in the drain: they are handled again
+// after every stop by Close and one in four by Run's context.
 func checkStopDrains(t *testing.T, c *confCase) {
 	endpoint := testenv.Name("drain")
 	started := make(chan string, 4)
@@ -131,8 +131,8 @@ func checkStopDrains(t *testing.T, c *confCase) {
 // publish until the stop. What a call sent is dispatched after its commit,
 // so no message of the call may be acked before that dispatch succeeds:
 // each goes back to the broker, is named at error, and the next instance
-// runs fn again for every one. Before, only a call's first message went
-// back (2 of 5 events sent again; found by a review). On a sequential
+// runs fn again for every one. If only a call's first message goes back,
+// the others are acked and their events never sent. On a sequential
 // transport (SQL) a call holds one message, and the first is retried
 // until the stop while the others wait behind it.
 func checkHandleBatchSendsOnStop(t *testing.T, c *confCase) {

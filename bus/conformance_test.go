@@ -329,7 +329,7 @@ func checkTwoSources(t *testing.T, c *confCase) {
 
 func checkTwoHandlers(t *testing.T, c *confCase) {
 	b := newConfBus(t, c, nil)
-	names := []string{"a", "b", "B"} // names alike but for case are two handlers (the cold trial of 2026-12-05: on MariaDB's SQL transport each got half)
+	names := []string{"a", "b", "B"} // names alike but for case are two handlers (on MariaDB's SQL transport, taken as one, each would get half)
 	for _, name := range names {
 		require.NoError(t, bus.Handle(b, record[ConfChanged](c, name), bus.Named(name), bus.WithInbox(), bus.WithStale()))
 	}
@@ -609,18 +609,18 @@ func checkOutboxPoison(t *testing.T, c *confCase) {
 // an event) right after `go b.Run(ctx)`, as the README does, on a new bus
 // each time: a handler's queues exist from Handle, so nothing is lost on
 // any transport; and a new handler gets only what was sent after it was
-// registered (each handler counts exactly the messages of its round: on
-// the SQL transport a new group used to read an event topic's whole
-// history). The store is the first each transport supports.
+// registered (each handler counts exactly the messages of its round: a
+// new SQL transport group that reads an event topic's whole history fails
+// it). The store is the first each transport supports.
 //
 // That a handler gets nothing older is checked behind a marker event (in
 // the second round, the first bus that could get the first round's event,
 // and in the last): the marker is read after any older event of its
-// topic, so once it is handled an extra old event has been counted.
-// Before, the count was only waited for, and an old event that came after
-// it went unnoticed: a mutation starting every SQL group at the topic's
-// first row failed the check only when the old event happened to come
-// first and the wait timed out.
+// topic, so once it is handled an extra old event has been counted. Only
+// waiting for the count misses an old event that comes after it: a
+// mutation starting every SQL group at the topic's first row would then
+// fail the check only when the old event happened to come first and the
+// wait timed out.
 func TestConformanceSendRightAfterRun(t *testing.T) {
 	var runs []confRun
 	for _, tr := range confTransports {

@@ -20,10 +20,9 @@ import (
 // checkDelayedRetryKeepsTrace: a delayed retry runs through what the
 // first delivery did, Config.Middleware and tracing: what it publishes
 // continues the request's trace, and a message that reaches the error
-// topic after its delayed retries leaves a failed span. Before, the retry
-// ran from the database around both: the trace ended at the first failure
-// (its span OK), the retry's sends began new traces, and no Middleware saw
-// it (found by a review).
+// topic after its delayed retries leaves a failed span. A retry run from
+// the database around both ends the trace at the first failure (its span
+// OK), begins new traces for its sends, and is seen by no Middleware.
 func checkDelayedRetryKeepsTrace(t *testing.T, c *confCase) {
 	var seen atomic.Int32 // conf.Cmd deliveries a Config.Middleware saw
 	spans := tracetest.NewSpanRecorder()

@@ -22,10 +22,10 @@ import (
 // ends one of them (PostgreSQL 40P01, MariaDB 1213). The victim lost to
 // another transaction, not to its own fault: it is retried without
 // spending a retry, so with no retries at all both messages are applied
-// and nothing reaches the error topic. Before, the victim spent a retry
-// like any failure (here: straight to the error topic); WithBatch batches
-// of competing processes, which claim keys in arrival order, deadlocked
-// this way in TestChaos (found by a review).
+// and nothing reaches the error topic. A victim that spends a retry like
+// any failure goes straight to the error topic here. WithBatch batches of
+// competing processes, which claim keys in arrival order, deadlock this
+// way (as in TestChaos).
 func TestADeadlockVictimIsRetriedWithoutSpendingARetry(t *testing.T) {
 	for _, store := range testenv.ServerDatabases {
 		t.Run(store.Name, func(t *testing.T) {

@@ -20,9 +20,9 @@ func (leaseTest) MessageName() string { return "test.LeaseTest" }
 // TestAClaimedRetryRunsOnlyWhileItsLeaseHolds: an instance runs the
 // delayed retries it claimed one after another; one whose lease ran out
 // meanwhile, and which another instance claimed, is not run here again.
-// Before, the whole batch shared one lease from the claim, and a retry
-// late in a slow batch ran on two instances, each run sending the message
-// on to its next retry or the error topic (found by a review).
+// With one lease for the whole batch from the claim, a retry late in a
+// slow batch runs on two instances, each run sending the message on to
+// its next retry or the error topic.
 func TestAClaimedRetryRunsOnlyWhileItsLeaseHolds(t *testing.T) {
 	db := testenv.SQLite(t)
 	b, err := New(Config{Endpoint: "ep", Transport: gochannel.New(gochannel.Config{}), DB: db,
@@ -62,11 +62,10 @@ func TestAClaimedRetryRunsOnlyWhileItsLeaseHolds(t *testing.T) {
 // TestAStopLetsADelayedRetryFinishAndReleasesTheRest: a stop lets the
 // delayed retry that is running finish within StopTimeout, as a delivery
 // from the broker, and makes the retries it claimed and did not begin due
-// at once for the next instance or start. Before (a cold trial), the stop
-// cancelled the running retry at once and every claimed row waited for
-// its lease, about 6 minutes, without a line for those not begun; and
-// Close returned while the retry ran, closing the transport under it (a
-// review).
+// at once for the next instance or start. A stop that cancels the running
+// retry at once leaves every claimed row waiting for its lease, about 6
+// minutes, without a line for those not begun; and Close must not return
+// while the retry runs, closing the transport under it.
 func TestAStopLetsADelayedRetryFinishAndReleasesTheRest(t *testing.T) {
 	for _, byClose := range []bool{false, true} {
 		t.Run(map[bool]string{false: "Run's context", true: "Close"}[byClose], func(t *testing.T) {
@@ -99,7 +98,7 @@ func TestAStopLetsADelayedRetryFinishAndReleasesTheRest(t *testing.T) {
 			go func() { done <- b.Run(ctx) }()
 			<-started
 			if byClose {
-				require.NoError(t, b.Close()) // returns once the retry finished (a review: it returned at once)
+				require.NoError(t, b.Close()) // returns once the retry finished, not at once
 				require.EqualValues(t, 1, finished.Load(), "Close returned while the retry ran")
 			}
 			stop()

@@ -25,9 +25,8 @@ import (
 // commands fall due together and the broker refuses the middle one every
 // time (as a message over its size limit). The first is delivered once,
 // the third is delivered, and the refused one goes to the error topic
-// after a few attempts. Before, the refusal rolled back the whole batch:
-// the first was sent again at every tick, the third never (found by a
-// review).
+// after a few attempts. A refusal that rolls back the whole batch sends
+// the first again at every tick and the third never.
 func TestADelayedMessageTheBrokerRefusesHoldsNothingBack(t *testing.T) {
 	tr := refusingOne{Transport: gochannel.New(gochannel.Config{}), id: "poison", errorTopic: "error"}
 	b, err := bus.New(bus.Config{Endpoint: testenv.Name("ep"), Transport: tr, DB: testenv.SQLite(t),
@@ -87,12 +86,11 @@ func (p refusingOnePublisher) Publish(topic string, msgs ...*message.Message) er
 // TestDelayedDeliveriesArePublishedByTheirSender: two services share one
 // database, each with its own transport (here each its own in-memory
 // one; in production two brokers, or two vhosts). Alpha's delayed
-// commands and events reach alpha, whichever bus polls first. Before,
-// beta's relay published some of them on beta's transport: the commands
-// went to beta's error topic ("no queue takes it"), the events were
-// dropped as unrouted without a log line (found by a review: 16 of 20
-// commands and 17 of 20 events reached alpha). A row of an older version,
-// which names no sender, is still published.
+// commands and events reach alpha, whichever bus polls first. Published
+// by beta's relay on beta's transport, the commands would go to beta's
+// error topic ("no queue takes it") and the events be dropped as unrouted
+// without a log line. A row of an older version, which names no sender, is
+// still published.
 func TestDelayedDeliveriesArePublishedByTheirSender(t *testing.T) {
 	db := testenv.Postgres(t)
 	newBus := func(endpoint string, poll time.Duration) *bus.Bus {
@@ -101,7 +99,7 @@ func TestDelayedDeliveriesArePublishedByTheirSender(t *testing.T) {
 		require.NoError(t, err)
 		return b
 	}
-	// Beta polls 25 times as often: before, it took nearly every row.
+	// Beta polls 25 times as often, so it reads nearly every row first.
 	alpha, beta := newBus(testenv.Name("alpha"), 500*time.Millisecond), newBus(testenv.Name("beta"), 20*time.Millisecond)
 	var commands, events atomic.Int64
 	require.NoError(t, bus.Handle(alpha, func(context.Context, *CreateInvoice) error { commands.Add(1); return nil }))
@@ -132,11 +130,10 @@ func TestDelayedDeliveriesArePublishedByTheirSender(t *testing.T) {
 // TestADelayedRetryThatFailsAgainBecomesTheNext: a delayed retry whose
 // handler fails again turns its own row into the next retry, in one
 // statement under its lease, so that a crash cannot leave both rows.
-// Before, the next retry was a new row, and the claimed one was deleted
-// after it: a process killed in between ran the message's remaining
-// retries twice (found by a review). The next retry is due after its own
-// delay, not the first one's again (caught a mutation that waited
-// delays[0] before every delayed retry).
+// With the next retry as a new row and the claimed one deleted after it,
+// a process killed in between runs the message's remaining retries twice.
+// The next retry is due after its own delay, not the first one's again (a
+// mutation that waits delays[0] before every delayed retry fails here).
 func TestADelayedRetryThatFailsAgainBecomesTheNext(t *testing.T) {
 	db := testenv.SQLite(t)
 	b, err := bus.New(bus.Config{Endpoint: testenv.Name("ep"), Transport: gochannel.New(gochannel.Config{}), DB: db,

@@ -46,8 +46,9 @@ func TestErrorQueueKeepsMessagesWithoutASubscriber(t *testing.T) {
 // broker took from its producer (just under RabbitMQ's frame_max) fails;
 // with the error metadata added, RabbitMQ refuses the copy, so it is moved
 // without its largest value, which the error metadata names, and the
-// message behind it is handled. Found by a cold trial: nacked and
-// redelivered 1,129 times in 15 s, the queue blocked behind it.
+// message behind it is handled. Otherwise the message is nacked and
+// redelivered over and over (about a thousand times in 15 s), blocking
+// the queue behind it.
 func TestOversizedMetadataReachesTheErrorQueue(t *testing.T) {
 	b, tr, url, errorTopic := amqpBusWithoutRetries(t)
 	var handled atomic.Int32
@@ -99,9 +100,9 @@ func amqpBusWithoutRetries(t *testing.T) (*bus.Bus, *amqp.Transport, string, str
 
 // TestADeletedErrorQueueIsDeclaredAgain: the error queue deleted while the
 // bus runs (an operator, a broker reset) is declared again when a failed
-// message finds no queue, and takes it. Found by a cold trial: the move
-// was refused (NO_ROUTE), the message nacked and redelivered at once,
-// 8,290 times in 10 s with three log lines each, until a restart.
+// message finds no queue, and takes it. Otherwise the move is refused
+// (NO_ROUTE) and the message nacked and redelivered at once, hundreds of
+// times a second with three log lines each, until a restart.
 func TestADeletedErrorQueueIsDeclaredAgain(t *testing.T) {
 	b, _, url, errorTopic := amqpBusWithoutRetries(t)
 	var calls atomic.Int32

@@ -26,7 +26,7 @@ func TestRunRefusesAConnectionCountingFoundRows(t *testing.T) {
 // TestRunRefusesAConnectionInAnotherTimeZone: a pool whose driver converts
 // times to another zone (loc=…) would shift every time the bus writes to
 // MySQL's DATETIME columns: young inbox keys purged, delayed messages
-// delivered early (found by a review). Run refuses it.
+// delivered early. Run refuses it.
 func TestRunRefusesAConnectionInAnotherTimeZone(t *testing.T) {
 	require.ErrorIs(t, runOnMySQLPool(t, "&parseTime=true&loc=Europe%2FBerlin"), store.ErrTimeZone)
 }

@@ -124,9 +124,8 @@ func TestMetricsEndpointShowsTablesCleanupSchedulesAndRouter(t *testing.T) {
 // another endpoint 8 days old and one of this endpoint 3 days old; with a
 // retention of 2 days the lag is that of its own key, one day, not the
 // other's six: this endpoint's cleanup purges only its own keys, and the
-// other endpoint may keep its keys longer. Before, the lag counted the
-// table's oldest key and its alert fired for ever on the wrong service
-// (found by a review).
+// other endpoint may keep its keys longer. A lag counting the table's
+// oldest key would fire its alert for ever on the wrong service.
 func TestCleanupLagCountsOnlyTheEndpointsOwnKeys(t *testing.T) {
 	db := testenv.SQLite(t)
 	endpoint := testenv.Name("ep")
@@ -153,10 +152,10 @@ func TestCleanupLagCountsOnlyTheEndpointsOwnKeys(t *testing.T) {
 // TestAGaugeWhoseReadFailsIsLeftOut: the gauges read from the database
 // (table rows and ages, cleanup lag, outbox backlog and lag, delayed
 // messages) are left out of a scrape while their read fails, and come back
-// with it. Before, each kept the last value read: through an outage the
-// outbox backlog stayed at what it was, 0 on a quiet service, and no alert
-// on it could fire (found by a review). The tables are renamed away to
-// make the reads fail, the database staying up.
+// with it. A gauge that keeps the last value read hides an outage: the
+// outbox backlog stays at what it was, 0 on a quiet service, and no alert
+// on it can fire. The tables are renamed away to make the reads fail, the
+// database staying up.
 func TestAGaugeWhoseReadFailsIsLeftOut(t *testing.T) {
 	db := testenv.Postgres(t)
 	b, err := bus.New(bus.Config{Endpoint: testenv.Name("ep"), Transport: gochannel.New(gochannel.Config{}), DB: db, Outbox: true, DelayedPollInterval: 50 * time.Millisecond,
@@ -191,9 +190,9 @@ func TestAGaugeWhoseReadFailsIsLeftOut(t *testing.T) {
 
 // TestRouterMetricsHaveOneSeriesPerHandlerAndTopic: Watermill labels its
 // router metrics by router handler, and the bus has one per subscription
-// ("<handler>@<topic>#<i>"): a handler with a concurrency of 4 served four
-// series of each metric, and a HandleBatch handler on RabbitMQ up to
-// 1,600 (found by a review). They are added up per handler and topic.
+// ("<handler>@<topic>#<i>"): as they come, a handler with a concurrency of
+// 4 serves four series of each metric, and a HandleBatch handler on
+// RabbitMQ up to 1,600. They are added up per handler and topic.
 func TestRouterMetricsHaveOneSeriesPerHandlerAndTopic(t *testing.T) {
 	b, err := bus.New(bus.Config{Endpoint: "billing", Transport: gochannel.New(gochannel.Config{}),
 		Logger: testenv.Logger(t), Cleanup: bus.CleanupSchedule{Disabled: true}, Metrics: bus.Metrics{Addr: "127.0.0.1:0"}})

@@ -41,9 +41,8 @@ func TestTopicsAProducerCanCompute(t *testing.T) {
 
 // TestHandlerNamesThatCannotNameAConsumer: a handler's name names its
 // consumer in the inbox and the watermarks; one that is not valid UTF-8 or
-// holds a NUL is refused at Handle. Before, it was accepted and every
-// message failed on PostgreSQL with the database's error (found by a
-// review).
+// holds a NUL is refused at Handle; accepted, it makes every message fail
+// on PostgreSQL with the database's error.
 func TestHandlerNamesThatCannotNameAConsumer(t *testing.T) {
 	b, err := bus.New(bus.Config{Endpoint: "names", DB: testenv.SQLite(t)})
 	require.NoError(t, err)

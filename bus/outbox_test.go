@@ -129,9 +129,9 @@ func TestOutboxBacklogIsAGauge(t *testing.T) {
 // message in their transaction (through the outbox, or into the SQL
 // transport's table), so the transactions commit their rows in another
 // order than the rows' offsets; every message is delivered. On
-// MySQL/MariaDB, reading past the relay's highest acked offset lost a row
-// whose transaction committed after a higher one was relayed (found by a
-// cold trial: 0.3 to 2% of 300 lost, without a log line).
+// MySQL/MariaDB, reading past the relay's highest acked offset loses a row
+// whose transaction commits after a higher one was relayed (up to 2% of
+// the messages, without a log line).
 func TestOutboxRelaysEveryCommit(t *testing.T) {
 	const orders = 400
 	for _, c := range []struct {
@@ -176,9 +176,9 @@ func TestOutboxRelaysEveryCommit(t *testing.T) {
 // TestARelayThatCannotRunStopsTheBus: the outbox's relay fails for real
 // (its tables are missing, and the database role may not create them, as
 // in a deployment whose migration missed them): the bus logs it at
-// error and stops, and Run returns the relay's error. Before, the relay's
-// error waited unseen while the handlers ran on, and every message they
-// sent stayed in the outbox.
+// error and stops, and Run returns the relay's error. Otherwise the
+// relay's error waits unseen while the handlers run on, and every message
+// they send stays in the outbox.
 func TestARelayThatCannotRunStopsTheBus(t *testing.T) {
 	dsn := testenv.PostgresSchemaDSN(t)
 	admin := testenv.Migrated(t, dsn, "PostgreSQL")
@@ -246,9 +246,8 @@ func closeWithin(t *testing.T, b *bus.Bus, d time.Duration) {
 // TestCloseAfterASubscribeFailed: a handler's subscribe fails (the broker
 // or the database refuses it; on the SQL transport a stop during startup
 // does it too), so Run returns the error; Close then returns at once.
-// Watermill's router, whose handlers never started, waited its whole
-// close timeout (30 s) in Close: past Kubernetes' default grace period
-// (found by a review).
+// Watermill's router, whose handlers never started, would wait its whole
+// close timeout (30 s) in Close: past Kubernetes' default grace period.
 func TestCloseAfterASubscribeFailed(t *testing.T) {
 	b, err := bus.New(bus.Config{Endpoint: "warehouse", Transport: refusingSubscribes{gochannel.New(gochannel.Config{})},
 		DB: testenv.SQLite(t), Logger: testenv.Logger(t)})
@@ -283,10 +282,9 @@ func (refusingSubscriber) Subscribe(context.Context, string) (<-chan *message.Me
 
 // TestARoutineStopWithTheOutboxLogsNothingAtError: a bus with the outbox
 // stopped right after its handlers sent: the relay's poll or ack cut short
-// by the stop is no error. Before, watermill-sql's "Error querying for
-// message … context canceled" (or "… driver: bad connection", "could not
-// rollback tx … conn closed") came at error at such a stop (found by a
-// cold trial).
+// by the stop is no error: watermill-sql's "Error querying for message …
+// context canceled" (or "… driver: bad connection", "could not rollback tx
+// … conn closed") at such a stop is not logged at error.
 func TestARoutineStopWithTheOutboxLogsNothingAtError(t *testing.T) {
 	db := testenv.Postgres(t)
 	endpoint := testenv.Name("warehouse") // one service, stopped and started again

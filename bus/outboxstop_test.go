@@ -26,10 +26,10 @@ import (
 // relay publishes a batch of the shared outbox, then another bus relaying
 // the rest: every message is published once. The stop lets the publish
 // in flight finish and the batch's published messages be marked relayed.
-// Before, the stop ended the relay's subscription at once, watermill-sql's
-// ack of the batch failed ("could not get args for acking the message:
-// context canceled") and the next relay published the batch's messages
-// again (found by a cold trial: 85 events twice from a brief sender).
+// A stop that ends the relay's subscription at once makes watermill-sql's
+// ack of the batch fail ("could not get args for acking the message:
+// context canceled"), and the next relay publishes the batch's messages
+// again.
 func TestACleanStopRelaysNoMessageTwice(t *testing.T) {
 	const total, stopAt = 600, 150 // the relay reads 100 rows a batch: the stop comes mid-batch
 	transports := []struct {

@@ -473,9 +473,9 @@ func TestPoisonMessageThatKillsItsConsumer(t *testing.T) {
 // topic, and each of the others is handled once. The messages wait in the
 // queue before the first process starts, and each delivery waits a moment
 // before its handler, so that a batch forms of the messages taken together.
-// Counted together at each redelivery, the innocent members reached
-// MaxDeliveries with it (a cold trial); the bus now handles a redelivery
-// alone, and one that came back before one at a time, counted when it
+// Counted together at each redelivery, the innocent members would reach
+// MaxDeliveries with it; the bus handles a redelivery alone, and one
+// that came back before one at a time, counted when it
 // runs: an innocent message is counted at most twice (on SQLite its first
 // redelivery waits for the connection the poison message's run holds), so
 // MaxDeliveries is 3 here. (The SQL transport hands out one message of a handler at a time,
@@ -548,8 +548,8 @@ func poisonKillsItsConsumer(t *testing.T, combo processCombo, quorum bool, messa
 	p.waitForEffects(t, int64(messages-1))
 	// The poison message may come back to the third process after the
 	// others (a redelivery waits its turn): it is read from the error
-	// topic before that process stops. Before, a stop right after the last
-	// effect could give it back unhandled (a CI run).
+	// topic before that process stops: a stop right after the last effect
+	// could give it back unhandled.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	failed, err := errSub.Subscribe(ctx, errorTopic)

@@ -117,12 +117,10 @@ var errTimedOut = errors.New("test: timed out")
 // an attempt that began before (its COMMIT on its way) may still succeed
 // after another message's first attempt failed. That success does not
 // prove the database reachable: the other message waits the outage out
-// and reaches no error topic. Before, its retries counted from that
-// success on, and it reached the error topic 0.7 s into the outage: the
-// likely cause of a CI run of TestMariaDBKilledThenStopped in which 2051
-// of 2052 messages had their effect after a slow MariaDB stop (the test
-// failed before it read the error topic; it now says). Nor does that
-// success end the rate limiting.
+// and reaches no error topic. Retries counted from that success on would
+// send it to the error topic 0.7 s into the outage (in
+// TestMariaDBKilledThenStopped, a message left without its effect after a
+// slow MariaDB stop). Nor does that success end the rate limiting.
 func TestACommitInFlightAtAnOutageDoesNotEndIt(t *testing.T) {
 	logs := newRecordedLogs()
 	var down atomic.Bool
@@ -182,9 +180,9 @@ func TestACommitInFlightAtAnOutageDoesNotEndIt(t *testing.T) {
 // message's first failure, on a new connection, was refused. That success,
 // begun after the failure, costs the message a retry, no more: its later
 // failures have none between them, so it waits the outage out and reaches
-// no error topic. Before, any success begun after its first failure
-// counted, and it reached the error topic. (One between its last two
-// failures would still send it there.)
+// no error topic. Counting any success begun after its first failure would
+// send it to the error topic. (One between its last two failures would
+// still send it there.)
 func TestASuccessEarlyInAnOutageDoesNotEndIt(t *testing.T) {
 	var down atomic.Bool
 	down.Store(true)
@@ -293,8 +291,8 @@ func TestATransientFailureOfOneMessageIsNotAnOutage(t *testing.T) {
 
 // TestAStopDoesNotWaitForRateLimitedMessages: messages waiting their turn
 // under rate limiting (the database out of reach) are not running: a stop
-// gives them back at once instead of holding on for StopTimeout (found by a
-// cold trial: every stop during an outage took the whole 20 s).
+// gives them back at once instead of holding on for StopTimeout, which
+// would make every stop during an outage take the whole 20 s.
 func TestAStopDoesNotWaitForRateLimitedMessages(t *testing.T) {
 	b, err := bus.New(bus.Config{Endpoint: testenv.Name("limited"), Logger: testenv.Logger(t),
 		Retry:       bus.RetryPolicy{MaxRetries: 2, InitialBackoff: time.Millisecond},
@@ -328,9 +326,8 @@ func TestAStopDoesNotWaitForRateLimitedMessages(t *testing.T) {
 // TestARateLimitedOutageIsQuiet: while the handler waits out an outage of
 // the database under rate limiting (2 s at a Wait of 20 ms, a hundred
 // attempts), it logs a few lines, not one warning per attempt, and counts
-// no retries: none is spent (docs/recoverability.md). Before, every
-// attempt logged "attempt failed" at warn and counted as retried (99 of
-// each; found by a review).
+// no retries: none is spent (docs/recoverability.md). It must not log
+// "attempt failed" at warn and count a retry for every attempt.
 func TestARateLimitedOutageIsQuiet(t *testing.T) {
 	logs := newRecordedLogs()
 	b, err := bus.New(bus.Config{Endpoint: testenv.Name("ep"), Transport: gochannel.New(gochannel.Config{}),

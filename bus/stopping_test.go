@@ -30,9 +30,8 @@ import (
 // TestStopDuringTheLastAttemptReturnsTheMessage: a bus stopped while a
 // message is in its last attempt, which then fails because its context
 // ended, returns the message to the broker; the next run handles it.
-// Before, the failure counted as the last of its retries and the message
-// went to the error topic with "context canceled" (found by a cold trial
-// stopping a bus under load).
+// Counted as the last of its retries, the failure would send the message
+// to the error topic with "context canceled".
 func TestStopDuringTheLastAttemptReturnsTheMessage(t *testing.T) {
 	for _, s := range setups {
 		t.Run(s.name, func(t *testing.T) {
@@ -98,10 +97,9 @@ func TestStopDuringTheLastAttemptReturnsTheMessage(t *testing.T) {
 // attempt while the bus runs on (a Middleware's timeout here; the SQL
 // transport's ack deadline does the same after 30 s) goes to the error
 // topic with the handler's error, like any message whose retries ran out.
-// Taking every ended context for a stop (as the first version of the fix
-// above did, found by a review) nacked it instead: redelivered until the
-// poison-loop guard moved it aside with "delivered N times", the real
-// error lost.
+// Taking every ended context for a stop nacks it instead: it is
+// redelivered until the poison-loop guard moves it aside with "delivered
+// N times", the real error lost.
 func TestADeadlineIsNotAStop(t *testing.T) {
 	for _, s := range setups {
 		t.Run(s.name, func(t *testing.T) {
@@ -196,8 +194,8 @@ func (h *errorCounter) WithGroup(g string) slog.Handler {
 // commits, the broker refuses the events it sent, and the bus stops while
 // the dispatch retries. Without Config.Outbox the events are lost (the
 // redelivery is a duplicate the inbox skips, docs/guarantees.md); that is
-// said at error, naming them. Before, a warning per retry and "the message
-// goes back to the broker" at info were all (found by a review).
+// said at error, naming them, not left to a warning per retry and "the
+// message goes back to the broker" at info.
 func TestADispatchCutShortByTheStopIsLoggedAtError(t *testing.T) {
 	tr := gochannel.New(gochannel.Config{})
 	logs := newRecordedLogs()
@@ -315,9 +313,9 @@ func (h *recordedLogs) joined(level slog.Level, substr string) string {
 // dropped by watermill-sql, which reads the message again. The copy waits
 // for the first run (two subscriptions here: never two runs at once), each
 // late ack is logged at error and counted, and the poison-loop guard moves
-// the message to the error topic after MaxDeliveries. Before, it ran again
-// every deadline, two runs overlapping, without a log line, forever (found
-// by a review: 4 runs in 95 s with the 30 s deadline, none at error).
+// the message to the error topic after MaxDeliveries. Without that, it
+// runs again every deadline, two runs overlapping, without a log line,
+// forever.
 func TestAHandlerOutlivingTheSQLAckDeadline(t *testing.T) {
 	for _, open := range []struct {
 		name string

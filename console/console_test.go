@@ -358,8 +358,8 @@ var resolveLink = regexp.MustCompile(`<a class="button resolve-done" href="([^"]
 // attempt it showed, no other. Opened on attempt 1, submitted after
 // another operator released that attempt and the next copy ran the
 // handler and died again (attempt 2, unresolved), it changes nothing and
-// says the claim changed (before, it resolved attempt 2, which nobody had
-// looked at; found by a review).
+// says the claim changed: it must not resolve attempt 2, which nobody has
+// looked at.
 func TestAStaleConfirmationResolvesNothing(t *testing.T) {
 	f := newFixture(t, testenv.SQLite(t), console.Config{})
 	_, body, _ := f.do(t, "GET", "/unresolved", nil, nil)
@@ -388,8 +388,8 @@ func TestAStaleConfirmationResolvesNothing(t *testing.T) {
 }
 
 // TestUnresolvedCountAtTheLimit: the overview reads at most Limit claims,
-// so a count equal to it says "at least" (before, it said "1 unresolved"
-// of a database that may hold many more; found by a review).
+// so a count equal to it says "at least", not "1 unresolved" of a
+// database that may hold many more.
 func TestUnresolvedCountAtTheLimit(t *testing.T) {
 	for limit, want := range map[int]string{1: "at least 1 unresolved external effect", 2: "1 unresolved external effect"} {
 		f := newFixture(t, testenv.SQLite(t), console.Config{Limit: limit})

@@ -189,9 +189,9 @@ func (e errorTopic) clear(t *testing.T) {
 // fails while the operator reads the page ("Delete 1"), though it is in
 // the selection (all, the failure group, another copy of the ID), stays
 // in the error topic; a second submit of the same form takes nothing. A
-// form that names no message takes nothing. Before, the POST read the
-// error topic again and deleted every message of the selection, the one
-// nobody saw included (found by a review).
+// form that names no message takes nothing. A POST that reads the error
+// topic again deletes every message of the selection, the one nobody saw
+// included.
 func TestFailedActionsTakeOnlyWhatWasConfirmed(t *testing.T) {
 	for _, tc := range errorTopics {
 		t.Run(tc.name, func(t *testing.T) {
@@ -241,7 +241,7 @@ func TestFailedActionsTakeOnlyWhatWasConfirmed(t *testing.T) {
 						e.settle(t, 1)
 						require.Equal(t, []string{sel.unseen}, e.f.failedIDs(t))
 
-						form.Del("copies") // a form of before the fix, or one made by hand
+						form.Del("copies") // a form from an older page, or one made by hand
 						status, body, _ = e.f.do(t, "POST", "/failed/"+action.path, form, e.f.origin())
 						require.Equal(t, http.StatusBadRequest, status)
 						require.Contains(t, body, "the form names no failed message to take")
@@ -263,8 +263,8 @@ func TestFailedActionsTakeOnlyWhatWasConfirmed(t *testing.T) {
 
 // TestFailedRetryKeepsWhatItCannotRetry: a retry of all takes the messages
 // it can send back and keeps, and names, one that names no handler (put in
-// the error topic by hand, not moved by a bus). Before, that message failed
-// the whole retry and nothing was retried (found by a review).
+// the error topic by hand, not moved by a bus). That message must not fail
+// the whole retry, leaving nothing retried.
 func TestFailedRetryKeepsWhatItCannotRetry(t *testing.T) {
 	for _, tc := range errorTopics {
 		if tc.unsupported != "" {
@@ -297,9 +297,9 @@ func TestFailedRetryKeepsWhatItCannotRetry(t *testing.T) {
 // breaks as CRLF (WHATWG's form encoding), whatever the page held, and
 // bytes that are not UTF-8 and NUL as U+FFFD (html/template writes NUL so;
 // the browser decodes the page so), so a failure group whose reason has
-// several lines (errors.Join) or such bytes came back unequal to itself:
-// its Delete found nothing and said the messages had gone (a cold trial,
-// and a review). The form is posted here as a browser posts it.
+// several lines (errors.Join) or such bytes comes back unequal to itself
+// unless the console allows for it: its Delete finds nothing and says the
+// messages have gone. The form is posted here as a browser posts it.
 func TestAGroupOfAReasonOfSeveralLinesIsTaken(t *testing.T) {
 	for _, tc := range errorTopics {
 		if tc.unsupported != "" {
@@ -332,8 +332,8 @@ func TestAGroupOfAReasonOfSeveralLinesIsTaken(t *testing.T) {
 // TestReasonsThatNameTheirMessageAreOneGroup: reasons that differ only in
 // what names their message (a number, a UUID) are one failure group,
 // shown with "…" in its place, and the group's Delete takes them all and
-// nothing else. Before, each was a group of its own (a cold trial: 491
-// groups for 1,000 failures).
+// nothing else. Grouped by the exact reason, 1,000 such failures make
+// hundreds of groups.
 func TestReasonsThatNameTheirMessageAreOneGroup(t *testing.T) {
 	for _, tc := range errorTopics {
 		if tc.unsupported != "" {
@@ -364,7 +364,7 @@ func TestReasonsThatNameTheirMessageAreOneGroup(t *testing.T) {
 				status, body, _ := e.f.do(t, "POST", "/failed/delete", form, e.f.origin())
 				require.Equal(t, http.StatusSeeOther, status, body)
 			}
-			take("customer 17 has no VAT number", "Delete 1") // an exact reason (a form of before, a script): that one alone
+			take("customer 17 has no VAT number", "Delete 1") // an exact reason (an older form, a script): that one alone
 			e.settle(t, 4)
 			take("customer … has no VAT number", "Delete 2")
 			e.settle(t, 2)
@@ -375,9 +375,9 @@ func TestReasonsThatNameTheirMessageAreOneGroup(t *testing.T) {
 
 // TestAnActionTakesAsManyIdenticalCopiesAsItConfirmed: copies alike in ID,
 // body and metadata have one digest, so the form counts them; a copy
-// alike that failed after the confirmation stays in the error topic. A
-// mutation audit found nothing caught an action that took every copy of a
-// digest it had confirmed once.
+// alike that failed after the confirmation stays in the error topic. It
+// catches an action that takes every copy of a digest it confirmed once,
+// which no other test does.
 func TestAnActionTakesAsManyIdenticalCopiesAsItConfirmed(t *testing.T) {
 	for _, tc := range errorTopics {
 		if tc.unsupported != "" {

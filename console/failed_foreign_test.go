@@ -26,9 +26,8 @@ var (
 // no bus moved there (no message_id, no error metadata: a dead-letter
 // policy, a shovel) are grouped by the transport's problem with them; the
 // row's Delete names its copy by digest and takes that one, and the
-// group's Delete takes the other. Before, the group was selected by the
-// bus's (empty) reason and matched nothing, and the row's Delete had an
-// empty ID, refused (found by a review).
+// group's Delete takes the other. A group selected by the bus's (empty)
+// reason matches nothing, and a row's Delete by its empty ID is refused.
 func TestAMessageNoBusMovedCanBeDeleted(t *testing.T) {
 	tr := amqptest.New(t, amqp.Config{})
 	topic := testenv.Name("error_")

@@ -50,9 +50,9 @@ func link(t *testing.T, in, label string) string {
 // failure groups, each heading and row names its group, a row's Retry and
 // Delete and a group's Delete take that group's copy alone and leave the
 // other's, and a message's page says whose copy is whose. A request that
-// names no group (a link or a script of before) takes every copy of the
-// ID. Before, the copies were one failure group of two rows that looked
-// alike, and a row's Retry or Delete took both (a cold trial).
+// names no group (an older link, or a script) takes every copy of the ID.
+// Grouped without the endpoint group, the copies are one failure group of
+// two rows that look alike, and a row's Retry or Delete takes both.
 func TestCopiesOfTwoEndpointsAreToldApart(t *testing.T) {
 	for _, tc := range errorTopics {
 		if tc.unsupported != "" {

@@ -19,8 +19,8 @@ import (
 // declared by an earlier postroom without x-delivery-limit (RabbitMQ 4.0
 // to 4.2 drop its messages after 20 looks) is named on the overview and
 // the failed-messages page, with the bus's warning; a classic queue and
-// one with postroom's limit are not (before, only the bus warned, at
-// start; found by a review).
+// one with postroom's limit are not. The bus's own warning comes only at
+// its start, where an operator on the console does not see it.
 func TestFailedWarnsOfAnErrorQueueWithoutDeliveryLimit(t *testing.T) {
 	url := testenv.RequireAMQP(t)
 	conn, err := amqp091.Dial(url)

@@ -103,9 +103,9 @@ func TestFailedOnTheSQLTransport(t *testing.T) {
 // stops the action with nothing retried: the message before it is neither
 // in the delayed table nor gone from the error topic. (It takes MariaDB's
 // strict sql_mode, its default since 10.2.4, which refuses a value too
-// long for its column instead of cutting it.) A mutation audit
-// found nothing caught a retry written outside that transaction, which
-// would have sent the first message now and again at the next retry.
+// long for its column instead of cutting it.) It catches a retry written
+// outside that transaction, which would send the first message now and
+// again at the next retry, and which no other test catches.
 func TestARetryOnTheSQLTransportIsOneTransaction(t *testing.T) {
 	for _, store := range testenv.Databases {
 		if store.Name == "sqlite" { // no SQL transport

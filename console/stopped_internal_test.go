@@ -12,8 +12,8 @@ import (
 
 // TestAStoppedRetrySaysWhatItDid: the page of a retry cut off says how
 // many messages were sent back and removed, and names the one it was at
-// when that one may be in both places or its send is unknown. Before, it
-// showed the broker's error alone, after a retry that had sent copies.
+// when that one may be in both places or its send is unknown: the
+// broker's error alone says nothing of the copies the retry has sent.
 func TestAStoppedRetrySaysWhatItDid(t *testing.T) {
 	dropped := errors.New("Exception (504) Reason: \"channel/connection is not open\"")
 	require.Equal(t, "stopped: 2 message(s) retried and removed from the error topic before the stop; the others stay in the error topic: "+dropped.Error(),

@@ -75,9 +75,9 @@ func TestCleanupDeletesExactlyTheOldRowsInBatches(t *testing.T) {
 
 // TestCleanupPurgesRowsUpdatedMeanwhile: duplicates of expired keys are
 // counted (their rows updated) while a purge runs; every expired row goes.
-// On PostgreSQL an updated row moves, and its batch came back short: the
-// purge took that for the end and left expired rows behind (a cold trial:
-// 2,001 of 100,000).
+// On PostgreSQL an updated row moves, and its batch comes back short: a
+// purge that takes that for the end leaves expired rows behind (about 2%
+// here).
 func TestCleanupPurgesRowsUpdatedMeanwhile(t *testing.T) {
 	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
 	onEachDatabase(t, func(t *testing.T, db *gorm.DB, d dialect.Dialect) {
@@ -204,8 +204,8 @@ func TestCleanupRefusesBadConfig(t *testing.T) {
 // TestCleanupOfOneEndpointKeepsTheOthers: with a ConsumerPrefix (the bus
 // passes its endpoint's), the inbox, watermark and redelivery-count purges
 // delete only the rows of the consumers it starts, on every database: another endpoint
-// sharing the database may keep its keys longer (found by a review). '_'
-// in a name is no wildcard.
+// sharing the database may keep its keys longer. '_' in a name is no
+// wildcard.
 func TestCleanupOfOneEndpointKeepsTheOthers(t *testing.T) {
 	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
 	old := now.Add(-300 * time.Hour)
@@ -344,8 +344,8 @@ func numbers(n int) string {
 // under steady traffic relayed rows keep crossing it while the purge
 // runs. The purge ends once a batch comes back short: here 250 rows past
 // the cut-off, then 20 more crossing it every second for a minute, one
-// batch of 100 a second. Ending on an empty batch, it ran until the rows
-// ran out (a review saw 14.3 s over 17 batches on MariaDB).
+// batch of 100 a second. Ending on an empty batch, it would run until the
+// rows ran out (seconds over many batches on MariaDB).
 func TestTheOutboxPurgeEndsWhileRowsKeepAging(t *testing.T) {
 	for _, database := range testenv.ServerDatabases {
 		t.Run(database.Name, func(t *testing.T) {

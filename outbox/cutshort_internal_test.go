@@ -13,8 +13,8 @@ import (
 
 // TestAPublishCutShortByTheStopIsNotARefusal: a publish the relay's stop
 // cut short (its context cancelled) is not counted against the message,
-// even past MaxRelayAttempts, and is said as what it was: a cold trial read
-// "the transport refused a message" at every clean stop with the outbox.
+// even past MaxRelayAttempts, and is said as what it was, not as "the
+// transport refused a message" at every clean stop with the outbox.
 func TestAPublishCutShortByTheStopIsNotARefusal(t *testing.T) {
 	logs := watermill.NewCaptureLogger()
 	dest := &cutShort{}

@@ -27,10 +27,10 @@ func (*hangingBroker) Close() error { return nil }
 
 // TestAHangingPublishDoesNotBlockHandlers: while the relay waits for a
 // broker that does not confirm, handlers still write to the outbox at
-// once. On MariaDB the relay's read locked the gap where new outbox rows
-// go for its whole batch: a handler's insert waited up to the ack
-// deadline, and with innodb_lock_wait_timeout under it failed (found by a
-// review: 7.8 s of an 8 s deadline; "Lock wait timeout exceeded" at 3 s).
+// once. On MariaDB a relay read that locks the gap where new outbox rows
+// go for its whole batch makes a handler's insert wait up to the ack
+// deadline, and with innodb_lock_wait_timeout under it fail ("Lock wait
+// timeout exceeded").
 func TestAHangingPublishDoesNotBlockHandlers(t *testing.T) {
 	for _, store := range testenv.ServerDatabases {
 		t.Run(store.Name, func(t *testing.T) {

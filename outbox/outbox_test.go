@@ -211,8 +211,8 @@ func TestCloseOfARelayThatNeverRan(t *testing.T) {
 // TestCloseOfARelayWhoseSubscribeFailed returns at once: Run stopped
 // while starting (its context cancelled, as by a SIGTERM at startup) fails
 // at the relay's subscribe on PostgreSQL, and Watermill's router, whose
-// handler never started, waited its whole close timeout (30 s) in Close
-// (found by a review).
+// handler never started, would wait its whole close timeout (30 s) in
+// Close.
 func TestCloseOfARelayWhoseSubscribeFailed(t *testing.T) {
 	o := newRelay(t)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -33,8 +33,8 @@ func (b *countingBroker) Close() error { return nil }
 
 // TestTwoRelaysRelayEveryRowOnce: two relays on one database, eight
 // handlers committing 800 outbox rows out of order: every row is relayed,
-// none twice (a review's check, kept when the MySQL relay moved to READ
-// COMMITTED, which locks the rows it reads and no gap).
+// none twice (on MySQL the relay reads at READ COMMITTED, which locks the
+// rows it reads and no gap).
 func TestTwoRelaysRelayEveryRowOnce(t *testing.T) {
 	for _, store := range testenv.ServerDatabases {
 		t.Run(store.Name, func(t *testing.T) {

@@ -18,9 +18,8 @@ import (
 // topic's copy the moment it comes back (a heal landing between a failed
 // attempt and the copy, or a flapping broker). The message is relayed to
 // its topic, not moved aside: an attempt that could not reach the broker
-// says nothing about the message. Before, the attempts of the outage
-// counted, and the message went to the error topic (found by a cold
-// trial of a RabbitMQ outage).
+// says nothing about the message. Counting the attempts of the outage
+// would send the message to the error topic.
 func TestAnUnreachableBrokerDoesNotCountAgainstTheMessage(t *testing.T) {
 	for _, store := range testenv.ServerDatabases {
 		t.Run(store.Name, func(t *testing.T) {

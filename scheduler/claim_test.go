@@ -15,10 +15,10 @@ import (
 // TestAClaimThatHangsHoldsBackItsScheduleAlone: one instance's emit of a
 // slot hangs while it holds the slot's claim (a stalled broker, a paused
 // process). Another instance's tick skips that schedule and fires the
-// others, at once. Before, its claim waited for the row lock, and every
-// schedule after it in the tick waited too: one hung emit stopped every
-// schedule on every instance (a cold trial: 19 of 39 slots of another
-// schedule missed). PostgreSQL and MariaDB; SQLite locks the whole
+// others, at once. A claim that waits for the row lock holds every
+// schedule after it in the tick too: one hung emit stops every schedule on
+// every instance (about half of another schedule's slots missed).
+// PostgreSQL and MariaDB; SQLite locks the whole
 // database for a write, so a hung emit there holds every writer.
 func TestAClaimThatHangsHoldsBackItsScheduleAlone(t *testing.T) {
 	for _, store := range storeDSNs[:2] { // PostgreSQL and MariaDB

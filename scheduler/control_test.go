@@ -139,11 +139,11 @@ func TestAPauseBeforeTheClaimStopsTheFire(t *testing.T) {
 }
 
 // TestPauseAndTriggerLogNoGormError on every store: pausing a paused
-// schedule (MySQL then reads it back) and triggering a paused one read its
-// state into a struct gorm could not parse, and gorm printed "[error]
-// failed to parse field: NextRunAt" through its global logger each time,
-// though the command did what it should (a cold trial). Not parallel:
-// it swaps gorm's global logger.
+// schedule (MySQL then reads it back) and triggering a paused one must not
+// read its state into a struct gorm cannot parse: gorm then prints
+// "[error] failed to parse field: NextRunAt" through its global logger
+// each time, though the command does what it should. Not parallel: it
+// swaps gorm's global logger.
 func TestPauseAndTriggerLogNoGormError(t *testing.T) {
 	var said strings.Builder
 	var mu sync.Mutex
@@ -188,8 +188,8 @@ func (w writerFunc) Printf(format string, args ...any) {
 // TestAChangedTimingIsStoredAtDefine on every store: a schedule defined
 // again with another timing (a deploy changed it from hourly to daily)
 // keeps its name and takes the new spec and the new timing's next slot;
-// the old timing's slots no longer fire. A mutation audit found nothing
-// caught a Define that kept the stored timing.
+// the old timing's slots no longer fire. It catches a Define that keeps
+// the stored timing, which no other test does.
 func TestAChangedTimingIsStoredAtDefine(t *testing.T) {
 	for _, store := range testenv.Databases {
 		t.Run(store.Name, func(t *testing.T) {

@@ -239,11 +239,11 @@ func TestBadSchedulesAreRefused(t *testing.T) {
 	require.ErrorContains(t, err, "Schedule.Name")
 }
 
-// TestBadCatchUpAndNeverFiringCronAreRefused: a negative CatchUpLimit
-// panicked in Tick once the schedule was late (slice bounds out of range),
-// and a cron expression that never fires (February 30) was stored with a
-// zero next_run_at and failed every tick ("has no next_run_at"; found by a
-// cold trial).
+// TestBadCatchUpAndNeverFiringCronAreRefused: accepted, a negative
+// CatchUpLimit panics in Tick once the schedule is late (slice bounds out
+// of range), and a cron expression that never fires (February 30) is
+// stored with a zero next_run_at and fails every tick ("has no
+// next_run_at").
 func TestBadCatchUpAndNeverFiringCronAreRefused(t *testing.T) {
 	db := testenv.SQLite(t)
 	_, err := scheduler.New(scheduler.Config{DB: db, Emit: recordEmit, Schedules: []scheduler.Schedule{
@@ -257,8 +257,8 @@ func TestBadCatchUpAndNeverFiringCronAreRefused(t *testing.T) {
 // TestControlTwiceIsNotAnError: pausing a paused schedule, resuming a
 // running one and triggering one twice at the same time succeed on every
 // store; only a name that does not exist is an error. MySQL counts only
-// the rows an update changed, and MariaDB said "no schedule named" for a
-// second pause (found by a review).
+// the rows an update changed, so on MariaDB a second pause changes none,
+// which must not read as "no schedule named".
 func TestControlTwiceIsNotAnError(t *testing.T) {
 	for _, store := range testenv.Databases {
 		t.Run(store.Name, func(t *testing.T) {
@@ -351,9 +351,9 @@ func TestSlotIDIsTheSameOnEveryInstance(t *testing.T) {
 
 // TestRunStoppedWhileStartingIsNotAnError: Run whose context ends before
 // or while it starts returns nil, as it does when stopped later (a
-// program that joins its Run errors on Ctrl-C failed with "context
-// canceled" when the stop came while the scheduler waited for SQLite's
-// one connection: the getting-started program in a CI run).
+// program that joins its Run errors on Ctrl-C, as the getting-started
+// program does, would fail with "context canceled" when the stop comes
+// while the scheduler waits for SQLite's one connection).
 func TestRunStoppedWhileStartingIsNotAnError(t *testing.T) {
 	for _, store := range testenv.Databases {
 		t.Run(store.Name, func(t *testing.T) {

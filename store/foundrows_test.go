@@ -16,9 +16,9 @@ import (
 // TestFoundRowsAreRefused: a MySQL connection that counts found rows
 // (clientFoundRows=true) makes the inbox see every duplicate as new (an
 // INSERT … ON DUPLICATE KEY UPDATE of an existing key counts 1 row, not 0),
-// so every redelivery would be handled again without a word (found by a
-// review). Open refuses such a DSN, and CheckFoundRows (which bus.Run
-// calls) such a connection opened some other way.
+// so every redelivery would be handled again without a word. Open refuses
+// such a DSN, and CheckFoundRows (which bus.Run calls) such a connection
+// opened some other way.
 func TestFoundRowsAreRefused(t *testing.T) {
 	dsn := testenv.MySQLDatabaseDSN(t) + "&clientFoundRows=true"
 	_, err := store.Open(dsn)
@@ -39,9 +39,9 @@ func TestFoundRowsAreRefused(t *testing.T) {
 
 // TestTimeZonesOtherThanUTCAreRefused: a MySQL connection whose driver
 // converts times to another zone (loc=…) shifts every time postroom
-// writes to its DATETIME columns by that zone's offset: a review saw young
-// inbox keys purged, delayed messages delivered early and a schedule's slot
-// lost. Open refuses such a DSN, and CheckTimeZone (which bus.Run calls)
+// writes to its DATETIME columns by that zone's offset: young inbox keys
+// are purged, delayed messages delivered early and a schedule's slot lost.
+// Open refuses such a DSN, and CheckTimeZone (which bus.Run calls)
 // such a connection opened some other way.
 func TestTimeZonesOtherThanUTCAreRefused(t *testing.T) {
 	base := testenv.MySQLDatabaseDSN(t)

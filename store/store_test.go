@@ -129,8 +129,8 @@ func TestBadTableNamesAreRefused(t *testing.T) {
 }
 
 // TestANilDBIsAnError: a nil *gorm.DB given to the store, the scheduler's
-// control or cleanup is an error, not a nil dereference (a cold trial:
-// store.Migrate and the scheduler's control panicked).
+// control or cleanup is an error, not a nil dereference (a panic in
+// store.Migrate or the scheduler's control).
 func TestANilDBIsAnError(t *testing.T) {
 	_, err := store.Migrate(context.Background(), nil, store.Tables{})
 	require.ErrorContains(t, err, "the *gorm.DB is nil")

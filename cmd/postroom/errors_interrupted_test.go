@@ -39,10 +39,10 @@ func (w *dropAfter) Write(p []byte) (int, error) {
 // TestAnInterruptedReplaySaysWhatItReplayed: a replay --all whose
 // connection drops once the first message is replayed says that it
 // replayed one and removed it, and the other two stay in the error topic,
-// unsent. Before, it printed "replayed" before the original was removed,
-// which happened only when the whole replay ended: the drop left the
-// first copy sent and all three originals in the error topic, and the
-// next replay sent the first again (found by a review).
+// unsent. A replay that prints "replayed" before the original is removed,
+// and removes the originals only when the whole replay ends, leaves the
+// first copy sent and all three originals in the error topic after the
+// drop, and the next replay sends the first again.
 func TestAnInterruptedReplaySaysWhatItReplayed(t *testing.T) {
 	tr := amqptest.New(t, amqp.Config{})
 	errorTopic, retryTopic, group := testenv.Name("error_"), testenv.Name("invoice_"), testenv.Name("billing")

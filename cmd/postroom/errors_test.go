@@ -177,9 +177,9 @@ func waitUntil(t *testing.T, cond func() bool) {
 
 // TestErrorsReplayAllOnceEach: replay --all while the handler still fails
 // replays each message once, though the running endpoint moves each back
-// into the error queue at once (found by a cold trial: one replay --all of
-// 4 messages replayed 36 to 396). Browse reads only what the queue held
-// when it began.
+// into the error queue at once (a replay that reads on picks the moved
+// copies up again: tens to hundreds of replays for 4 messages). Browse
+// reads only what the queue held when it began.
 func TestErrorsReplayAllOnceEach(t *testing.T) {
 	url, _, errorTopic, b := billingOnRabbitMQ(t)
 	require.NoError(t, bus.Handle(b, func(ctx context.Context, m *Invoice) error {
@@ -209,8 +209,7 @@ func TestErrorsReplayAllOnceEach(t *testing.T) {
 // TestErrorsReplayKeepsWhatItCannotReplay: a message in the error topic
 // that names no handler (put there by hand, not moved by a bus) stays, is
 // named, and the replay goes on with the others; the command fails to say
-// so. Before, it stopped the whole replay at that message (found by a
-// review).
+// so, rather than stopping the whole replay at that message.
 func TestErrorsReplayKeepsWhatItCannotReplay(t *testing.T) {
 	url, tr, errorTopic, b := billingOnRabbitMQ(t)
 	failing := failingUntilFixed(t, b)
@@ -256,7 +255,8 @@ func billingOnRabbitMQ(t *testing.T) (url string, tr *amqp.Transport, errorTopic
 // queue declared by an earlier postroom without x-delivery-limit, the
 // errors commands print the bus's warning on stderr (RabbitMQ 4.0 to 4.2
 // drop its messages after 20 looks) and still list it; --json stays JSON
-// on stdout (found by a review: only the bus warned, at start).
+// on stdout. The bus's own warning comes only at its start, where an
+// operator running the commands does not see it.
 func TestErrorsWarnOfAnErrorQueueWithoutDeliveryLimit(t *testing.T) {
 	url := testenv.RequireAMQP(t)
 	errorTopic := testenv.Name("error_")
@@ -287,9 +287,9 @@ func TestErrorsWarnOfAnErrorQueueWithoutDeliveryLimit(t *testing.T) {
 
 // TestErrorsSayWhatTheLimitLeftOut: with more messages in the error topic
 // than --limit, list says on stderr how many it did not list, and replay
-// --all fails saying that messages stay. Before, both stopped at the
-// limit without a word: a cold trial's replay --all of 1,216 messages said
-// "replayed 999" and left 216 behind.
+// --all fails saying that messages stay. Stopping at the limit without a
+// word, a replay --all of 1,216 messages says "replayed 999" and leaves
+// 216 behind unannounced.
 func TestErrorsSayWhatTheLimitLeftOut(t *testing.T) {
 	url, _, errorTopic, b := billingOnRabbitMQ(t)
 	broken := failingUntilFixed(t, b)

@@ -11,7 +11,8 @@ import (
 // TestTablesEscapeWhatProducersSent: message IDs and reasons come from
 // producers. An escape sequence, a newline or tabwriter's escape byte in
 // one is printed quoted: it neither reaches the terminal raw nor forges or
-// misaligns a row (found by a cold trial: a forged row in `errors list`).
+// misaligns a row (printed raw, a reason can forge a row in `errors
+// list`).
 func TestTablesEscapeWhatProducersSent(t *testing.T) {
 	var out bytes.Buffer
 	list := []failedMessage{

@@ -23,9 +23,9 @@ import (
 // message is either sent back and gone from the error queue, or not sent
 // and still there; only a drop between a copy's confirm and the removal of
 // its original leaves that one message in both, and Browse names it.
-// Before, the originals were removed when the whole browse ended: a drop
-// left every copy sent and every original in the error queue, for the
-// next retry to send again (found by a review).
+// Removing the originals only when the whole browse ends, a drop leaves
+// every copy sent and every original in the error queue, for the next
+// retry to send again.
 func TestAnInterruptedRetryDuplicatesAtMostTheMessageItWasAt(t *testing.T) {
 	for _, tc := range []struct {
 		name        string

@@ -16,9 +16,8 @@ import (
 
 // TestBrowseRemovesWhatItTookWhenStopped: a Browse whose context ends
 // after visit took a message (the console's request ended by the browser)
-// still removes that message. Before, it went back to the queue, so a
-// message already replayed came back to be replayed again, and a deleted
-// one reappeared (found by a review).
+// still removes that message. Given back to the queue, a message already
+// replayed comes back to be replayed again, and a deleted one reappears.
 func TestBrowseRemovesWhatItTookWhenStopped(t *testing.T) {
 	url := testenv.RequireAMQP(t)
 	tr, err := amqp.New(amqp.Config{URL: url})
@@ -53,8 +52,8 @@ func TestBrowseRemovesWhatItTookWhenStopped(t *testing.T) {
 // TestAMessageWithoutAnIDIsNotReplayable: the bus refuses a message
 // without an ID before any handler, so a replay would only bring it back
 // to the error topic; it is refused as not replayable, on every transport
-// (ReplayCopy is theirs). Before, `postroom errors replay ""` sent it and
-// said it had replayed nothing (found by a cold trial).
+// (ReplayCopy is theirs), rather than `postroom errors replay ""` sending
+// it and saying it replayed nothing.
 func TestAMessageWithoutAnIDIsNotReplayable(t *testing.T) {
 	msg := message.NewMessage("", []byte(`{}`))
 	msg.Metadata.Set(metadata.ErrorTopic, "billing.cmd.billing.CreateInvoice")

@@ -14,9 +14,9 @@ import (
 
 // TestSendToAQueueGoneFails: a queue deleted between SendToQueue's check
 // and its publish (here: never there) makes the send fail. RabbitMQ
-// returns the mandatory message and then confirms it; on the confirm
-// alone the send succeeded, and a replay acked the error copy of a
-// message that went nowhere (found by a review).
+// returns the mandatory message and then confirms it; a send that trusts
+// the confirm alone succeeds, and a replay acks the error copy of a
+// message that went nowhere.
 func TestSendToAQueueGoneFails(t *testing.T) {
 	conn, err := amqp091.Dial(testenv.RequireAMQP(t))
 	require.NoError(t, err)

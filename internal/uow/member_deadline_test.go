@@ -15,9 +15,9 @@ import (
 
 // TestAMemberWhoseContextEndsFailsAlone: one member's own context ends
 // while its handler runs (a Middleware's timeout): it is rolled back to
-// its savepoint alone and the others commit. Before, the rollback ran on
-// the member's ended context, failed at once and broke the batch: every
-// member failed, one whose handler never ran too (found by a review).
+// its savepoint alone and the others commit. A rollback run on the
+// member's ended context fails at once and breaks the batch: every member
+// fails, one whose handler never ran too.
 func TestAMemberWhoseContextEndsFailsAlone(t *testing.T) {
 	for _, store := range testenv.Databases {
 		t.Run(store.Name, func(t *testing.T) {
@@ -63,9 +63,9 @@ func TestAMemberWhoseContextEndsFailsAlone(t *testing.T) {
 
 // TestAMemberJoiningAfterEveryOtherEndedGetsANewBatch: the only member's
 // context ends while its batch waits to fill, which ends the batch's
-// transaction; the members that come later get a new batch. Before, they
-// joined the dead one and failed (found by a review). For WithBatch and
-// for a Collector (HandleBatch).
+// transaction; the members that come later get a new batch, not the dead
+// one, where they would fail. For WithBatch and for a Collector
+// (HandleBatch).
 func TestAMemberJoiningAfterEveryOtherEndedGetsANewBatch(t *testing.T) {
 	for _, store := range testenv.Databases {
 		t.Run(store.Name, func(t *testing.T) {
@@ -122,9 +122,9 @@ func TestAMemberJoiningAfterEveryOtherEndedGetsANewBatch(t *testing.T) {
 // TestABatchWhoseMembersAllEndedEndsAtOnce: the only member of a batch
 // waiting to fill has run, and its context ends (a stop past its
 // StopTimeout): the batch ends then, failing it, instead of waiting out
-// BatchWait for members a stopping bus no longer hands out. Before, the
-// member returned only when the 5 s wait ran out (found by a review). For
-// WithBatch and for a Collector (HandleBatch).
+// BatchWait for members a stopping bus no longer hands out (the member
+// would return only when the 5 s wait ran out). For WithBatch and for a
+// Collector (HandleBatch).
 func TestABatchWhoseMembersAllEndedEndsAtOnce(t *testing.T) {
 	_, cfg := batchesOfThree(t, testenv.SQLite)
 	mw, err := uow.New(cfg)

@@ -15,11 +15,11 @@ import (
 // TestABatchClaimsKeysBySourceAndConsumer on every store: ClaimAll, the
 // inbox of HandleBatch, tells keys apart by consumer, source and message
 // ID, within the batch as in the table: one ID from two sources, or for
-// two consumers, is new for each; the same key twice is new once. A
-// mutation audit found nothing caught a batch that dropped the source from
-// its in-batch key (the bus's checks then sent the second source's message
-// to the error topic, "the key's row went away while it was read", only
-// when both landed in one batch).
+// two consumers, is new for each; the same key twice is new once. It
+// catches a batch that drops the source from its in-batch key, which the
+// bus's checks see only when both messages land in one batch (the second
+// source's message then goes to the error topic, "the key's row went away
+// while it was read").
 func TestABatchClaimsKeysBySourceAndConsumer(t *testing.T) {
 	for _, store := range testenv.Databases {
 		t.Run(store.Name, func(t *testing.T) {

@@ -244,13 +244,13 @@ func TestBadVersionsAreUnrecoverable(t *testing.T) {
 	} {
 		_, err := h(msg)
 		require.ErrorIs(t, err, stale.ErrBadVersion, name)
-		if name == "unix seconds" { // Go's own text names layout fragments: the reason shows what is wanted (a cold trial)
+		if name == "unix seconds" { // Go's own text names layout fragments: the reason shows what is wanted
 			require.ErrorContains(t, err, `version "1796536566" is not an RFC 3339 timestamp such as 2026-12-06T10:04:05.123456789Z`)
 		}
-		if name == "zero time" { // set, so not "missing" (found by a cold trial)
+		if name == "zero time" { // set, so not "missing"
 			require.ErrorContains(t, err, `version "0001-01-01T00:00:00Z" is out of range: years 1678 to 2261`)
 		}
-		if name == "long entity" { // which rule, and by how much (a cold trial)
+		if name == "long entity" { // which rule, and by how much
 			require.ErrorContains(t, err, "entity ID has 201 bytes: at most 200")
 		}
 		if name == "no entity" { // a foreign producer learns the headers, not a Go option only
@@ -267,8 +267,7 @@ func TestBadVersionsAreUnrecoverable(t *testing.T) {
 
 // TestLowerCaseTAndZAreRFC3339: RFC 3339 (section 5.6) allows "t" and "z"
 // in lower case; Go's parser does not, and a foreign producer's version
-// written so was refused as "not an RFC 3339 timestamp" (found by a cold
-// trial).
+// written so must not be refused as "not an RFC 3339 timestamp".
 func TestLowerCaseTAndZAreRFC3339(t *testing.T) {
 	for raw, want := range map[string]time.Time{
 		"2026-01-02t03:04:05z":           time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
@@ -344,8 +343,8 @@ func TestATieThatSkipsAnUpdateIsSaid(t *testing.T) {
 // of the transaction taken before another instance wrote it. MariaDB's
 // REPEATABLE READ reads from the transaction's first read on (a batch
 // member's handler before it, a check of an earlier member); without a
-// locking read the watermark was not there, and the check failed the
-// message (a review).
+// locking read the watermark is not there, and the check fails the
+// message.
 func TestATieIsToldInATransactionThatReadBefore(t *testing.T) {
 	for _, store := range testenv.Databases {
 		if store.Name == "sqlite" { // one writer: no other instance writes in between
@@ -386,8 +385,8 @@ func TestATieIsToldInATransactionThatReadBefore(t *testing.T) {
 
 // TestWatermarksAreKeptPerMessageType on every store: one entity's
 // watermark is kept per message type, so an update of another kind with an
-// older version is not stale. A mutation audit found nothing caught an
-// upsert that ignored the message type.
+// older version is not stale. It catches an upsert that ignores the
+// message type, which no other test does.
 func TestWatermarksAreKeptPerMessageType(t *testing.T) {
 	for _, store := range testenv.Databases {
 		t.Run(store.Name, func(t *testing.T) {
@@ -418,8 +417,8 @@ func TestWatermarksAreKeptPerMessageType(t *testing.T) {
 // TestWatermarksAreKeptPerConsumer on every store: two consumers of one
 // update stream (two handlers, or two endpoints on one database) each keep
 // their own watermark, so what one applied does not make the other's
-// older update stale. Before, only the bus's conformance checks caught an
-// upsert that ignored the consumer (a mutation audit).
+// older update stale. An upsert that ignores the consumer fails here, not
+// only in the bus's conformance checks.
 func TestWatermarksAreKeptPerConsumer(t *testing.T) {
 	for _, store := range testenv.Databases {
 		t.Run(store.Name, func(t *testing.T) {
@@ -448,8 +447,8 @@ func TestWatermarksAreKeptPerConsumer(t *testing.T) {
 
 // TestAStaleReplayIsSaid: a message replayed from the error topic that is
 // older than the update applied since is skipped, as any stale update, and
-// said at info: an operator asked for it (a cold trial saw "replayed 1"
-// and nothing run, without a line).
+// said at info: an operator asked for it, and "replayed 1" with nothing
+// run and no line leaves them guessing.
 func TestAStaleReplayIsSaid(t *testing.T) {
 	db := testenv.SQLite(t)
 	logger, logs := testenv.CapturedLogger(slog.LevelInfo)

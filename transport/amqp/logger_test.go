@@ -56,8 +56,8 @@ func TestSetLogger(t *testing.T) {
 	require.Equal(t, amqp.QueueName(topic, "g"), attr(nacks[0], "queue"))
 	require.NotEmpty(t, attr(nacks[0], "reason"))
 
-	// Said once the message is handed out: the consumer may have it first
-	// (a CI run checked too soon).
+	// Said once the message is handed out: the consumer may have it first,
+	// so a check right away can come too soon.
 	var unread []slog.Record
 	require.Eventually(t, func() bool {
 		unread = after.find(slog.LevelWarn, "amqp: received a message the transport could not read in full; it goes to the error topic")

@@ -17,9 +17,9 @@ import (
 // is cut while a publish waits for the broker's confirm (a broker restart
 // or a network flap as the client sees it). The publish fails with
 // transport.ErrUnreachable, which the outbox's relay and the delayed
-// relay do not count against the message. Before, it failed as "the
-// channel closed before the broker confirmed", counted as a refusal: five
-// flaps mid-publish moved a sound message to the error topic.
+// relay do not count against the message. Failing as "the channel closed
+// before the broker confirmed", counted as a refusal, five flaps
+// mid-publish would move a sound message to the error topic.
 func TestAConnectionLostMidPublishIsUnreachable(t *testing.T) {
 	proxy, proxied := amqptest.NewProxy(t)
 	topic := testenv.Name("lost_")

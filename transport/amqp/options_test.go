@@ -96,10 +96,10 @@ func TestQuorumDeliveryLimit(t *testing.T) {
 // quorum transports is declared with x-delivery-limit 2147483647, so an
 // operator browsing it (each look returns the messages to the queue, which
 // a limit counts) never makes RabbitMQ drop a failed message. Declared
-// without the argument, as before, RabbitMQ 4.0 to 4.2 give it a limit of
-// 20 (found by a review; the broker here is 3.10, so the argument is
+// without the argument (as an earlier postroom did), RabbitMQ 4.0 to 4.2
+// give it a limit of 20. The broker here is 3.10, so the argument is
 // checked by redeclaring the queue with it, which RabbitMQ refuses for an
-// inequivalent argument).
+// inequivalent argument.
 func TestQuorumErrorQueueHasADeliveryLimitNeverReached(t *testing.T) {
 	t.Parallel()
 	topic := testenv.Name("errors_")

@@ -61,7 +61,7 @@ func TestReconnectAfterTheConnectionDrops(t *testing.T) {
 
 // TestCloseInterruptsARedial: Close returns at once while the subscriber
 // is redialling a broker that takes the TCP connection and never answers.
-// With amqp091.Dial's own timeout it took 29.6 s (found by a review).
+// With amqp091.Dial's own timeout it would take about 30 s.
 func TestCloseInterruptsARedial(t *testing.T) {
 	t.Parallel()
 	p, sub, topic := proxiedSubscriber(t, 1)
@@ -83,8 +83,7 @@ func TestCloseInterruptsARedial(t *testing.T) {
 // TestCloseBoundedOnASilentBroker: Close returns within its bound when the
 // broker stops answering without closing the connection (a half-open TCP
 // connection: the proxy holds every byte). The consumers' cancel and the
-// connection's close would wait for the heartbeat to give up, about 30 s
-// (found by a review).
+// connection's close would wait for the heartbeat to give up, about 30 s.
 func TestCloseBoundedOnASilentBroker(t *testing.T) {
 	t.Parallel()
 	p, sub, topic := proxiedSubscriber(t, 3)

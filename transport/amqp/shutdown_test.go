@@ -18,8 +18,8 @@ import (
 // TestNackAtTheLimitWhileStoppingIsLogged: a handler that nacks its message
 // at the quorum queue's delivery limit after the subscription's context
 // ended (a bus stopping) still gets the error line that says RabbitMQ drops
-// it. Before, forward stopped watching the message when the context ended,
-// and the drop left no trace.
+// it. If forward stops watching the message when the context ends, the
+// drop leaves no trace.
 func TestNackAtTheLimitWhileStoppingIsLogged(t *testing.T) {
 	topic := testenv.Name("stopping_")
 	a := newAdmin(t)

@@ -198,8 +198,9 @@ func TestQueueExistsFromSubscribeInitialize(t *testing.T) {
 // cancelled, but the message stays with its handler: a nack sends it to
 // another subscription, an ack settles it for good (a stopping bus lets
 // the messages in flight finish). The subscriber's Close gives back what
-// an ended subscription still holds. Before, the held message went to the
-// other subscription at once, while its first handler still ran.
+// an ended subscription still holds. Handed to the other subscription at
+// once, the held message would run there while its first handler still
+// runs.
 func TestHeldMessageIsSettledAfterItsSubscriptionEnds(t *testing.T) {
 	t.Parallel()
 	tr := gochannel.New(gochannel.Config{})

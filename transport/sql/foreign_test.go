@@ -100,7 +100,7 @@ func TestForeignRows(t *testing.T) {
 			require.Contains(t, reasons[""], "message ID is empty")
 			require.Contains(t, reasons["not-json"], "malformed")
 			require.Contains(t, reasons["array-metadata"], "metadata is not a JSON object")
-			// What the producer sent is kept for the operator (before, dropped: found by a cold trial).
+			// What the producer sent is kept for the operator, not dropped.
 			require.JSONEq(t, `[1,2]`, unread["array-metadata"])
 			require.Contains(t, reasons["other-type"], "unknown message type")
 

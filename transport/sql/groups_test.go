@@ -17,12 +17,11 @@ import (
 
 // TestGroupsAlikeButForCaseEachGetEveryMessage: two consumer groups whose
 // names differ only in case ("audit", "Audit": two handlers of an event,
-// two endpoints) are two groups. On MariaDB the offsets table's group
-// column was case insensitive: the two shared one row and each got about
-// half of the topic, the rest acked by the other, without a word (the cold
-// trial of 2026-12-05). Also with an offsets table created before, by
-// watermill-sql's own DDL: its column is made binary when a group
-// subscribes.
+// two endpoints) are two groups. On MariaDB a case-insensitive group
+// column in the offsets table makes the two share one row: each gets about
+// half of the topic, the rest acked by the other, without a word. Also
+// with an offsets table that watermill-sql's own DDL created earlier: its
+// column is made binary when a group subscribes.
 func TestGroupsAlikeButForCaseEachGetEveryMessage(t *testing.T) {
 	for _, store := range stores {
 		for _, before := range []bool{false, true} {

@@ -18,7 +18,7 @@ import (
 // that watermill-sql or an older postroom created keeps a 36-byte ID
 // column, which refuses a longer ID (an outbox event's, an EDI control
 // number): the publish says to run `postroom migrate`, and migrate widens
-// the column. After an upgrade a cold trial's outbox relay stopped behind
+// the column. Without that, after an upgrade an outbox relay stops behind
 // such a message, with the bare "Data too long for column 'uuid'".
 func TestATopicTableFromBeforeIsWidenedByMigrate(t *testing.T) {
 	db := testenv.MySQL(t)

@@ -16,10 +16,9 @@ import (
 
 // ackedAroundAStop: each message is acked just before its subscription's
 // context ends, or after (a handler finishing during a stop); none is
-// delivered again. Before, watermill-sql's read ended with the context and
-// rolled the ack back: 20 of 20 redelivered either way, and 16 of 20 acked
-// just before the stop after the read first outlived the context (found
-// by a review).
+// delivered again. A read that ends with the context rolls the ack back:
+// every message is redelivered, either way; and a read that only outlives
+// the context still redelivers most of those acked just before the stop.
 func ackedAroundAStop(t *testing.T, ackBeforeCancel bool) (stops []time.Duration) {
 	db := testenv.Postgres(t)
 	tr, err := wsql.New(wsql.Config{DB: db, PollInterval: 10 * time.Millisecond})
@@ -82,9 +81,9 @@ func TestAnAckAfterAStopHolds(t *testing.T) { ackedAroundAStop(t, false) }
 
 // TestAnAckJustBeforeAStopHolds, and the stop ends once the ack is
 // committed: the subscription follows the transaction that read the
-// message. Before, with nothing more to read it waited the whole
-// ackCommitGrace (then 1 s) for a next read, at every stop right after a
-// message: 1.0 s for each of the ten here, 200 s of the bus's tests.
+// message. A subscription that, with nothing more to read, waits the
+// whole ackCommitGrace for a next read delays every stop right after a
+// message by that grace.
 // The median of ten is checked against 500 ms, far above a commit on a
 // loaded machine and a tenth of the grace.
 func TestAnAckJustBeforeAStopHolds(t *testing.T) {
