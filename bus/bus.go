@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -275,6 +276,7 @@ func (b *Bus) Run(ctx context.Context) error {
 		background = append(background, serve)
 	}
 	started = true
+	b.logRunning(ctx)
 	done := b.startBackground(ctx, cancel, background)
 	// Watermill stops a router on Close, not on its context: a
 	// subscription that misses the cancel (watermill-amqp's own
@@ -550,4 +552,21 @@ func (b *Bus) OutboxBacklog(ctx context.Context) (outbox.Backlog, error) {
 		return outbox.Backlog{}, ErrNoOutbox
 	}
 	return b.outbox.Backlog(ctx)
+}
+
+// logRunning says at info what the bus runs on: its endpoint, its store
+// (none, or the database's kind) and where its transport publishes, so
+// that a service that fell back to the embedded defaults says so.
+func (b *Bus) logRunning(ctx context.Context) {
+	db := "none (no inbox, stale check, outbox or delayed delivery)"
+	if b.cfg.DB != nil {
+		if d, err := dialect.Of(b.cfg.DB); err == nil {
+			db = string(d)
+		}
+	}
+	b.mu.Lock()
+	handlers := len(b.handlers)
+	b.mu.Unlock()
+	b.cfg.Logger.InfoContext(ctx, "bus: running", "endpoint", b.cfg.Endpoint, "store", db,
+		"transport", cmp.Or(b.cfg.Transport.Capabilities().Reach, "in this process"), "handlers", handlers)
 }

@@ -573,3 +573,46 @@ func TestAPanicIsLoggedWithItsHandler(t *testing.T) {
 	require.NoError(t, b.Close())
 	require.Regexp(t, `msg="bus: handler panicked" handler=loyalty message_id=`, logs.String())
 }
+
+// TestRunSaysWhatItRunsOn: Run logs at info, once, the endpoint, the store
+// and the transport it runs on, so that a service that fell back to the
+// embedded defaults (SQLite, the in-memory transport) says so.
+func TestRunSaysWhatItRunsOn(t *testing.T) {
+	records := make(chan slog.Record, 100)
+	b, err := bus.New(bus.Config{Endpoint: "billing", DB: testenv.SQLite(t), Migrate: true,
+		Logger: slog.New(recordsTo(records)), Cleanup: bus.CleanupSchedule{Disabled: true}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	require.NoError(t, bus.Handle(b, func(context.Context, *ConfCmd) error { return nil }))
+	run(t, b)
+	for {
+		select {
+		case r := <-records:
+			if r.Message != "bus: running" {
+				continue
+			}
+			require.Equal(t, slog.LevelInfo, r.Level)
+			attrs := map[string]string{}
+			r.Attrs(func(a slog.Attr) bool { attrs[a.Key] = a.Value.String(); return true })
+			require.Equal(t, map[string]string{"endpoint": "billing", "store": "sqlite", "transport": "in this process", "handlers": "1"}, attrs)
+			return
+		case <-time.After(20 * time.Second):
+			t.Fatal("Run logged no 'bus: running' line")
+		}
+	}
+}
+
+// recordsTo is a slog handler that sends each record to records, or drops
+// it when records is full.
+type recordsTo chan slog.Record
+
+func (h recordsTo) Enabled(context.Context, slog.Level) bool { return true }
+func (h recordsTo) Handle(_ context.Context, r slog.Record) error {
+	select {
+	case h <- r.Clone():
+	default:
+	}
+	return nil
+}
+func (h recordsTo) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h recordsTo) WithGroup(string) slog.Handler      { return h }
