@@ -15,7 +15,6 @@ import (
 	"github.com/postroom/postroom/internal/storeinfo"
 	"github.com/postroom/postroom/internal/uow"
 	"github.com/postroom/postroom/metrics"
-	"github.com/postroom/postroom/store"
 	"github.com/postroom/postroom/transport"
 )
 
@@ -127,7 +126,7 @@ func (b *Bus) reportDelayed(ctx context.Context) {
 	if !ok {
 		return
 	}
-	n, next, err := storeinfo.DelayedSummary(ctx, b.cfg.DB, store.Tables{})
+	n, next, err := storeinfo.DelayedSummary(ctx, b.cfg.DB)
 	if err != nil {
 		if ctx.Err() != nil {
 			return // stopping
@@ -404,7 +403,7 @@ func (r delayedRow) message() *message.Message {
 // a database the bus only runs transactions on may have none of
 // postroom's schema.
 func (b *Bus) delayedTableExists(ctx context.Context) bool {
-	_, _, err := storeinfo.DelayedSummary(ctx, b.cfg.DB, store.Tables{})
+	_, _, err := storeinfo.DelayedSummary(ctx, b.cfg.DB)
 	return err == nil
 }
 

@@ -25,7 +25,6 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/bus"
-	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/internal/dsnparse"
 	"github.com/postroom/postroom/store"
 )
@@ -94,13 +93,6 @@ func (c Config) validate() error {
 	}
 	if err := c.Tables.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("console: %w", err))
-	}
-	// A retry on the SQL transport goes through the delayed table, and a
-	// bus polls only the default one (bus.Config has no such name): a
-	// retry written elsewhere would wait for ever.
-	if c.Tables.Delayed != "" && c.Tables.Delayed != dialect.DelayedTableDefault {
-		errs = append(errs, fmt.Errorf("console: Tables.Delayed %q: a bus reads only %s, so a retry written there would never run: leave it empty",
-			c.Tables.Delayed, dialect.DelayedTableDefault))
 	}
 	if c.Limit < 0 {
 		errs = append(errs, fmt.Errorf("console: Limit %d is negative: leave it 0 for %d", c.Limit, LimitDefault))

@@ -26,7 +26,6 @@ import (
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/middleware/inbox"
 	"github.com/postroom/postroom/scheduler"
-	"github.com/postroom/postroom/store"
 )
 
 func TestMain(m *testing.M) {
@@ -405,12 +404,11 @@ func TestUnresolvedCountAtTheLimit(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	_, err := console.New(console.Config{Limit: -1, Tables: store.Tables{Delayed: "app_delayed"}})
+	_, err := console.New(console.Config{Limit: -1})
 	require.ErrorContains(t, err, "Config.DB is required")
 	require.ErrorContains(t, err, "Limit -1 is negative")
-	require.ErrorContains(t, err, `Tables.Delayed "app_delayed": a bus reads only postroom_delayed`, "a retry written there would never run")
-	_, err = console.New(console.Config{DB: testenv.SQLite(t), Tables: store.Tables{Delayed: "postroom_delayed"}})
-	require.NoError(t, err, "the default, named")
+	_, err = console.New(console.Config{DB: testenv.SQLite(t)})
+	require.NoError(t, err)
 }
 
 // TestPagesOnEveryStore: every page reads each store without an error.

@@ -20,6 +20,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/postroom/postroom/internal/amqpqueue"
+	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/transport"
 )
@@ -89,7 +90,7 @@ func (c *Console) failedSource(ctx context.Context) string {
 	if c.sqlErrors.Load() {
 		return "sql"
 	}
-	if _, err := openSQLErrors(ctx, c.cfg.DB, c.cfg.ErrorTopic, c.tables.Delayed, c.now); err == nil {
+	if _, err := openSQLErrors(ctx, c.cfg.DB, c.cfg.ErrorTopic, dialect.DelayedTableDefault, c.now); err == nil {
 		c.sqlErrors.Store(true)
 		return "sql"
 	}
@@ -113,7 +114,7 @@ func (c *Console) withQueue(ctx context.Context, fn func(q errorQueue) error) er
 		defer q.Close()
 		return fn(q)
 	case "sql":
-		q, err := openSQLErrors(ctx, c.cfg.DB, c.cfg.ErrorTopic, c.tables.Delayed, c.now)
+		q, err := openSQLErrors(ctx, c.cfg.DB, c.cfg.ErrorTopic, dialect.DelayedTableDefault, c.now)
 		if err != nil {
 			return err
 		}

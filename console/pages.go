@@ -73,7 +73,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 				now.Sub(s.NextRunAt).Round(time.Second)), "/schedules"})
 		}
 	}
-	delayed, nextDue, err := storeinfo.DelayedSummary(ctx, c.cfg.DB, c.tables)
+	delayed, nextDue, err := storeinfo.DelayedSummary(ctx, c.cfg.DB)
 	if err != nil {
 		delayed = -1 // no delayed table (the schema not migrated): not shown
 	} else if delayed > 0 && now.Sub(nextDue) > overdueAfter {

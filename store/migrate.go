@@ -12,12 +12,14 @@ import (
 
 // Tables names postroom's tables; an unset field takes its default. Each
 // name must be a plain identifier (letters, digits, '_'), which Migrate and
-// the other functions check. Two tables always have their default names:
-// postroom_migrations, which records the applied schema versions, and
-// postroom_deliveries, which counts the redeliveries of messages on a
-// transport that does not count them itself (RabbitMQ's classic queues,
-// the SQL transport, delayed retries), so that a message that kills its
-// process each time reaches the error topic.
+// the other functions check. Three tables always have their default names:
+// postroom_migrations, which records the applied schema versions;
+// postroom_delayed, which holds the messages sent for later delivery
+// (bus.DeliverAt) and the delayed retries that every bus of the database
+// relays; and postroom_deliveries, which counts the redeliveries of
+// messages on a transport that does not count them itself (RabbitMQ's
+// classic queues, the SQL transport, delayed retries), so that a message
+// that kills its process each time reaches the error topic.
 type Tables struct {
 	// Inbox holds one row per handled message key. Defaults to "postroom_inbox".
 	Inbox string
@@ -26,9 +28,6 @@ type Tables struct {
 	Watermarks string
 	// Schedules holds the durable schedules. Defaults to "postroom_schedules".
 	Schedules string
-	// Delayed holds messages sent for later delivery (bus.DeliverAt).
-	// Defaults to "postroom_delayed".
-	Delayed string
 }
 
 // WithDefaults returns t with every unset name filled in.

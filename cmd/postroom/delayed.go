@@ -25,7 +25,7 @@ func newDelayed(opts *options) *cobra.Command {
 				return err
 			}
 			defer store.Close(db)
-			rows, err := storeinfo.ListDelayed(cmd.Context(), db, opts.tables, limit)
+			rows, err := storeinfo.ListDelayed(cmd.Context(), db, limit)
 			if err != nil {
 				return err
 			}

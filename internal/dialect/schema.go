@@ -15,12 +15,10 @@ type Tables struct {
 	Watermarks string
 	// Schedules holds the durable schedules. Defaults to "postroom_schedules".
 	Schedules string
-	// Delayed holds messages sent for later delivery. Defaults to "postroom_delayed".
-	Delayed string
 }
 
-// Default table names. The migrations and deliveries tables always have
-// theirs.
+// Default table names. The migrations, delayed and deliveries tables
+// always have theirs.
 const (
 	InboxTableDefault      = "postroom_inbox"
 	WatermarksTableDefault = "postroom_stale_watermarks"
@@ -36,7 +34,6 @@ func (t Tables) WithDefaults() Tables {
 		Inbox:      cmp.Or(t.Inbox, InboxTableDefault),
 		Watermarks: cmp.Or(t.Watermarks, WatermarksTableDefault),
 		Schedules:  cmp.Or(t.Schedules, SchedulesTableDefault),
-		Delayed:    cmp.Or(t.Delayed, DelayedTableDefault),
 	}
 }
 
@@ -47,7 +44,6 @@ func (t Tables) Validate() error {
 		ValidateIdentifier(t.Inbox),
 		ValidateIdentifier(t.Watermarks),
 		ValidateIdentifier(t.Schedules),
-		ValidateIdentifier(t.Delayed),
 	)
 }
 
@@ -127,7 +123,7 @@ func (d Dialect) Migrations(t Tables) []Migration {
 	schema = append(schema, "CREATE TABLE IF NOT EXISTS "+t.Schedules+" (name "+key(200)+" NOT NULL PRIMARY KEY, spec VARCHAR(255) NOT NULL,"+
 		" next_run_at "+ts+" NOT NULL, last_run_at "+ts+" NULL, last_fired_by VARCHAR(200) NOT NULL DEFAULT '', paused "+d.boolean()+" NOT NULL DEFAULT FALSE, updated_at "+ts+" NOT NULL)")
 	schema = append(schema, d.OutboxTables(OutboxTopicDefault)...)
-	schema = append(schema, d.tableWithIndex(t.Delayed,
+	schema = append(schema, d.tableWithIndex(DelayedTableDefault,
 		d.serial()+", due_at "+ts+" NOT NULL, topic VARCHAR(255) NOT NULL, target_group VARCHAR(255) NOT NULL DEFAULT '', message_id VARCHAR(255) NOT NULL,"+
 			" payload "+d.blob()+" NULL, metadata TEXT NOT NULL, created_at "+ts+" NOT NULL",
 		"due_at", false)...)

@@ -13,7 +13,7 @@ import (
 
 func (e *env) delayed() dialect.DelayedStatements {
 	e.t.Helper()
-	s, err := e.d.Delayed(e.tables.Delayed)
+	s, err := e.d.Delayed(dialect.DelayedTableDefault)
 	require.NoError(e.t, err)
 	return s
 }
@@ -22,7 +22,7 @@ func (e *env) delayed() dialect.DelayedStatements {
 func (e *env) delay(s dialect.DelayedStatements, id, group string, due time.Time) int64 {
 	e.t.Helper()
 	require.EqualValues(e.t, 1, e.exec(e.db, s.Insert, e.tm(due), "topic-"+id, group, id, []byte("payload-"+id), `{"k":"`+id+`"}`, e.tm(t0)))
-	return e.count("SELECT id FROM "+e.tables.Delayed+" WHERE message_id = ?", id)
+	return e.count("SELECT id FROM "+dialect.DelayedTableDefault+" WHERE message_id = ?", id)
 }
 
 // dueRow is a row of Due, scanned by gorm as the bus scans it.
@@ -114,18 +114,18 @@ func TestStatementsDelayedLease(t *testing.T) {
 		require.EqualValues(t, 0, e.exec(e.db, s.Reschedule, e.tm(t0.Add(time.Hour)), `{"attempt":"2"}`, id, e.tm(lease)), "an old lease")
 		require.EqualValues(t, 1, e.exec(e.db, s.Reschedule, e.tm(t0.Add(time.Hour)), `{"attempt":"2"}`, id, e.tm(renewed)))
 		var md string
-		e.scan("SELECT metadata FROM "+e.tables.Delayed+" WHERE id = ?", []any{id}, &md)
+		e.scan("SELECT metadata FROM "+dialect.DelayedTableDefault+" WHERE id = ?", []any{id}, &md)
 		require.Equal(t, `{"attempt":"2"}`, md)
 		require.Equal(t, []string{"other"}, e.due(e.db, s, t0.Add(time.Hour-time.Microsecond), []string{"h"}, 10), "not due before its next time")
 		require.Equal(t, []string{"other", "retry"}, e.due(e.db, s, t0.Add(time.Hour), []string{"h"}, 10), "due at its next time")
 
 		require.EqualValues(t, 0, e.exec(e.db, s.Settle, id, e.tm(renewed)), "not its lease any more")
 		require.EqualValues(t, 1, e.exec(e.db, s.Settle, id, e.tm(t0.Add(time.Hour))))
-		require.EqualValues(t, 0, e.count("SELECT COUNT(*) FROM "+e.tables.Delayed+" WHERE id = ?", id))
+		require.EqualValues(t, 0, e.count("SELECT COUNT(*) FROM "+dialect.DelayedTableDefault+" WHERE id = ?", id))
 
 		require.EqualValues(t, 1, e.exec(e.db, s.Delete, other))
 		require.EqualValues(t, 0, e.exec(e.db, s.Delete, other))
-		require.EqualValues(t, 0, e.count("SELECT COUNT(*) FROM "+e.tables.Delayed))
+		require.EqualValues(t, 0, e.count("SELECT COUNT(*) FROM "+dialect.DelayedTableDefault))
 	})
 }
 

@@ -8,7 +8,6 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
-	"github.com/postroom/postroom/store"
 )
 
 // Delayed is a message waiting in the delayed table (bus.DeliverAt, or a
@@ -23,14 +22,10 @@ type Delayed struct {
 	CreatedAt   time.Time `json:"created_at"`
 }
 
-// ListDelayed returns up to limit waiting messages of tables' delayed
-// table, earliest due first.
-func ListDelayed(ctx context.Context, db *gorm.DB, tables store.Tables, limit int) ([]Delayed, error) {
-	d, names, err := prepare(db, tables)
-	if err != nil {
-		return nil, err
-	}
-	stmts, err := d.Delayed(names.Delayed)
+// ListDelayed returns up to limit waiting messages of the delayed table,
+// earliest due first.
+func ListDelayed(ctx context.Context, db *gorm.DB, limit int) ([]Delayed, error) {
+	d, stmts, err := delayedStatements(db)
 	if err != nil {
 		return nil, err
 	}
@@ -62,12 +57,8 @@ func ListDelayed(ctx context.Context, db *gorm.DB, tables store.Tables, limit in
 
 // DelayedSummary returns how many messages wait in the delayed table and
 // the earliest due time (zero when none).
-func DelayedSummary(ctx context.Context, db *gorm.DB, tables store.Tables) (int64, time.Time, error) {
-	d, names, err := prepare(db, tables)
-	if err != nil {
-		return 0, time.Time{}, err
-	}
-	stmts, err := d.Delayed(names.Delayed)
+func DelayedSummary(ctx context.Context, db *gorm.DB) (int64, time.Time, error) {
+	d, stmts, err := delayedStatements(db)
 	if err != nil {
 		return 0, time.Time{}, err
 	}
@@ -80,15 +71,13 @@ func DelayedSummary(ctx context.Context, db *gorm.DB, tables store.Tables) (int6
 	return n, next, err
 }
 
-// prepare returns db's dialect and the validated table names, defaults
-// filled in.
-func prepare(db *gorm.DB, tables store.Tables) (dialect.Dialect, dialect.Tables, error) {
+// delayedStatements returns db's dialect and the statements of its
+// delayed table.
+func delayedStatements(db *gorm.DB) (dialect.Dialect, dialect.DelayedStatements, error) {
 	d, err := dialect.Of(db)
 	if err != nil {
-		return "", dialect.Tables{}, err
+		return "", dialect.DelayedStatements{}, err
 	}
-	if err := tables.Validate(); err != nil {
-		return "", dialect.Tables{}, err
-	}
-	return d, dialect.Tables(tables.WithDefaults()), nil
+	stmts, err := d.Delayed(dialect.DelayedTableDefault)
+	return d, stmts, err
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/internal/storeinfo"
 	"github.com/postroom/postroom/internal/testenv"
-	"github.com/postroom/postroom/store"
 )
 
 type Reminder struct{}
@@ -24,7 +23,7 @@ func TestDelayedListAndSummary(t *testing.T) {
 		t.Run(tc.Name, func(t *testing.T) {
 			db := tc.Open(t)
 			ctx := context.Background()
-			n, next, err := storeinfo.DelayedSummary(ctx, db, store.Tables{})
+			n, next, err := storeinfo.DelayedSummary(ctx, db)
 			require.NoError(t, err)
 			require.Zero(t, n)
 			require.True(t, next.IsZero())
@@ -35,7 +34,7 @@ func TestDelayedListAndSummary(t *testing.T) {
 			prefix := testenv.Name("r-")
 			require.NoError(t, bus.Publish(ctx, b, &Reminder{}, bus.WithMessageID(prefix+"-later"), bus.DeliverAt(due.Add(time.Minute))))
 			require.NoError(t, bus.Publish(ctx, b, &Reminder{}, bus.WithMessageID(prefix+"-sooner"), bus.DeliverAt(due)))
-			rows, err := storeinfo.ListDelayed(ctx, db, store.Tables{}, 10)
+			rows, err := storeinfo.ListDelayed(ctx, db, 10)
 			require.NoError(t, err)
 			var ours []storeinfo.Delayed
 			for _, r := range rows {
@@ -46,7 +45,7 @@ func TestDelayedListAndSummary(t *testing.T) {
 			require.Len(t, ours, 2)
 			require.Equal(t, prefix+"-sooner", ours[0].MessageID)
 			require.WithinDuration(t, due, ours[0].DueAt, time.Millisecond)
-			n, next, err = storeinfo.DelayedSummary(ctx, db, store.Tables{})
+			n, next, err = storeinfo.DelayedSummary(ctx, db)
 			require.NoError(t, err)
 			require.GreaterOrEqual(t, n, int64(2))
 			require.False(t, next.After(due.Add(time.Millisecond)))
