@@ -7,11 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
 	wmetrics "github.com/ThreeDotsLabs/watermill/components/metrics"
-	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -23,31 +21,12 @@ import (
 )
 
 // addRouterMetrics registers Watermill's router metrics (handler execution
-// time and messages received) on the bus's registry, labelled per handler
-// and topic (handlerAndTopic).
+// time and messages received) on the bus's registry. Their handler_name is
+// the router handler's, "<handler>@<topic>": the bus subscribes a handler
+// once per topic, whatever its concurrency and batch size.
 func (b *Bus) addRouterMetrics() {
 	b.registry = prometheus.NewRegistry()
-	wmetrics.NewPrometheusMetricsBuilderWithConfig(b.registry, wmetrics.PrometheusMetricsBuilderConfig{
-		AdditionalLabels: []wmetrics.MetricLabel{{Label: "handler_name", ComputeValueFn: handlerAndTopic}},
-	}).AddPrometheusRouterMetrics(b.router)
-}
-
-// handlerAndTopic is the handler_name of Watermill's router metrics:
-// "<handler>@<topic>", the router handler's name without the "#<i>" that
-// sets a handler's subscriptions apart (Watermill's router wants a name
-// each). Labelled by that name, a HandleBatch handler on RabbitMQ (its
-// concurrency times its batch size subscriptions: 1,600 at WithBatch(100)
-// and Concurrency 16) would serve as many series of each metric,
-// histograms included.
-func handlerAndTopic(ctx context.Context) string {
-	name := message.HandlerNameFromCtx(ctx)
-	if i := strings.LastIndexByte(name, '#'); i >= 0 {
-		name = name[:i]
-	}
-	if name == "" {
-		return "<no handler>" // Watermill's own value for a subscriber outside a handler
-	}
-	return name
+	wmetrics.NewPrometheusMetricsBuilder(b.registry, "", "").AddPrometheusRouterMetrics(b.router)
 }
 
 // metricsHandler registers postroom's counters and gauges on the bus's

@@ -189,10 +189,9 @@ func TestAGaugeWhoseReadFailsIsLeftOut(t *testing.T) {
 }
 
 // TestRouterMetricsHaveOneSeriesPerHandlerAndTopic: Watermill labels its
-// router metrics by router handler, and the bus has one per subscription
-// ("<handler>@<topic>#<i>"): as they come, a handler with a concurrency of
-// 4 serves four series of each metric, and a HandleBatch handler on
-// RabbitMQ up to 1,600. They are added up per handler and topic.
+// router metrics by router handler, and the bus has one per handler and
+// topic ("<handler>@<topic>"), whatever the handler's concurrency: a
+// handler with a concurrency of 4 serves one series of each metric.
 func TestRouterMetricsHaveOneSeriesPerHandlerAndTopic(t *testing.T) {
 	b, err := bus.New(bus.Config{Endpoint: "billing", Transport: gochannel.New(gochannel.Config{}),
 		Logger: testenv.Logger(t), Cleanup: bus.CleanupSchedule{Disabled: true}, Metrics: bus.Metrics{Addr: "127.0.0.1:0"}})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/url"
 	"slices"
 	"strings"
@@ -105,6 +106,9 @@ func (c Config) validate() error {
 	}
 	if c.Prefetch < 0 {
 		errs = append(errs, fmt.Errorf("amqp: Config.Prefetch %d is negative: set a positive count or 0 for the default %d", c.Prefetch, PrefetchDefault))
+	}
+	if c.Prefetch > math.MaxUint16 {
+		errs = append(errs, fmt.Errorf("amqp: Config.Prefetch %d is over RabbitMQ's %d: lower it", c.Prefetch, math.MaxUint16))
 	}
 	return errors.Join(errs...)
 }

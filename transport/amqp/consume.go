@@ -3,6 +3,7 @@ package amqp
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"time"
 
@@ -28,6 +29,10 @@ func (s *subscriber) run(ctx context.Context, topic string, out chan<- *message.
 	// subscription consumes on: one consumed again after a lost channel
 	// hands out no more than inFlight while the earlier ones still run.
 	h := newHandedOut(s.inFlight)
+	// What a lost channel handed out may still run when the subscription
+	// stops during the backoff: it is settled or given back before run
+	// returns, as after a stopped consumption (wind).
+	defer h.watchers.Wait()
 	wait := backoffFirst
 	for again := false; ; again = true {
 		if again {
@@ -81,6 +86,13 @@ func (s *subscriber) wind(c *consumer, deliveries <-chan amqp091.Delivery, h *ha
 	h.watchers.Wait()
 }
 
+// prefetch is a subscription's basic.qos count: the configured prefetch,
+// raised to inFlight, at most 65,535 (the field is 16 bits wide, and 0
+// would mean no limit at all).
+func prefetch(configured, inFlight int) int {
+	return min(max(configured, inFlight), math.MaxUint16)
+}
+
 // handedOut bounds and counts a subscription's messages handed out and
 // not settled yet.
 type handedOut struct {
@@ -114,7 +126,7 @@ func (s *subscriber) consume(ctx context.Context, topic, queue string, out chan<
 		s.unregister(c)
 		_ = ch.Close() // returns anything unacked; fails only when closed already
 	}()
-	if err := ch.Qos(max(s.cfg.Prefetch, s.inFlight), 0, false); err != nil {
+	if err := ch.Qos(prefetch(s.cfg.Prefetch, s.inFlight), 0, false); err != nil {
 		s.log.Logger().Warn("amqp: set the prefetch; trying again", "topic", topic, "queue", queue, "error", err)
 		return lost
 	}

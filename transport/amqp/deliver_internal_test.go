@@ -294,3 +294,17 @@ func (g *gateHandler) Handle(context.Context, slog.Record) error {
 }
 func (g *gateHandler) WithAttrs([]slog.Attr) slog.Handler { return g }
 func (g *gateHandler) WithGroup(string) slog.Handler      { return g }
+
+// TestPrefetchStaysIn16Bits: a subscription's prefetch is the configured
+// one raised to its inFlight, and at most 65,535: basic.qos takes 16 bits,
+// and a handler's concurrency × batch size past that would wrap (65,536
+// to 0, which RabbitMQ reads as no limit at all).
+func TestPrefetchStaysIn16Bits(t *testing.T) {
+	for _, tc := range []struct{ configured, inFlight, want int }{
+		{1, 1, 1}, {1, 800, 800}, {50, 8, 50}, {1, 65_536, 65_535}, {1, 256_000, 65_535},
+	} {
+		if got := prefetch(tc.configured, tc.inFlight); got != tc.want {
+			t.Errorf("prefetch(%d, %d) = %d, want %d", tc.configured, tc.inFlight, got, tc.want)
+		}
+	}
+}

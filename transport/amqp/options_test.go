@@ -24,6 +24,8 @@ func TestConfigValidate(t *testing.T) {
 	require.ErrorContains(t, err, "Config.URL is empty")
 	require.ErrorContains(t, err, `Config.QueueType "lazy" is unknown`)
 	require.ErrorContains(t, err, "Config.Prefetch -1 is negative")
+	_, err = amqp.New(amqp.Config{URL: "amqp://guest:guest@127.0.0.1:5672/", Prefetch: 70_000})
+	require.ErrorContains(t, err, "Config.Prefetch 70000 is over RabbitMQ's 65535", "basic.qos takes 16 bits: 70,000 would be 4,464")
 
 	_, err = amqp.New(amqp.Config{URL: "http://guest:secret@x/"})
 	require.ErrorContains(t, err, "amqp: Config.URL: AMQP scheme must be either 'amqp://' or 'amqps://'", "an address of another scheme is refused at New, not at the first dial")
