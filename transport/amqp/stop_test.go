@@ -31,32 +31,38 @@ import (
 // stop), so each way of stopping is tried until a stop returned messages,
 // five times at most, every try checked (a single try may return
 // nothing).
+//
+// It runs with 32 subscriptions holding one message each, and with one
+// subscription holding 32 (as the bus subscribes a handler of concurrency
+// 32: its messages in flight on one channel).
 func TestStopReturnsEachMessageOnce(t *testing.T) {
-	for _, stop := range []string{"router closed", "context ended"} {
-		t.Run(stop, func(t *testing.T) {
-			for range 5 {
-				if stopReturnsEachMessageOnce(t, stop == "context ended") > 0 {
-					return
+	for _, shape := range []struct {
+		name                    string
+		subscriptions, inFlight int
+	}{{"32 subscriptions of 1", 32, 1}, {"1 subscription of 32", 1, 32}} {
+		for _, stop := range []string{"router closed", "context ended"} {
+			t.Run(shape.name+"/"+stop, func(t *testing.T) {
+				for range 5 {
+					if stopReturnsEachMessageOnce(t, shape.subscriptions, shape.inFlight, stop == "context ended") > 0 {
+						return
+					}
 				}
-			}
-			t.Fatal("in five stops under load, none returned a message: the check could not look")
-		})
+				t.Fatal("in five stops under load, none returned a message: the check could not look")
+			})
+		}
 	}
 }
 
 // stopReturnsEachMessageOnce stops a router under a backlog, checks that
 // no message was returned more than once, and returns how many were
 // returned once.
-func stopReturnsEachMessageOnce(t *testing.T, byContext bool) int {
-	const (
-		subscriptions = 32
-		backlog       = 2000
-	)
+func stopReturnsEachMessageOnce(t *testing.T, subscriptions, inFlight int, byContext bool) int {
+	const backlog = 2000
 	topic := testenv.Name("stop_")
 	a := newAdmin(t)
 	a.cleanup(topic, "g")
 	tr := newTransport(t, amqp.Config{QueueType: amqp.QueueQuorum})
-	sub, err := tr.Subscriber("g", 1)
+	sub, err := tr.Subscriber("g", inFlight)
 	require.NoError(t, err)
 	require.NoError(t, sub.(message.SubscribeInitializer).SubscribeInitialize(topic))
 	msgs := make([]*message.Message, backlog)
@@ -68,7 +74,7 @@ func stopReturnsEachMessageOnce(t *testing.T, byContext bool) int {
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
 	require.NoError(t, err)
 	handled := make(chan struct{}, backlog)
-	for i := range subscriptions { // as the bus subscribes a handler's Concurrency
+	for i := range subscriptions {
 		router.AddConsumerHandler("h"+strconv.Itoa(i), topic, sub, func(*message.Message) error {
 			time.Sleep(100 * time.Millisecond)
 			handled <- struct{}{}
@@ -80,7 +86,7 @@ func stopReturnsEachMessageOnce(t *testing.T, byContext bool) int {
 	runDone := make(chan error, 1)
 	go func() { runDone <- router.Run(ctx) }()
 	<-router.Running()
-	for range 2 * subscriptions { // every subscription busy, the queue still full
+	for range 2 * subscriptions * inFlight { // every subscription busy, the queue still full
 		<-handled
 	}
 	if byContext {
