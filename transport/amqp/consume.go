@@ -195,28 +195,12 @@ func (s *subscriber) deliver(ctx context.Context, c *consumer, d amqp091.Deliver
 	if ctx.Err() != nil || s.isClosing() || c.isCancelled() { // ended while the delivery was read
 		return giveBack()
 	}
-	select {
-	case h.slots <- struct{}{}:
-	case <-ctx.Done():
-		return giveBack()
-	case <-s.closing:
-		return giveBack()
-	case <-c.done: // Close is cancelling every consumer
+	if !sendUnlessStopped(ctx, s, c, h.slots, struct{}{}) {
 		return giveBack()
 	}
 	msgCtx, cancel := context.WithCancel(ctx)
 	msg.SetContext(msgCtx)
-	select {
-	case out <- msg:
-	case <-ctx.Done():
-		cancel()
-		<-h.slots
-		return giveBack()
-	case <-s.closing:
-		cancel()
-		<-h.slots
-		return giveBack()
-	case <-c.done:
+	if !sendUnlessStopped(ctx, s, c, out, msg) {
 		cancel()
 		<-h.slots
 		return giveBack()
@@ -233,6 +217,19 @@ func (s *subscriber) deliver(ctx context.Context, c *consumer, d amqp091.Deliver
 		s.settleSettled(ctx, c, d, msg, topic, queue)
 	}()
 	return next
+}
+
+// sendUnlessStopped sends v on ch, unless ctx ends, the subscriber closes
+// or c is cancelled (Close cancels every consumer) first; false if so.
+func sendUnlessStopped[T any](ctx context.Context, s *subscriber, c *consumer, ch chan<- T, v T) bool {
+	select {
+	case ch <- v:
+		return true
+	case <-ctx.Done():
+	case <-s.closing:
+	case <-c.done:
+	}
+	return false
 }
 
 // settleSettled acks or nacks d once msg is acked or nacked, or gives it
