@@ -26,6 +26,7 @@ import (
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/middleware/inbox"
+	"github.com/postroom/postroom/middleware/unitofwork"
 	"github.com/postroom/postroom/transport"
 	"github.com/postroom/postroom/transport/amqp"
 	sqltransport "github.com/postroom/postroom/transport/sql"
@@ -141,7 +142,7 @@ func runInvoices(t *testing.T, tr transport.Transport, db *gorm.DB, errorTopic, 
 		case broken.Load():
 			return errors.New("tax service down: 503 Service Unavailable")
 		}
-		return bus.Tx(ctx).Exec("INSERT INTO invoices (n) VALUES (?)", m.N).Error
+		return unitofwork.Tx(ctx).Exec("INSERT INTO invoices (n) VALUES (?)", m.N).Error
 	}, bus.WithInbox()))
 	return b, testbus.Run(t, b), broken
 }

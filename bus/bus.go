@@ -19,7 +19,6 @@ import (
 	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/internal/logsink"
 	"github.com/postroom/postroom/internal/metricseries"
-	"github.com/postroom/postroom/internal/uow"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/middleware/tracing"
 	"github.com/postroom/postroom/outbox"
@@ -39,14 +38,10 @@ type Bus struct {
 	// registry holds Watermill's router metrics, served with postroom's on
 	// Metrics.Addr; nil without it.
 	registry *prometheus.Registry
-	// unsettled counts the deliveries nacked, for the poison-loop guard.
-	unsettled unsettled
-	// redeliveries counts, in the database, the redeliveries the
-	// transport did not count; nil without Config.DB.
-	redeliveries *redeliveries
-	// suspects holds the one redelivery the broker may have handed out
-	// after a crash that is being counted and handled (guarded).
-	suspects chan struct{}
+	// nacks and redeliveries are the poison-loop guard's counts (counterFor):
+	// in this process, and in the database (nil without Config.DB).
+	nacks        nackCount
+	redeliveries *poisonCount
 	// drain ends Config.StopTimeout after the bus began to stop (stopOnce):
 	// then the handlers still running have their context cancelled.
 	drain    context.Context
@@ -116,8 +111,7 @@ func New(cfg Config) (*Bus, error) {
 		delayedAttempts: map[int64]int{}, ownsTransport: ownsTransport}
 	b.drain, b.endDrain = context.WithCancel(context.Background())
 	b.stopping = make(chan struct{})
-	b.suspects = make(chan struct{}, 1)
-	if b.redeliveries, err = newRedeliveries(cfg.DB); err != nil {
+	if b.redeliveries, err = newPoisonCount(cfg.DB, cfg.Now, b.stopping); err != nil {
 		return nil, err
 	}
 	if cfg.Metrics.Addr != "" {
@@ -479,11 +473,6 @@ func (b *Bus) closeRouter(done <-chan struct{}) error {
 		return nil
 	}
 }
-
-// Tx returns the database transaction of the message being handled, for
-// the handler's business writes; they commit with the inbox key and the
-// watermark, or not at all. It is nil outside a transactional handler.
-func Tx(ctx context.Context) *gorm.DB { return uow.Tx(ctx) }
 
 // MessageID returns the ID of the message being handled, or "" outside a
 // handler. It is stable across redeliveries: pass it as the idempotency key

@@ -23,6 +23,7 @@ import (
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/middleware/stale"
+	"github.com/postroom/postroom/middleware/unitofwork"
 	"github.com/postroom/postroom/store"
 	"github.com/postroom/postroom/transport"
 	"github.com/postroom/postroom/transport/amqp"
@@ -158,7 +159,7 @@ func TestBusScenarios(t *testing.T) {
 			var received sync.Map
 			require.NoError(t, bus.Handle(b, func(ctx context.Context, m *CreateInvoice) error {
 				received.Store(m.OrderID, m)
-				return bus.Tx(ctx).Exec("INSERT INTO invoices (order_id, amount) VALUES (?, ?)", m.OrderID, m.Amount).Error
+				return unitofwork.Tx(ctx).Exec("INSERT INTO invoices (order_id, amount) VALUES (?, ?)", m.OrderID, m.Amount).Error
 			}, bus.WithInbox()))
 			require.NoError(t, db.Exec("CREATE TABLE invoices (order_id VARCHAR(100) NOT NULL, amount INTEGER NOT NULL)").Error)
 
@@ -412,7 +413,7 @@ func (nullPayload) MessageName() string          { return "test.NullPayload" }
 func (nullPayload) MarshalJSON() ([]byte, error) { return []byte("null"), nil }
 
 // TestANilTxPanicNamesTheMissingOption: a handler registered without a
-// transaction that writes through bus.Tx(ctx) (nil there) panics; the
+// transaction that writes through unitofwork.Tx(ctx) (nil there) panics; the
 // message reaches the error topic with a reason that names the options
 // that give it one, not only Go's "invalid memory address or nil pointer
 // dereference". A handler with a transaction keeps Go's reason as it is.
@@ -422,20 +423,20 @@ func TestANilTxPanicNamesTheMissingOption(t *testing.T) {
 		Logger: testenv.Logger(t), Retry: bus.RetryPolicy{NoRetries: true}})
 	require.NoError(t, err)
 	require.NoError(t, bus.Handle(b, func(ctx context.Context, c *CreateInvoice) error {
-		return bus.Tx(ctx).Exec("SELECT 1").Error
+		return unitofwork.Tx(ctx).Exec("SELECT 1").Error
 	}))
 	require.NoError(t, bus.Handle(b, func(ctx context.Context, o *OrderPlaced) error {
 		var nilMap map[string]*int
-		return bus.Tx(ctx).Exec("SELECT ?", *nilMap["none"]).Error
+		return unitofwork.Tx(ctx).Exec("SELECT ?", *nilMap["none"]).Error
 	}, bus.WithTransaction()))
 	ep := start(t, b, "error")
 	require.NoError(t, bus.Send(context.Background(), b, &CreateInvoice{}))
 	failed := <-ep.errors
-	require.Contains(t, failed.Metadata.Get(metadata.ErrorReason), "nil pointer dereference (if from bus.Tx(ctx): it is nil in a handler registered without WithTransaction, WithInbox, WithStale or WithBatch)")
+	require.Contains(t, failed.Metadata.Get(metadata.ErrorReason), "nil pointer dereference (if from unitofwork.Tx(ctx): it is nil in a handler registered without WithTransaction, WithInbox, WithStale or WithBatch)")
 	require.NoError(t, bus.Publish(context.Background(), b, &OrderPlaced{}))
 	failed = <-ep.errors
 	require.Contains(t, failed.Metadata.Get(metadata.ErrorReason), "nil pointer dereference")
-	require.NotContains(t, failed.Metadata.Get(metadata.ErrorReason), "bus.Tx(ctx)", "a handler with a transaction: Go's reason alone")
+	require.NotContains(t, failed.Metadata.Get(metadata.ErrorReason), "unitofwork.Tx(ctx)", "a handler with a transaction: Go's reason alone")
 }
 
 // TestWithVersionIsCheckedAtSend: a version every receiver's stale check

@@ -15,6 +15,7 @@ import (
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metadata"
+	"github.com/postroom/postroom/middleware/unitofwork"
 )
 
 var chaosLong = flag.Bool("chaos.long", false, "run the long chaos test: 20,000 messages, a kill every 1 to 3 seconds")
@@ -71,7 +72,7 @@ func chaos(t *testing.T, combo processCombo, batch int, batchFn bool) {
 		Concurrency: 4, Cleanup: bus.CleanupSchedule{Disabled: true}})
 	require.NoError(t, err)
 	require.NoError(t, bus.Handle(downstream, func(ctx context.Context, d *WorkDone) error {
-		return bus.Tx(ctx).Exec("INSERT INTO done (n, source) VALUES (?, ?)", d.N, bus.Metadata(ctx)[metadata.SourceEndpoint]).Error
+		return unitofwork.Tx(ctx).Exec("INSERT INTO done (n, source) VALUES (?, ?)", d.N, bus.Metadata(ctx)[metadata.SourceEndpoint]).Error
 	}, bus.WithInbox()))
 	start(t, downstream, "error")
 

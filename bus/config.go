@@ -141,11 +141,12 @@ type Config struct {
 	// process died while handling it); the next delivery moves it to the
 	// error topic with the reason "delivered N times without being
 	// handled", so that a poison message stops looping and blocking the
-	// messages behind it. Nacks are counted in this process; deliveries
-	// that ended with their process too: by RabbitMQ's quorum queues
-	// (x-delivery-count), and with DB in the table postroom_deliveries on
+	// messages behind it. One count per handler, which counts deliveries
+	// that ended with their process too: RabbitMQ's quorum queues'
+	// (x-delivery-count); with DB the table postroom_deliveries on
 	// classic queues (each redelivery), the SQL transport (each process's
-	// first read of a topic) and for delayed retries (each run). A
+	// first read of a topic) and for delayed retries (each run); otherwise
+	// the nacks this process saw. A
 	// redelivery is handled alone, not in a batch; on classic queues one
 	// that came back before unsettled is handled one at a time in the
 	// bus, counted when its turn comes, so that the messages in flight at

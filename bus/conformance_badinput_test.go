@@ -14,6 +14,7 @@ import (
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/middleware/unitofwork"
 )
 
 type ConfBadInbox struct{ N int }
@@ -44,7 +45,7 @@ func checkBadInput(t *testing.T, c *confCase) {
 	b := newConfBus(t, c, nil)
 	rec := func(consumer string) func(ctx context.Context) error {
 		return func(ctx context.Context) error {
-			return bus.Tx(ctx).Exec("INSERT INTO "+c.effects+" (consumer, id) VALUES (?, ?)", consumer, bus.MessageID(ctx)).Error
+			return unitofwork.Tx(ctx).Exec("INSERT INTO "+c.effects+" (consumer, id) VALUES (?, ?)", consumer, bus.MessageID(ctx)).Error
 		}
 	}
 	require.NoError(t, bus.Handle(b, func(ctx context.Context, _ *ConfBadInbox) error { return rec("inbox")(ctx) }, bus.WithInbox()))
@@ -61,7 +62,7 @@ func checkBadInput(t *testing.T, c *confCase) {
 		for k, v := range meta {
 			msg.Metadata.Set(k, v)
 		}
-		require.NoError(t, pub.Publish(bus.EventTopicOf(name), msg))
+		require.NoError(t, pub.Publish(bus.EventTopic(name), msg))
 	}
 	version := func(at time.Time) string { return at.UTC().Format(time.RFC3339Nano) }
 	typed := func(name string) map[string]string { return map[string]string{metadata.MessageType: name} }

@@ -13,6 +13,7 @@ import (
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/middleware/unitofwork"
 )
 
 // Conformance checks of batched commits (bus.WithBatch), on every store and
@@ -31,7 +32,7 @@ func (l *batchLog) add(ctx context.Context) {
 		l.txs = map[string][]string{}
 	}
 	id := bus.MessageID(ctx)
-	l.txs[id] = append(l.txs[id], fmt.Sprintf("%p", bus.Tx(ctx).Statement.ConnPool))
+	l.txs[id] = append(l.txs[id], fmt.Sprintf("%p", unitofwork.Tx(ctx).Statement.ConnPool))
 }
 
 // distinct returns the number of transactions the first attempts of ids ran in.

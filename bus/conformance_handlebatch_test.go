@@ -18,6 +18,7 @@ import (
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/middleware/inbox"
+	"github.com/postroom/postroom/middleware/unitofwork"
 )
 
 // Conformance checks of batch handlers (bus.HandleBatch), on every store
@@ -95,7 +96,7 @@ func (l *batchCalls) handler(c *confCase, fail func(call []int, n int) error) bu
 			l.awaitDeliveries(3)
 		}
 		for _, m := range ms {
-			if err := bus.Tx(ctx).Exec("INSERT INTO "+c.effects+" (consumer, id) VALUES (?, ?)", "batch", strconv.Itoa(m.N)).Error; err != nil {
+			if err := unitofwork.Tx(ctx).Exec("INSERT INTO "+c.effects+" (consumer, id) VALUES (?, ?)", "batch", strconv.Itoa(m.N)).Error; err != nil {
 				return err
 			}
 		}
@@ -265,7 +266,7 @@ func checkHandleBatchSwallowedError(t *testing.T, c *confCase) {
 		}
 		for _, m := range ms {
 			if m.N == 3 && swallowed.Add(1) <= 2 {
-				_ = bus.Tx(ctx).Exec("INSERT INTO no_such_table (id) VALUES ('x')").Error // the error ignored
+				_ = unitofwork.Tx(ctx).Exec("INSERT INTO no_such_table (id) VALUES ('x')").Error // the error ignored
 			}
 		}
 		return nil

@@ -12,6 +12,7 @@ import (
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/middleware/unitofwork"
 )
 
 // checkLeftoverClaims: a handler that ran with Inbox.ExternalEffects before and
@@ -26,7 +27,7 @@ func checkLeftoverClaims(t *testing.T, c *confCase) {
 	d, err := dialect.Of(c.db)
 	require.NoError(t, err)
 	record := func(ctx context.Context, shape string) error {
-		return bus.Tx(ctx).Exec("INSERT INTO "+c.effects+" (consumer, id) VALUES (?, ?)", shape, bus.MessageID(ctx)).Error
+		return unitofwork.Tx(ctx).Exec("INSERT INTO "+c.effects+" (consumer, id) VALUES (?, ?)", shape, bus.MessageID(ctx)).Error
 	}
 	shapes := map[string]func(b *bus.Bus) error{
 		"handle": func(b *bus.Bus) error {
@@ -39,7 +40,7 @@ func checkLeftoverClaims(t *testing.T, c *confCase) {
 		"handlebatch": func(b *bus.Bus) error {
 			return bus.HandleBatch(b, func(ctx context.Context, ms []*ConfCmd) error {
 				for _, id := range bus.MessageIDs(ctx) {
-					if err := bus.Tx(ctx).Exec("INSERT INTO "+c.effects+" (consumer, id) VALUES (?, ?)", "handlebatch", id).Error; err != nil {
+					if err := unitofwork.Tx(ctx).Exec("INSERT INTO "+c.effects+" (consumer, id) VALUES (?, ?)", "handlebatch", id).Error; err != nil {
 						return err
 					}
 				}

@@ -25,6 +25,7 @@ import (
 	"github.com/postroom/postroom/internal/wire"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/middleware/unitofwork"
 	"github.com/postroom/postroom/transport"
 	"github.com/postroom/postroom/transport/amqp"
 	"github.com/postroom/postroom/transport/gochannel"
@@ -245,7 +246,7 @@ func run(t *testing.T, b *bus.Bus) { testbus.Run(t, b) }
 // effects table through the message's transaction.
 func record[T any](c *confCase, consumer string) bus.HandlerFunc[T] {
 	return func(ctx context.Context, _ *T) error {
-		return bus.Tx(ctx).Exec("INSERT INTO "+c.effects+" (consumer, id) VALUES (?, ?)", consumer, bus.MessageID(ctx)).Error
+		return unitofwork.Tx(ctx).Exec("INSERT INTO "+c.effects+" (consumer, id) VALUES (?, ?)", consumer, bus.MessageID(ctx)).Error
 	}
 }
 

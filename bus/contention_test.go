@@ -14,6 +14,7 @@ import (
 	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/middleware/unitofwork"
 	"github.com/postroom/postroom/transport/gochannel"
 )
 
@@ -45,14 +46,14 @@ func TestADeadlockVictimIsRetriedWithoutSpendingARetry(t *testing.T) {
 			var once [3]sync.Once
 			require.NoError(t, bus.Handle(b, func(ctx context.Context, m *ConfCmd) error {
 				first, second := m.N, 3-m.N
-				if err := bus.Tx(ctx).Exec("UPDATE "+table+" SET v = v + 1 WHERE id = ?", first).Error; err != nil {
+				if err := unitofwork.Tx(ctx).Exec("UPDATE "+table+" SET v = v + 1 WHERE id = ?", first).Error; err != nil {
 					return err
 				}
 				once[m.N].Do(func() {
 					holding.Done()
 					waitGroupOrTimeout(&holding, 10*time.Second)
 				})
-				return bus.Tx(ctx).Exec("UPDATE "+table+" SET v = v + 1 WHERE id = ?", second).Error
+				return unitofwork.Tx(ctx).Exec("UPDATE "+table+" SET v = v + 1 WHERE id = ?", second).Error
 			}, bus.WithTransaction(), bus.WithConcurrency(2)))
 			ep := start(t, b, errorTopic)
 			for n := 1; n <= 2; n++ {

@@ -66,7 +66,7 @@ func TestOversizedMetadataReachesTheErrorQueue(t *testing.T) {
 	big := message.NewMessage(uuid.NewString(), []byte(`{"OrderID":"big"}`))
 	big.Metadata.Set(metadata.MessageType, "sales.OrderPlaced")
 	big.Metadata.Set("x-big", strings.Repeat("x", 130_800)) // frame_max is 131,072
-	require.NoError(t, tr.Publisher().Publish(bus.EventTopic[OrderPlaced](), big))
+	require.NoError(t, tr.Publisher().Publish(bus.EventTopic(bus.MessageName[OrderPlaced]()), big))
 	require.NoError(t, bus.Publish(ctx, b, &OrderPlaced{OrderID: "after"}))
 	waitFor(t, "the message behind it", func() bool { return handled.Load() == 1 })
 	waitFor(t, "the failure", func() bool { return b.Counters().Total(metrics.Failed) == 1 })

@@ -10,6 +10,7 @@ import (
 
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/middleware/unitofwork"
 	"github.com/postroom/postroom/store"
 )
 
@@ -31,7 +32,7 @@ func ExampleHandle() {
 	b, _ := bus.New(bus.Config{Endpoint: "billing", DB: db, Logger: slog.New(slog.DiscardHandler),
 		Cleanup: bus.CleanupSchedule{Disabled: true}})
 	_ = bus.Handle(b, func(ctx context.Context, m *InvoicePaid) error {
-		return bus.Tx(ctx).Exec("INSERT INTO payments (invoice_id) VALUES (?)", m.InvoiceID).Error
+		return unitofwork.Tx(ctx).Exec("INSERT INTO payments (invoice_id) VALUES (?)", m.InvoiceID).Error
 	}, bus.WithInbox())
 	runCtx, stop := context.WithCancel(ctx)
 	go func() { _ = b.Run(runCtx) }()

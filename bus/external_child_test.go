@@ -59,7 +59,7 @@ func runExternalConsumer() int {
 		if err != nil {
 			return err
 		}
-		req.Header.Set("Idempotency-Key", bus.IdempotencyKey(ctx))
+		req.Header.Set("Idempotency-Key", inbox.IdempotencyKey(ctx))
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return err

@@ -12,6 +12,7 @@ import (
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/middleware/unitofwork"
 	"github.com/postroom/postroom/store"
 	"github.com/postroom/postroom/transport/gochannel"
 )
@@ -41,7 +42,7 @@ func TestSQLiteWriteLockHeldElsewhere(t *testing.T) {
 		ErrorTopic: errorTopic, Retry: bus.RetryPolicy{NoRetries: true}, Logger: slog.New(logs), Cleanup: bus.CleanupSchedule{Disabled: true}})
 	require.NoError(t, err)
 	require.NoError(t, bus.Handle(b, func(ctx context.Context, w *Work) error {
-		return bus.Tx(ctx).Exec("INSERT INTO effects (message_id, n) VALUES (?, ?)", bus.MessageID(ctx), w.N).Error
+		return unitofwork.Tx(ctx).Exec("INSERT INTO effects (message_id, n) VALUES (?, ?)", bus.MessageID(ctx), w.N).Error
 	}, bus.WithInbox()))
 	ep := start(t, b, errorTopic)
 

@@ -14,6 +14,7 @@ import (
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metadata"
+	"github.com/postroom/postroom/middleware/unitofwork"
 	"github.com/postroom/postroom/transport"
 	"github.com/postroom/postroom/transport/amqp"
 )
@@ -84,7 +85,7 @@ func (p processSetup) startDownstream(t *testing.T, errorTopic string) {
 		Logger: testenv.Logger(t), Cleanup: bus.CleanupSchedule{Disabled: true}})
 	require.NoError(t, err)
 	require.NoError(t, bus.Handle(downstream, func(ctx context.Context, d *WorkDone) error {
-		return bus.Tx(ctx).Exec("INSERT INTO done (n, source) VALUES (?, ?)", d.N, bus.Metadata(ctx)[metadata.SourceEndpoint]).Error
+		return unitofwork.Tx(ctx).Exec("INSERT INTO done (n, source) VALUES (?, ?)", d.N, bus.Metadata(ctx)[metadata.SourceEndpoint]).Error
 	}, bus.WithInbox()))
 	if p.transport != "sql" {
 		deleteErrorQueue(t, errorTopic)

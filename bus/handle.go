@@ -52,8 +52,8 @@ type handlerConfig struct {
 // inbox's consumer, so keep it stable.
 func Named(name string) HandlerOption { return func(c *handlerConfig) { c.name = name } }
 
-// WithTransaction runs the handler in a database transaction that Tx(ctx)
-// returns; it commits when the handler returns nil.
+// WithTransaction runs the handler in a database transaction that
+// unitofwork.Tx(ctx) returns; it commits when the handler returns nil.
 func WithTransaction() HandlerOption { return func(c *handlerConfig) { c.transaction = true } }
 
 // WithInbox makes the handler's effects happen once per message: the
@@ -93,10 +93,10 @@ type Inbox struct {
 	StorePayload bool
 	// ExternalEffects, when set, puts the inbox in its External mode: the
 	// key is claimed and committed before the handler runs, the handler
-	// passes IdempotencyKey(ctx) to the external system, and the key is
+	// passes inbox.IdempotencyKey(ctx) to the external system, and the key is
 	// marked done with the handler's database writes. A copy that finds a
 	// live claim waits for it; an attempt that ended without a known
-	// outcome follows OnUnknown. Return NotDone(err) when the effect
+	// outcome follows OnUnknown. Return inbox.NotDone(err) when the effect
 	// certainly did not happen.
 	ExternalEffects *ExternalEffects
 }
@@ -106,23 +106,13 @@ type Inbox struct {
 type ExternalEffects struct {
 	// OnUnknown decides what happens when an earlier attempt ended without
 	// a known outcome: inbox.Park (the error topic, "outcome unknown") or
-	// inbox.Retry (run again with the same IdempotencyKey). Defaults to
+	// inbox.Retry (run again with the same inbox.IdempotencyKey). Defaults to
 	// inbox.Park.
 	OnUnknown inbox.Policy
 	// Lease is how long an attempt holds its claim; the handler's context
 	// ends with it. Defaults to inbox.LeaseDefault (one minute).
 	Lease time.Duration
 }
-
-// IdempotencyKey returns the key to pass to an external system in a
-// handler registered with Inbox.ExternalEffects: the same on every delivery and
-// attempt of the message. It is "" in other handlers.
-func IdempotencyKey(ctx context.Context) string { return inbox.IdempotencyKey(ctx) }
-
-// NotDone wraps a handler's error to say that its external effect certainly
-// did not happen: the claim is released and the message retried. Any other
-// error of a handler with Inbox.ExternalEffects leaves the outcome unknown.
-func NotDone(err error) error { return inbox.NotDone(err) }
 
 // WithStale drops an update older than one already applied to the same
 // entity (see WithVersion). Implies WithTransaction. The version is taken
@@ -275,7 +265,7 @@ func (b *Bus) register(name string, byRun bool, opts []HandlerOption, build func
 		// topic after MaxDeliveries instead of running after each lease
 		// for ever.
 		msg.Metadata.Set(metadata.Redelivered, metadata.RedeliveredFirstRead)
-		return b.guarded(hc.name, topic, chain(topic))(msg)
+		return b.guarded(hc.name, topic, b.delayedRetryCounter(), chain(topic))(msg)
 	}
 	b.mu.Unlock()
 	for _, topic := range []string{commandTopic(b.cfg.Endpoint, name), eventTopic(name)} {
@@ -284,7 +274,7 @@ func (b *Bus) register(name string, byRun bool, opts []HandlerOption, build func
 		if err := declare(plain, topic, topic == eventTopic(name)); err != nil {
 			return fmt.Errorf("bus: handler %s: declare its queue for %s: %w", hc.name, topic, err)
 		}
-		guarded := b.guarded(hc.name, topic, chain(topic))
+		guarded := b.guarded(hc.name, topic, b.counterFor(caps), chain(topic))
 		b.router.AddConsumerHandler(hc.name+"@"+topic, topic, sub, func(msg *message.Message) error {
 			growStack()
 			// Only a batch asks; a redelivery, handled alone, is
@@ -563,7 +553,7 @@ func hintNoTx() {
 		return
 	}
 	if re, ok := r.(runtime.Error); ok && strings.Contains(re.Error(), "nil pointer dereference") {
-		panic(fmt.Sprintf("%v (if from bus.Tx(ctx): it is nil in a handler registered without WithTransaction, WithInbox, WithStale or WithBatch)", re))
+		panic(fmt.Sprintf("%v (if from unitofwork.Tx(ctx): it is nil in a handler registered without WithTransaction, WithInbox, WithStale or WithBatch)", re))
 	}
 	panic(r)
 }

@@ -79,23 +79,16 @@ func isTopic(name string) bool {
 	return true
 }
 
-// EventTopic returns the topic events of type T are published to: on
-// RabbitMQ the exchange a producer in another language publishes to, on
-// the SQL transport the table "watermill_<topic>". It is T's name made
-// into a topic (see topicOf), not always the name itself.
-func EventTopic[T any]() string { return eventTopic(MessageName[T]()) }
+// EventTopic returns the topic events of the message name (MessageName[T]()
+// for a Go type T) are published to: on RabbitMQ the exchange a producer
+// in another language publishes to, on the SQL transport the table
+// "watermill_<topic>". It is the name made into a topic (see topicOf), not
+// always the name itself.
+func EventTopic(messageName string) string { return eventTopic(messageName) }
 
-// CommandTopic returns the topic commands of type T are sent to for
-// endpoint.
-func CommandTopic[T any](endpoint string) string { return commandTopic(endpoint, MessageName[T]()) }
-
-// EventTopicOf is EventTopic for a message name given as a string (the
-// name MessageName returns, or a type's MessageName method), for tools and
-// producers that do not have the Go type.
-func EventTopicOf(messageName string) string { return eventTopic(messageName) }
-
-// CommandTopicOf is CommandTopic for a message name given as a string.
-func CommandTopicOf(endpoint, messageName string) string { return commandTopic(endpoint, messageName) }
+// CommandTopic returns the topic commands of the message name are sent to
+// for endpoint.
+func CommandTopic(endpoint, messageName string) string { return commandTopic(endpoint, messageName) }
 
 // GroupOf returns the subscriber group of a handler of endpoint: the queue
 // group its subscriptions share (on RabbitMQ its queue for a topic is

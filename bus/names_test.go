@@ -26,9 +26,9 @@ func TestTopicsAProducerCanCompute(t *testing.T) {
 	require.NoError(t, err)
 	var got atomic.Int32
 	require.NoError(t, bus.Handle(b, func(context.Context, *unnamed) error { got.Add(1); return nil }))
-	require.NotEqual(t, bus.MessageName[unnamed](), bus.EventTopic[unnamed](), "the name is made into a topic")
+	require.NotEqual(t, bus.MessageName[unnamed](), bus.EventTopic(bus.MessageName[unnamed]()), "the name is made into a topic")
 	run(t, b)
-	for _, topic := range []string{bus.EventTopic[unnamed](), bus.CommandTopic[unnamed]("names")} {
+	for _, topic := range []string{bus.EventTopic(bus.MessageName[unnamed]()), bus.CommandTopic("names", bus.MessageName[unnamed]())} {
 		require.NoError(t, tr.Publisher().Publish(topic, message.NewMessage(testenv.Name("foreign-"), []byte(`{"N":1}`))))
 	}
 	waitFor(t, "both foreign messages handled", func() bool { return got.Load() == 2 })

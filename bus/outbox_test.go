@@ -23,6 +23,7 @@ import (
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/middleware/unitofwork"
 	"github.com/postroom/postroom/store"
 	"github.com/postroom/postroom/transport"
 	"github.com/postroom/postroom/transport/gochannel"
@@ -76,7 +77,7 @@ func outboxSendsWithTheCommit(t *testing.T, db *gorm.DB, fail bool) {
 	require.NoError(t, err)
 	require.NoError(t, bus.Handle(b, shipTwice(&b, fail), bus.WithInbox()))
 	require.NoError(t, bus.Handle(b, func(ctx context.Context, s *Shipped) error {
-		return bus.Tx(ctx).Exec("INSERT INTO shipped (order_id, parcel) VALUES (?, ?)", s.OrderID, s.Parcel).Error
+		return unitofwork.Tx(ctx).Exec("INSERT INTO shipped (order_id, parcel) VALUES (?, ?)", s.OrderID, s.Parcel).Error
 	}, bus.WithInbox()))
 	ep := start(t, b, "error")
 	require.NoError(t, bus.Send(context.Background(), ep.Bus, &Order{ID: "o-1"}))

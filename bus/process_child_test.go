@@ -16,6 +16,7 @@ import (
 
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/middleware/unitofwork"
 	"github.com/postroom/postroom/store"
 	"github.com/postroom/postroom/transport"
 	"github.com/postroom/postroom/transport/amqp"
@@ -147,11 +148,11 @@ func runConsumer() int {
 			select {}
 		}
 		if sleep > 0 {
-			if err := bus.Tx(ctx).Exec("DO SLEEP(?)", sleep).Error; err != nil {
+			if err := unitofwork.Tx(ctx).Exec("DO SLEEP(?)", sleep).Error; err != nil {
 				return err
 			}
 		}
-		if err := bus.Tx(ctx).Exec("INSERT INTO effects (message_id, n) VALUES (?, ?)", strconv.Itoa(w.N), w.N).Error; err != nil {
+		if err := unitofwork.Tx(ctx).Exec("INSERT INTO effects (message_id, n) VALUES (?, ?)", strconv.Itoa(w.N), w.N).Error; err != nil {
 			return err
 		}
 		if os.Getenv(childOutbox) == "1" {

@@ -23,6 +23,7 @@ import (
 	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metadata"
+	"github.com/postroom/postroom/middleware/unitofwork"
 	"github.com/postroom/postroom/transport"
 	"github.com/postroom/postroom/transport/amqp"
 	wsql "github.com/postroom/postroom/transport/sql"
@@ -156,8 +157,8 @@ func (p processSetup) start(t *testing.T, mode string, crashAt int, env ...strin
 func deleteChildQueues(t *testing.T, endpoint string) {
 	for _, name := range []string{bus.MessageName[Work](), bus.MessageName[Order](), bus.MessageName[Charge]()} {
 		group := bus.GroupOf(endpoint, name)
-		amqptest.DeleteTopic(t, bus.CommandTopicOf(endpoint, name), group)
-		amqptest.DeleteTopic(t, bus.EventTopicOf(name), group) // the queue: the event's exchange is shared
+		amqptest.DeleteTopic(t, bus.CommandTopic(endpoint, name), group)
+		amqptest.DeleteTopic(t, bus.EventTopic(name), group) // the queue: the event's exchange is shared
 	}
 }
 
@@ -396,7 +397,7 @@ func TestOutboxSurvivesAKillBetweenCommitAndRelay(t *testing.T) {
 				Cleanup: bus.CleanupSchedule{Disabled: true}})
 			require.NoError(t, err)
 			require.NoError(t, bus.Handle(downstream, func(ctx context.Context, s *Shipped) error {
-				return bus.Tx(ctx).Exec("INSERT INTO shipped (order_id, parcel) VALUES (?, ?)", s.OrderID, s.Parcel).Error
+				return unitofwork.Tx(ctx).Exec("INSERT INTO shipped (order_id, parcel) VALUES (?, ?)", s.OrderID, s.Parcel).Error
 			}, bus.WithInbox()))
 			start(t, downstream, "error")
 
@@ -526,7 +527,7 @@ func poisonKillsItsConsumer(t *testing.T, combo processCombo, quorum bool, messa
 	if waiting {
 		sub, err := p.newTransport(t).Subscriber(bus.GroupOf(p.endpoint, bus.MessageName[Work]()), 1)
 		require.NoError(t, err)
-		require.NoError(t, sub.(message.SubscribeInitializer).SubscribeInitialize(bus.CommandTopicOf(p.endpoint, bus.MessageName[Work]())))
+		require.NoError(t, sub.(message.SubscribeInitializer).SubscribeInitialize(bus.CommandTopic(p.endpoint, bus.MessageName[Work]())))
 		for n := range messages { // Work 0 is the poison message, the others wait behind it
 			p.send(t, n)
 		}

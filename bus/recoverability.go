@@ -210,7 +210,7 @@ var slowAttempt = time.Minute
 func (b *Bus) watchSlowAttempt(handler, messageID string, attempt int) *time.Timer {
 	return time.AfterFunc(slowAttempt, func() {
 		b.cfg.Logger.Warn("bus: an attempt is still running after "+slowAttempt.String(), "handler", handler, "message_id", messageID,
-			"attempt", attempt, "hint", "a handler waiting for what never comes? On SQLite, a write through Config.DB instead of bus.Tx(ctx) "+
+			"attempt", attempt, "hint", "a handler waiting for what never comes? On SQLite, a write through Config.DB instead of unitofwork.Tx(ctx) "+
 				"waits forever for the connection the handler's own transaction holds")
 	})
 }

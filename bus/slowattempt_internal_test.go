@@ -52,7 +52,7 @@ func TestASlowAttemptIsSaid(t *testing.T) {
 	<-done
 	out := logs.String()
 	require.Contains(t, out, `level=WARN msg="bus: an attempt is still running after 1s" handler=test.Slow message_id=slow attempt=1`)
-	require.Contains(t, out, "bus.Tx(ctx)", "the hint")
+	require.Contains(t, out, "unitofwork.Tx(ctx)", "the hint")
 	require.NotContains(t, out, "message_id=quick")
 	require.Equal(t, 1, strings.Count(out, "still running"), "said once")
 }

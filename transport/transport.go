@@ -63,6 +63,19 @@ type Capabilities struct {
 	// Config.MaxDeliveries that does not leave this limit above its own
 	// guard.
 	DeliveryLimit int
+	// CountsDeliveries is true for a transport whose every redelivery,
+	// after a nack or the end of a process, carries metadata.DeliveryCount
+	// (RabbitMQ's quorum queues): the bus's poison-loop guard
+	// (bus.Config.MaxDeliveries) counts nothing of its own.
+	CountsDeliveries bool
+	// MarksRedeliveries is true for a transport that marks a delivery which
+	// may repeat one that ended with its process with metadata.Redelivered
+	// (RabbitMQ's classic queues; the SQL transport's first read of a topic
+	// in a process) and counts in metadata.DeliveryCount, or marks, a
+	// redelivery after a nack: the bus counts the marked deliveries in
+	// its database. A transport that does neither (in memory) redelivers
+	// only after a nack in its process, which the bus counts there.
+	MarksRedeliveries bool
 }
 
 // DropControl removes from md what a transport says about a delivery

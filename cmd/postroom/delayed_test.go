@@ -45,7 +45,7 @@ func TestDelayedList(t *testing.T) {
 	require.Equal(t, "sooner", rows[0].MessageID)
 	require.Equal(t, "later", rows[1].MessageID)
 	require.WithinDuration(t, due, rows[0].DueAt, time.Millisecond)
-	require.Equal(t, bus.EventTopicOf("test.Reminder"), rows[0].Topic)
+	require.Equal(t, bus.EventTopic("test.Reminder"), rows[0].Topic)
 	require.Empty(t, rows[0].TargetGroup)
 
 	out, err = run(t, "delayed", "list", "--dsn", dsn)

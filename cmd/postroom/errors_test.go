@@ -18,6 +18,7 @@ import (
 	"github.com/postroom/postroom/internal/testbus"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/middleware/unitofwork"
 	"github.com/postroom/postroom/transport"
 	"github.com/postroom/postroom/transport/amqp"
 )
@@ -48,7 +49,7 @@ func TestErrorsListShowReplay(t *testing.T) {
 		if broken.Load() {
 			return errors.New("tax service down")
 		}
-		return bus.Tx(ctx).Exec("INSERT INTO invoices (n) VALUES (?)", m.N).Error
+		return unitofwork.Tx(ctx).Exec("INSERT INTO invoices (n) VALUES (?)", m.N).Error
 	}, bus.WithInbox()))
 	ctx := testbus.Run(t, b)
 

@@ -45,8 +45,8 @@ func newRoutes() *cobra.Command {
 		Long: `routes prints, for message names, the topic a producer that is not postroom
 publishes to (the exchange on RabbitMQ, the table "watermill_<topic>" on the
 SQL transport) and the group and RabbitMQ queue of the handler of endpoint E
-that receives it. It computes them as the bus does (bus.CommandTopicOf,
-bus.EventTopicOf, bus.GroupOf) and connects to nothing.
+that receives it. It computes them as the bus does (bus.CommandTopic,
+bus.EventTopic, bus.GroupOf) and connects to nothing.
 
 A message name is what bus.MessageName returns for the Go type: its
 MessageName method, else its import path and type name. A command goes to
@@ -116,10 +116,10 @@ func routesOf(endpoint, handler string, commands, events []string) ([]route, err
 		out = append(out, r)
 	}
 	for _, name := range commands {
-		add("command", name, bus.CommandTopicOf(endpoint, name))
+		add("command", name, bus.CommandTopic(endpoint, name))
 	}
 	for _, name := range events {
-		add("event", name, bus.EventTopicOf(name))
+		add("event", name, bus.EventTopic(name))
 	}
 	return out, nil
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/middleware/inbox"
 	"github.com/postroom/postroom/middleware/inbox/edi"
+	"github.com/postroom/postroom/middleware/unitofwork"
 	"github.com/postroom/postroom/store"
 )
 
@@ -134,13 +135,13 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		if err := bus.Tx(ctx).Exec("INSERT INTO invoices (sender, control, cents) VALUES (?, ?, ?)", ic.Sender, ic.Control, cents).Error; err != nil {
+		if err := unitofwork.Tx(ctx).Exec("INSERT INTO invoices (sender, control, cents) VALUES (?, ?, ?)", ic.Sender, ic.Control, cents).Error; err != nil {
 			return err
 		}
 		// No transaction covers this call. The idempotency key is the same
 		// on every attempt and every resend of the interchange, so the API
 		// books once whatever happens next.
-		if err := api.book(ctx, bus.IdempotencyKey(ctx), cents); err != nil {
+		if err := api.book(ctx, inbox.IdempotencyKey(ctx), cents); err != nil {
 			return err
 		}
 		if failNextAfterBooking.CompareAndSwap(true, false) {

@@ -173,8 +173,8 @@ func TestNodeOnRabbitMQ(t *testing.T) {
 	url := testenv.RequireAMQP(t)
 	node := requireNode(t)
 	name := testenv.Name("billing-")
-	topic := bus.CommandTopicOf(name, messageName)
-	require.Equal(t, bus.CommandTopic[CreateInvoice](name), topic)
+	topic := bus.CommandTopic(name, messageName)
+	require.Equal(t, bus.CommandTopic(name, bus.MessageName[CreateInvoice]()), topic)
 
 	tr, err := amqp.New(amqp.Config{URL: url})
 	require.NoError(t, err)
@@ -199,7 +199,7 @@ func TestNodeOnRabbitMQ(t *testing.T) {
 	require.Equal(t, "application/json", got[0].Metadata[amqp.MetadataContentType])
 	require.Equal(t, uint64(1), e.b.Counters().Total(metrics.Duplicate))
 
-	_, stderr, err := runNode(t, node, "POSTROOM_AMQP_URL="+url, "TOPIC="+bus.CommandTopicOf(testenv.Name("nobody-"), messageName))
+	_, stderr, err := runNode(t, node, "POSTROOM_AMQP_URL="+url, "TOPIC="+bus.CommandTopic(testenv.Name("nobody-"), messageName))
 	require.Error(t, err, "a command to an endpoint that never ran must fail")
 	require.Contains(t, stderr, "NOT_FOUND - no exchange")
 }
@@ -231,7 +231,7 @@ func testSQLInsert(t *testing.T, db *gorm.DB, file, insert string) {
 	require.NoError(t, err)
 	e := start(t, "billing", tr, db, "error")
 	errs := readErrors(t, tr, e.errorTopic)
-	require.Equal(t, "billing.cmd.billing.CreateInvoice", bus.CommandTopicOf("billing", messageName), "the statements' table")
+	require.Equal(t, "billing.cmd.billing.CreateInvoice", bus.CommandTopic("billing", messageName), "the statements' table")
 
 	require.NoError(t, db.Exec(string(statement)).Error)
 	waitSettled(t, e, 1)
@@ -279,9 +279,9 @@ func TestThePageShowsTheseFiles(t *testing.T) {
 	}
 	// The names in the page's `postroom routes` output are the bus's.
 	group := bus.GroupOf("billing", messageName)
-	for _, name := range []string{bus.CommandTopicOf("billing", messageName), group,
-		amqp.QueueName(bus.CommandTopicOf("billing", messageName), group),
-		amqp.QueueName(bus.EventTopicOf("billing.InvoiceCreated"), bus.GroupOf("billing", "billing.InvoiceCreated"))} {
+	for _, name := range []string{bus.CommandTopic("billing", messageName), group,
+		amqp.QueueName(bus.CommandTopic("billing", messageName), group),
+		amqp.QueueName(bus.EventTopic("billing.InvoiceCreated"), bus.GroupOf("billing", "billing.InvoiceCreated"))} {
 		if !strings.Contains(string(page), " "+name+"\n") && !strings.Contains(string(page), " "+name+" ") {
 			errs = append(errs, errors.New("the page's routes do not show "+name))
 		}

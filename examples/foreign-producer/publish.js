@@ -5,7 +5,7 @@
 //
 // POSTROOM_AMQP_URL names the broker. TOPIC is the exchange: the command
 // topic of the message type for the endpoint (`postroom routes`, or
-// bus.CommandTopicOf("billing", "billing.CreateInvoice") in Go).
+// bus.CommandTopic("billing", "billing.CreateInvoice") in Go).
 // MESSAGE_ID sets the message ID (default: a new UUID); a message sent
 // again with the same ID is a duplicate that the endpoint's inbox skips.
 'use strict';

@@ -19,6 +19,7 @@ import (
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/handlers"
 	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/middleware/unitofwork"
 	"github.com/postroom/postroom/store"
 )
 
@@ -84,10 +85,10 @@ func run() error {
 			if m.Amount <= 0 {
 				return fmt.Errorf("invoice for %s: amount %d must be positive", m.OrderID, m.Amount)
 			}
-			return bus.Tx(ctx).Exec("INSERT INTO invoices (order_id, amount) VALUES (?, ?)", m.OrderID, m.Amount).Error
+			return unitofwork.Tx(ctx).Exec("INSERT INTO invoices (order_id, amount) VALUES (?, ?)", m.OrderID, m.Amount).Error
 		}, bus.WithInbox()),
 		bus.Handle(b, func(ctx context.Context, m *CustomerAddressChanged) error {
-			return bus.Tx(ctx).Exec("INSERT INTO customers (id, address) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET address = excluded.address",
+			return unitofwork.Tx(ctx).Exec("INSERT INTO customers (id, address) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET address = excluded.address",
 				m.CustomerID, m.Address).Error
 		}, bus.WithStale()),
 	)

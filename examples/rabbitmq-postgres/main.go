@@ -37,6 +37,7 @@ import (
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/handlers"
 	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/middleware/unitofwork"
 	"github.com/postroom/postroom/store"
 	"github.com/postroom/postroom/transport"
 	"github.com/postroom/postroom/transport/amqp"
@@ -104,7 +105,7 @@ func worker(dsn, endpoint string) error {
 		return err
 	}
 	err = bus.Handle(b, func(ctx context.Context, m *CreateInvoice) error {
-		if err := bus.Tx(ctx).Exec("INSERT INTO invoices (order_id) VALUES (?)", m.OrderID).Error; err != nil {
+		if err := unitofwork.Tx(ctx).Exec("INSERT INTO invoices (order_id) VALUES (?)", m.OrderID).Error; err != nil {
 			return err
 		}
 		return bus.Publish(ctx, b, &InvoiceCreated{OrderID: m.OrderID})
@@ -186,7 +187,7 @@ func run() error {
 	}
 	defer audit.Close() // on an early return; closing twice is harmless
 	if err := bus.Handle(audit, func(ctx context.Context, e *InvoiceCreated) error {
-		return bus.Tx(ctx).Exec("INSERT INTO audit (order_id) VALUES (?)", e.OrderID).Error
+		return unitofwork.Tx(ctx).Exec("INSERT INTO audit (order_id) VALUES (?)", e.OrderID).Error
 	}, bus.WithInbox()); err != nil {
 		return err
 	}
@@ -321,7 +322,7 @@ func (t *topology) add(exchanges, queues []string) {
 // delete deletes, once, the queues and then the exchanges declared, but for
 // the names every endpoint on the broker shares: the error topic's exchange
 // and queue (other endpoints' failed messages wait there) and the exchanges
-// named after a message type (bus.EventTopicOf), the same on every run. It
+// named after a message type (bus.EventTopic), the same on every run. It
 // returns how many queues and exchanges it deleted. Call it once every
 // process of the run has stopped: a queue with consumers is deleted all
 // the same, and a subscriber still running would declare it again.
@@ -334,7 +335,7 @@ func (t *topology) delete() (queues, exchanges int, err error) {
 	t.deleted = true
 	shared := []string{amqp.ExchangeName(bus.ErrorTopicDefault), amqp.QueueName(bus.ErrorTopicDefault, transport.ErrorQueueGroup)}
 	for _, name := range []string{bus.MessageName[CreateInvoice](), bus.MessageName[InvoiceCreated](), bus.MessageName[handlers.CleanupStore]()} {
-		shared = append(shared, amqp.ExchangeName(bus.EventTopicOf(name)))
+		shared = append(shared, amqp.ExchangeName(bus.EventTopic(name)))
 	}
 	conn, err := amqp091.Dial(amqpURL)
 	if err != nil {

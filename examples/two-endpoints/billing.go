@@ -8,6 +8,7 @@ import (
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/examples/two-endpoints/messages"
 	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/middleware/unitofwork"
 	"github.com/postroom/postroom/store"
 )
 
@@ -48,7 +49,7 @@ func billing(ctx context.Context, o options) (err error) {
 	err = bus.Handle(b, func(ctx context.Context, m *messages.CreateInvoice) error {
 		invoice := Invoice{OrderID: m.OrderID, Amount: m.Amount}
 		// In the handler's transaction, with the inbox key: once per message.
-		if err := bus.Tx(ctx).Create(&invoice).Error; err != nil {
+		if err := unitofwork.Tx(ctx).Create(&invoice).Error; err != nil {
 			return err
 		}
 		// Into the outbox, in the same transaction; relayed to RabbitMQ

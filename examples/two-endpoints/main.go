@@ -375,7 +375,7 @@ func (t *topology) add(exchanges, queues []string) {
 // delete deletes, once, the queues and then the exchanges declared, but for
 // the names every endpoint on the broker shares: the error topic's exchange
 // and queue (other endpoints' failed messages wait there) and the exchanges
-// named after a message type (bus.EventTopicOf), the same on every run. It
+// named after a message type (bus.EventTopic), the same on every run. It
 // returns how many queues and exchanges it deleted. Call it once every
 // process of the run has stopped: a queue with consumers is deleted all
 // the same, and a subscriber still running would declare it again.
@@ -388,7 +388,7 @@ func (t *topology) delete() (queues, exchanges int, err error) {
 	t.deleted = true
 	shared := []string{amqp.ExchangeName(bus.ErrorTopicDefault), amqp.QueueName(bus.ErrorTopicDefault, transport.ErrorQueueGroup)}
 	for _, name := range []string{bus.MessageName[messages.CreateInvoice](), bus.MessageName[messages.InvoiceCreated](), bus.MessageName[handlers.CleanupStore]()} {
-		shared = append(shared, amqp.ExchangeName(bus.EventTopicOf(name)))
+		shared = append(shared, amqp.ExchangeName(bus.EventTopic(name)))
 	}
 	conn, err := amqp091.Dial(amqpURL)
 	if err != nil {

@@ -10,16 +10,16 @@
 // running at the same time share, in this package or another, are left:
 // deleting one under a test that publishes to it would fail that publish.
 // They are few and the same on every run, so they do not pile up. Shared
-// are the topics named after a message type (bus.EventTopicOf:
+// are the topics named after a message type (bus.EventTopic:
 // "sales.OrderPlaced", "postroom.CleanupStore"), the default error topic
 // "error", and the error queues of such topics. A name belongs to the
 // test when it holds a random part (12 hex digits or more, as
 // testenv.Name and Watermill's UUIDs make) or is a command topic
-// ("<endpoint>.cmd.<message>", bus.CommandTopicOf): tests name their
+// ("<endpoint>.cmd.<message>", bus.CommandTopic): tests name their
 // endpoints with testenv.Name, and two tests sharing an endpoint on one
 // broker would take each other's messages anyway. Any other queue is
 // named after a group, which tests name after an endpoint or at random.
-// A command topic that bus.CommandTopicOf shortened past its ".cmd." (a
+// A command topic that bus.CommandTopic shortened past its ".cmd." (a
 // long message name, the endpoint's random part cut off) looks shared and
 // is left.
 //

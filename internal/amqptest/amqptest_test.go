@@ -28,7 +28,7 @@ func TestShared(t *testing.T) {
 		"error_1a2b3c4d5e6f":                         false,
 		"error_1a2b3c4d5e6f_postroom_errors":         false,
 		"ep1a2b3c4d5e6f.cmd.conf.Cmd":                false, // a command topic
-		"b8138.cmd.postroom.CleanupStore-607b5881":   false, // one CommandTopicOf shortened
+		"b8138.cmd.postroom.CleanupStore-607b5881":   false, // one CommandTopic shortened
 		"topic-28390bac-dc1c-4714-be72-d570108dd3fb": false, // Watermill's tests
 	} {
 		require.Equal(t, want, shared(name, false), "exchange %s", name)

@@ -377,7 +377,7 @@ func runOnPostgresAndRabbitMQ(t *testing.T, bin string, want []string) {
 		names := []string{"billing.CreateInvoice", "billing.InvoiceCreated", "billing.SendReminders", bus.MessageName[handlers.CleanupStore]()}
 		for _, name := range names {
 			group := bus.GroupOf("billing", name)
-			for _, topic := range []string{bus.CommandTopicOf("billing", name), bus.EventTopicOf(name)} {
+			for _, topic := range []string{bus.CommandTopic("billing", name), bus.EventTopic(name)} {
 				ch, err := conn.Channel()
 				require.NoError(t, err)
 				_, _ = ch.QueueDelete(amqp.QueueName(topic, group), false, false, false) // none yet: fine
@@ -388,7 +388,7 @@ func runOnPostgresAndRabbitMQ(t *testing.T, bin string, want []string) {
 			// found these four left.
 			ch, err := conn.Channel()
 			require.NoError(t, err)
-			_ = ch.ExchangeDelete(bus.CommandTopicOf("billing", name), false, false) // none yet: fine
+			_ = ch.ExchangeDelete(bus.CommandTopic("billing", name), false, false) // none yet: fine
 			_ = ch.Close()
 		}
 	}

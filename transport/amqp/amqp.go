@@ -150,7 +150,9 @@ func New(cfg Config) (*Transport, error) {
 // Capabilities: the broker and vhost as its reach, and the quorum queues'
 // delivery limit.
 func (t *Transport) Capabilities() transport.Capabilities {
-	return transport.Capabilities{Reach: t.reach(), DeliveryLimit: t.deliveryLimit()}
+	quorum := t.cfg.QueueType == QueueQuorum
+	return transport.Capabilities{Reach: t.reach(), DeliveryLimit: t.deliveryLimit(),
+		CountsDeliveries: quorum, MarksRedeliveries: !quorum}
 }
 
 // reach names the broker and vhost of the URL ("amqp://host:5672/%2F",

@@ -62,13 +62,18 @@ func TestPubSub(t *testing.T) {
 	tests.TestPubSub(t, features, newPubSub, newGroupPubSub)
 }
 
-// TestContract runs postroom's transport contract (transporttest).
+// TestContract runs postroom's transport contract (transporttest) on
+// classic and on quorum queues, which tell redeliveries differently.
 func TestContract(t *testing.T) {
-	transporttest.Run(t, func(t *testing.T) transport.Transport {
-		tr, err := amqp.New(amqp.Config{URL: testenv.RequireAMQP(t)})
-		require.NoError(t, err)
-		amqptest.Cleanup(t, tr)
-		t.Cleanup(func() { _ = tr.Close() })
-		return tr
-	})
+	for _, queues := range []amqp.QueueType{amqp.QueueClassic, amqp.QueueQuorum} {
+		t.Run(string(queues), func(t *testing.T) {
+			transporttest.Run(t, func(t *testing.T) transport.Transport {
+				tr, err := amqp.New(amqp.Config{URL: testenv.RequireAMQP(t), QueueType: queues})
+				require.NoError(t, err)
+				amqptest.Cleanup(t, tr)
+				t.Cleanup(func() { _ = tr.Close() })
+				return tr
+			})
+		})
+	}
 }

@@ -59,7 +59,8 @@
 // metadata.RedeliveredFirstRead, and the bus counts it in
 // postroom_deliveries, so that such a message reaches the error topic
 // after bus.Config.MaxDeliveries instead of being read by each restarted
-// process for ever.
+// process for ever. A re-read after a nack in the process carries the
+// count of the deliveries nacked (or acked late) in metadata.DeliveryCount.
 //
 // # PostgreSQL: one slow message holds back every reader
 //

@@ -63,9 +63,9 @@ func TestForeignRows(t *testing.T) {
 			t.Cleanup(func() { cancel(); require.NoError(t, <-done); _ = b.Close() })
 			<-b.Running()
 
-			table := fmt.Sprintf(`"watermill_%s"`, bus.CommandTopic[ForeignOrder](endpoint))
+			table := fmt.Sprintf(`"watermill_%s"`, bus.CommandTopic(endpoint, bus.MessageName[ForeignOrder]()))
 			if store.name == "mariadb" {
-				table = fmt.Sprintf("`watermill_%s`", bus.CommandTopic[ForeignOrder](endpoint))
+				table = fmt.Sprintf("`watermill_%s`", bus.CommandTopic(endpoint, bus.MessageName[ForeignOrder]()))
 			}
 			insert := func(id, payload, md string) {
 				require.NoError(t, db.Exec(fmt.Sprintf(store.insert, table), id, []byte(payload), md).Error)

@@ -131,9 +131,11 @@ func (t *Transport) Subscriber(group string, _ int) (message.Subscriber, error) 
 // turns on its offsets row, so one message of a group is handled at a
 // time; Reach "sql" for every SQL transport, since its topics are tables
 // of its database, which is, as a rule, the one the bus keeps its delayed
-// messages in, so any SQL transport that sees them reaches the same tables.
+// messages in, so any SQL transport that sees them reaches the same tables;
+// MarksRedeliveries, since it marks each process's first read of a topic
+// and counts the deliveries nacked or acked late in this process.
 func (t *Transport) Capabilities() transport.Capabilities {
-	return transport.Capabilities{Sequential: true, Reach: "sql"}
+	return transport.Capabilities{Sequential: true, Reach: "sql", MarksRedeliveries: true}
 }
 
 // Close closes the publisher and every subscriber.

@@ -31,13 +31,13 @@ type subscriber struct {
 
 	mu       sync.Mutex
 	handling map[string]chan struct{} // by topic and message ID: closed when that delivery is settled
-	late     map[string]lateAcks      // by topic and message ID: deliveries acked after their deadline
+	late     map[string]returns       // by topic and message ID: deliveries that ended unsettled
 	read     map[string]bool          // the topics of which this subscriber handed out a message
 }
 
 func newSubscriber(sub *wsql.Subscriber, t *Transport, group string) *subscriber {
 	return &subscriber{Subscriber: sub, t: t, group: group, stopping: make(chan struct{}), closing: make(chan struct{}),
-		handling: map[string]chan struct{}{}, late: map[string]lateAcks{}, read: map[string]bool{}}
+		handling: map[string]chan struct{}{}, late: map[string]returns{}, read: map[string]bool{}}
 }
 
 var (
@@ -238,11 +238,12 @@ func (s *subscriber) firstRead(topic string) bool {
 // being handled in this process (or its own deadline passes: then it is
 // read again), and a delivery acked after its deadline (its context has
 // ended: watermill-sql stopped waiting and does not record the ack) is
-// logged at error and counted in the copies' metadata.DeliveryCount: the
-// bus's poison-loop guard moves a message whose handler always outlives
-// the deadline to the error topic after Config.MaxDeliveries. Without
-// this, such a handler would run again at every deadline, two runs at a
-// time, without a log line, forever.
+// logged at error. A delivery nacked or acked late is counted in the
+// copies' metadata.DeliveryCount: the bus's poison-loop guard moves a
+// message nacked in a loop, or whose handler always outlives the deadline,
+// to the error topic after Config.MaxDeliveries. Without this, such a
+// handler would run again at every deadline, two runs at a time, without
+// a log line, forever.
 func (s *subscriber) forward(ctx context.Context, topic string, msg *message.Message, out chan<- *message.Message) (acked bool) {
 	read := msg.Context() // watermill-sql's: it ends at the deadline
 	key := topic + "\x00" + msg.UUID
@@ -261,7 +262,7 @@ func (s *subscriber) forward(ctx context.Context, topic string, msg *message.Mes
 	defer cancel()
 	defer context.AfterFunc(ctx, cancel)()
 	cp.SetContext(cpCtx)
-	if n := s.lateCount(key); n > 0 {
+	if n := s.returnCount(key); n > 0 {
 		cp.Metadata.Set(metadata.DeliveryCount, strconv.Itoa(n))
 	}
 	if s.firstRead(topic) {
@@ -278,6 +279,7 @@ func (s *subscriber) forward(ctx context.Context, topic string, msg *message.Mes
 	select {
 	case <-cp.Acked():
 	case <-cp.Nacked():
+		s.returned(key)
 		msg.Nack()
 		return false
 	case <-s.closing:
@@ -343,15 +345,17 @@ func (s *subscriber) release(key string, settled chan struct{}) {
 	close(settled)
 }
 
-// lateAcks counts the deliveries of a message acked after their deadline.
-type lateAcks struct {
+// returns counts the deliveries of a message that ended unsettled in this
+// process: nacked, or acked after their deadline.
+type returns struct {
 	n    int
 	last time.Time
 }
 
-// lateCount is how many deliveries of key were acked after their deadline,
-// the last of them less than lateMemory deadlines ago.
-func (s *subscriber) lateCount(key string) int {
+// returnCount is how many deliveries of key ended unsettled, the last of
+// them less than lateMemory deadlines ago: the copies carry it as
+// metadata.DeliveryCount, the poison-loop guard's count of them.
+func (s *subscriber) returnCount(key string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l, ok := s.late[key]
@@ -362,7 +366,21 @@ func (s *subscriber) lateCount(key string) int {
 	return l.n
 }
 
-// lateLimit bounds the late acks a subscriber remembers, and lateMemory
+// returned counts a delivery of key that ended unsettled.
+func (s *subscriber) returned(key string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.late) >= lateLimit {
+		clear(s.late) // counts of messages settled since, as a rule
+	}
+	l := s.late[key]
+	l.n++
+	l.last = time.Now()
+	s.late[key] = l
+	return l.n
+}
+
+// lateLimit bounds the returns a subscriber remembers, and lateMemory
 // how long, in ack deadlines: the copies of a message acked late come
 // within a deadline or two of the ack. A count is not forgotten at an ack
 // in time: on PostgreSQL another subscription of the group may have read a
@@ -377,18 +395,10 @@ const (
 // lateAck records an ack made after the delivery's deadline, which
 // watermill-sql does not record: it delivers the message again.
 func (s *subscriber) lateAck(key, topic string, msg *message.Message, took time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.late) >= lateLimit {
-		clear(s.late) // counts of messages settled since; the guard counts nacks too
-	}
-	l := s.late[key]
-	l.n++
-	l.last = time.Now()
-	s.late[key] = l
+	n := s.returned(key)
 	s.t.log.Logger().Error("sql: a message was acked after the transport's ack deadline, which watermill-sql does not record: it is delivered again; handle a message, retries included, within Config.AckDeadline",
 		"topic", topic, "group", s.group, "message_id", msg.UUID, "handled_for", took.Round(time.Millisecond),
-		"ack_deadline", s.t.cfg.AckDeadline, "late_acks", l.n)
+		"ack_deadline", s.t.cfg.AckDeadline, "returns", n)
 }
 
 // Close stops every subscription and returns once their channels are

@@ -243,13 +243,14 @@ func anAckAfterTheSubscriptionEndedSettles(t *testing.T, tr transport.Transport)
 	}
 }
 
-// aNackedMessageComesBackCounted: a nacked message is delivered again, and
-// a transport that counts deliveries (metadata.DeliveryCount) counts the
-// nacked one. A transport need not mark an in-process redelivery: the
-// bus's poison-loop guard counts nacks in its process itself; what a
-// transport marks for a loop across processes is checked by its own tests
-// (RabbitMQ's redelivered flag, the SQL transport's first read).
+// aNackedMessageComesBackCounted: a nacked message is delivered again,
+// told as the transport's Capabilities promise: counted
+// (metadata.DeliveryCount) by a transport that CountsDeliveries; counted
+// or marked (metadata.Redelivered) by one that MarksRedeliveries, so that
+// the bus counts it in its database. A transport that does neither need
+// not tell: the bus's poison-loop guard counts nacks in its process.
 func aNackedMessageComesBackCounted(t *testing.T, tr transport.Transport) {
+	caps := tr.Capabilities()
 	topic := name("tt_nack_")
 	_, msgs := subscribe(t, tr, name("g"), topic)
 	m := newMessage("nacked-1")
@@ -259,8 +260,16 @@ func aNackedMessageComesBackCounted(t *testing.T, tr transport.Transport) {
 	require.True(t, first.Nack())
 	second := receive(t, msgs)
 	require.Equal(t, "nacked-1", second.UUID)
-	if c := second.Metadata.Get(metadata.DeliveryCount); c != "" {
-		require.Equal(t, "1", c, "one delivery before this one was not settled")
+	count, mark := second.Metadata.Get(metadata.DeliveryCount), second.Metadata.Get(metadata.Redelivered)
+	if count != "" {
+		require.Equal(t, "1", count, "one delivery before this one was not settled")
+	}
+	if caps.CountsDeliveries {
+		require.Equal(t, "1", count, "a transport that counts deliveries did not count a nacked one")
+	}
+	if caps.MarksRedeliveries {
+		require.True(t, count == "1" || mark == metadata.RedeliveredYes,
+			"a transport that marks redeliveries neither counted nor marked a nacked one (count %q, mark %q)", count, mark)
 	}
 	require.True(t, second.Ack())
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/middleware/unitofwork"
 	"github.com/postroom/postroom/transport"
 	"github.com/postroom/postroom/transport/gochannel"
 )
@@ -66,7 +67,7 @@ func batchHandler(ctx context.Context, ws []*Work) error {
 		q.WriteString("(?, ?)")
 		args = append(args, ids[i], w.I)
 	}
-	return bus.Tx(ctx).Exec(q.String(), args...).Error
+	return unitofwork.Tx(ctx).Exec(q.String(), args...).Error
 }
 
 // runE2EWith is runE2EOn with o. It closes tr.
@@ -99,7 +100,7 @@ func runE2EWith(ctx context.Context, tr transport.Transport, db *gorm.DB, kind K
 	})
 	var opts []bus.HandlerOption
 	handler := func(ctx context.Context, w *Work) error {
-		return bus.Tx(ctx).Exec(insertBusinessGorm, bus.MessageID(ctx), w.I).Error
+		return unitofwork.Tx(ctx).Exec(insertBusinessGorm, bus.MessageID(ctx), w.I).Error
 	}
 	switch kind {
 	case Plain:

@@ -16,6 +16,7 @@ import (
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/handlers"
 	"github.com/postroom/postroom/metrics"
+	"github.com/postroom/postroom/middleware/unitofwork"
 )
 
 // PurgeResult is the cleanup measurement.
@@ -153,7 +154,7 @@ func startLatencyBus(ctx context.Context, db *gorm.DB, extra ...bus.HandlerOptio
 		return nil, err
 	}
 	err = bus.Handle(b, func(ctx context.Context, w *Work) error {
-		return bus.Tx(ctx).Exec(insertBusinessGorm, bus.MessageID(ctx), w.I).Error
+		return unitofwork.Tx(ctx).Exec(insertBusinessGorm, bus.MessageID(ctx), w.I).Error
 	}, append([]bus.HandlerOption{bus.WithInbox()}, extra...)...)
 	if err != nil {
 		b.Close()

@@ -111,7 +111,7 @@ func handleWithSends(ctx context.Context, db *gorm.DB, send bool, n int64) (floa
 	}
 	defer b.Close()
 	err = bus.Handle(b, func(ctx context.Context, w *Work) error {
-		if err := bus.Tx(ctx).Exec(insertBusinessGorm, bus.MessageID(ctx), w.I).Error; err != nil {
+		if err := unitofwork.Tx(ctx).Exec(insertBusinessGorm, bus.MessageID(ctx), w.I).Error; err != nil {
 			return err
 		}
 		if send {

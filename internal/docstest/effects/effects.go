@@ -15,6 +15,7 @@ import (
 
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/middleware/inbox"
+	"github.com/postroom/postroom/middleware/unitofwork"
 )
 
 // CreateInvoice is a command whose handler only writes to the database.
@@ -37,7 +38,7 @@ func Register(b *bus.Bus, psp string) error {
 
 func registerInvoices(b *bus.Bus) error {
 	return bus.Handle(b, func(ctx context.Context, m *CreateInvoice) error {
-		return bus.Tx(ctx).Exec("INSERT INTO invoices (order_id, amount) VALUES (?, ?)", m.OrderID, m.Amount).Error
+		return unitofwork.Tx(ctx).Exec("INSERT INTO invoices (order_id, amount) VALUES (?, ?)", m.OrderID, m.Amount).Error
 	}, bus.WithInbox())
 }
 
@@ -45,9 +46,9 @@ func registerCharges(b *bus.Bus, psp string) error {
 	return bus.Handle(b, func(ctx context.Context, m *ChargeCard) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, psp+"/charges", jsonBody(m))
 		if err != nil {
-			return bus.NotDone(err) // never sent
+			return inbox.NotDone(err) // never sent
 		}
-		req.Header.Set("Idempotency-Key", bus.IdempotencyKey(ctx))
+		req.Header.Set("Idempotency-Key", inbox.IdempotencyKey(ctx))
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return err // outcome unknown: the request may have been applied
@@ -55,11 +56,11 @@ func registerCharges(b *bus.Bus, psp string) error {
 		defer resp.Body.Close()
 		switch {
 		case resp.StatusCode == http.StatusServiceUnavailable:
-			return bus.NotDone(errors.New("provider unavailable")) // certainly not applied: retry
+			return inbox.NotDone(errors.New("provider unavailable")) // certainly not applied: retry
 		case resp.StatusCode >= 300:
 			return fmt.Errorf("provider: %s", resp.Status)
 		}
-		return bus.Tx(ctx).Exec("UPDATE orders SET paid = TRUE WHERE id = ?", m.OrderID).Error
+		return unitofwork.Tx(ctx).Exec("UPDATE orders SET paid = TRUE WHERE id = ?", m.OrderID).Error
 	}, bus.WithInbox(bus.Inbox{ExternalEffects: &bus.ExternalEffects{OnUnknown: inbox.Retry, Lease: 30 * time.Second}}))
 }
 

@@ -1,0 +1,127 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"gorm.io/gorm"
+
+	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/metadata"
+)
+
+// poisonCount counts in the database (postroom_deliveries), per consumer
+// and message ID, the deliveries its transport marks as possibly repeating
+// one that ended with its process (metadata.Redelivered: RabbitMQ's
+// classic queues, the SQL transport's first read of a topic, each run of a
+// delayed retry). A message whose handling kills its process (out of
+// memory, a fatal error in C code, a watchdog's SIGKILL) reaches the error
+// topic after Config.MaxDeliveries instead of being delivered to each
+// restarted process forever (docs/guarantees.md). Only these deliveries
+// pay: one transaction (upsert and read) before the handler runs, and a
+// delete once the message is settled; a first delivery costs nothing.
+//
+// Every message in flight at a crash comes back marked. One that came
+// back before and was not settled since (looped: a crash loop or a nack
+// loop) waits for the bus's one slot, and is counted when its turn comes,
+// so that a crash in its run is counted against it alone. The first
+// redelivery after a crash, or after a connection was lost, runs as
+// usual, side by side: an innocent message is counted at most twice.
+type poisonCount struct {
+	db       *gorm.DB
+	d        dialect.Dialect
+	stmts    dialect.DeliveriesStatements
+	now      func() time.Time
+	slot     chan struct{} // held by the looped delivery being handled
+	stopping <-chan struct{}
+}
+
+// newPoisonCount returns the counter of db; nil without a database.
+func newPoisonCount(db *gorm.DB, now func() time.Time, stopping <-chan struct{}) (*poisonCount, error) {
+	if db == nil {
+		return nil, nil
+	}
+	d, err := dialect.Of(db)
+	if err != nil {
+		return nil, fmt.Errorf("bus: %w", err)
+	}
+	stmts, err := d.Deliveries(dialect.DeliveriesTableDefault)
+	if err != nil {
+		return nil, fmt.Errorf("bus: %w", err)
+	}
+	return &poisonCount{db: db, d: d, stmts: stmts, now: now, slot: make(chan struct{}, 1), stopping: stopping}, nil
+}
+
+// previous counts a marked delivery and returns the deliveries before it
+// that were not settled; an unmarked one is a first delivery.
+func (r *poisonCount) previous(msg *message.Message, _, consumer string) (n int, counted bool, release func(), err error) {
+	release = func() {}
+	mark := msg.Metadata.Get(metadata.Redelivered)
+	if mark != metadata.RedeliveredYes && mark != metadata.RedeliveredFirstRead {
+		return 0, false, release, nil
+	}
+	ctx := msg.Context()
+	if mark == metadata.RedeliveredYes && r.looped(ctx, consumer, msg) {
+		select {
+		case r.slot <- struct{}{}:
+			release = func() { <-r.slot }
+		case <-r.stopping:
+			return 0, false, release, errStopping
+		case <-ctx.Done(): // its delivery ended (a lost connection): given back as at a stop
+			return 0, false, release, errStopping
+		}
+	}
+	n, err = r.count(ctx, consumer, msg)
+	return n, err == nil, release, err
+}
+
+// count adds this delivery of msg to consumer's count and returns the
+// deliveries before it that were not settled (a settled message is acked,
+// and its count forgotten). A redelivery's count is that number: the
+// first delivery, which was not counted, and the redeliveries before this
+// one. A first read (the SQL transport) may be a message's first delivery:
+// its count less one, so that an innocent message is never counted early
+// (a message that ended a process it did not reach first counts one less).
+func (r *poisonCount) count(ctx context.Context, consumer string, msg *message.Message) (int, error) {
+	var n int
+	err := r.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Exec(r.stmts.Count, consumer, msg.UUID, r.d.Time(r.now())).Error; err != nil {
+			return err
+		}
+		return tx.Raw(r.stmts.Read, consumer, msg.UUID).Row().Scan(&n)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("bus: count the redelivery of message %s in %s: %w", msg.UUID, dialect.DeliveriesTableDefault, err)
+	}
+	if msg.Metadata.Get(metadata.Redelivered) == metadata.RedeliveredFirstRead {
+		n--
+	}
+	return n, nil
+}
+
+// looped reports whether a count of msg is stored: it came back before,
+// and was not settled since. An error reads as no: count says it.
+func (r *poisonCount) looped(ctx context.Context, consumer string, msg *message.Message) bool {
+	var n int
+	err := r.db.WithContext(ctx).Raw(r.stmts.Read, consumer, msg.UUID).Row().Scan(&n)
+	return err == nil && n > 0
+}
+
+// ended forgets the count of a message settled after a delivery that was
+// counted, or that its transport counted (an earlier one may have been
+// counted here: the SQL transport counts its own re-reads), or moved aside
+// (a replay starts counting again; another process may have counted it).
+// A nacked delivery keeps it: the transport marks the next one.
+func (r *poisonCount) ended(msg *message.Message, _, consumer string, counted, nacked, moved bool) error {
+	if nacked || !counted && !moved && msg.Metadata.Get(metadata.DeliveryCount) == "" {
+		return nil
+	}
+	// Also when the message's context ended with the settling (a stop).
+	ctx := context.WithoutCancel(msg.Context())
+	if err := r.db.WithContext(ctx).Exec(r.stmts.Forget, consumer, msg.UUID).Error; err != nil {
+		return fmt.Errorf("bus: forget the redelivery count of message %s: %w", msg.UUID, err)
+	}
+	return nil
+}

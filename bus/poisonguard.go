@@ -1,0 +1,137 @@
+package bus
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/postroom/postroom/internal/uow"
+	"github.com/postroom/postroom/metadata"
+	"github.com/postroom/postroom/transport"
+)
+
+// deliveryCounter is the poison-loop guard's count of a message's
+// deliveries that ended without it being settled, for the deliveries whose
+// transport does not count them itself (metadata.DeliveryCount). The bus
+// chooses one per handler path, once, at Handle (counterFor).
+type deliveryCounter interface {
+	// previous returns how many deliveries of msg to the handler's group
+	// before this one were not settled, counting this one first where the
+	// counter must (counted: it did). Call release when the delivery ends.
+	previous(msg *message.Message, group, consumer string) (n int, counted bool, release func(), err error)
+	// ended records how a delivery ended: nacked (it comes again), or
+	// settled (handled, or moved to the error topic).
+	ended(msg *message.Message, group, consumer string, counted, nacked, moved bool) error
+}
+
+// counterFor chooses the count of the deliveries a transport offering
+// caps hands a handler:
+//   - none, when every redelivery carries the transport's count
+//     (RabbitMQ's quorum queues);
+//   - the database's (poisonCount), when the transport marks a delivery
+//     that may repeat one that ended with its process (RabbitMQ's classic
+//     queues, the SQL transport's first reads) and the bus has Config.DB:
+//     a message that kills each process it reaches is counted too;
+//   - this process's (nackCount) otherwise: a transport in memory, or no
+//     database (a crash loop is then not counted: docs/guarantees.md).
+//
+// A delayed retry run from the database is counted there whatever the
+// transport (delayedRetryCounter).
+func (b *Bus) counterFor(caps transport.Capabilities) deliveryCounter {
+	switch {
+	case caps.CountsDeliveries:
+		return countedByTransport{}
+	case caps.MarksRedeliveries && b.redeliveries != nil:
+		return b.redeliveries
+	default:
+		return &b.nacks
+	}
+}
+
+// delayedRetryCounter counts the runs of delayed retries, which the bus
+// marks metadata.RedeliveredFirstRead: in the database, where they wait.
+func (b *Bus) delayedRetryCounter() deliveryCounter {
+	if b.redeliveries != nil {
+		return b.redeliveries
+	}
+	return &b.nacks
+}
+
+// countedByTransport is the count of a transport that counts every
+// redelivery: a delivery without metadata.DeliveryCount is a first one.
+type countedByTransport struct{}
+
+func (countedByTransport) previous(*message.Message, string, string) (int, bool, func(), error) {
+	return 0, false, func() {}, nil
+}
+
+func (countedByTransport) ended(*message.Message, string, string, bool, bool, bool) error { return nil }
+
+// guarded wraps a delivery with the poison-loop guard: a message delivered
+// Config.MaxDeliveries times without being settled goes to the error topic
+// on its next delivery, so that it stops blocking the messages behind it
+// and using the broker and the consumer in a loop. While the error topic
+// cannot take it, it is handled as usual. A delivery carrying
+// metadata.DeliveryCount is counted by its transport; any other by count.
+//
+// Every message in flight at a crash comes back as a redelivery. Counted
+// together, the innocent ones would reach MaxDeliveries with the one that
+// kills its process and go to the error topic with it. So a redelivery is
+// handled alone, not in a batch (WithBatch, HandleBatch), whose other
+// members it would take down with it again (see poisonCount for the
+// redeliveries counted in the database).
+func (b *Bus) guarded(handler, topic string, count deliveryCounter, delivery message.HandlerFunc) func(*message.Message) error {
+	group, consumer := b.group(handler), b.consumer(handler)
+	return func(msg *message.Message) error {
+		n, counted := 0, false
+		if c := msg.Metadata.Get(metadata.DeliveryCount); c != "" {
+			n, _ = strconv.Atoi(c)
+		} else {
+			var release func()
+			var err error
+			n, counted, release, err = count.previous(msg, group, consumer)
+			defer release()
+			if errors.Is(err, errStopping) {
+				return err
+			} else if err != nil {
+				b.cfg.Logger.Warn("bus: the poison-loop guard could not count a redelivery; it is handled as a first delivery",
+					"handler", handler, "message_id", msg.UUID, "error", err)
+			}
+		}
+		if n >= b.cfg.MaxDeliveries {
+			reason := fmt.Errorf("bus: delivered %d times without being handled (Config.MaxDeliveries %d): moved aside so that the messages behind it are handled", n, b.cfg.MaxDeliveries)
+			if err := b.moveToErrorTopic(handler, topic, msg, 0, reason); err == nil {
+				b.ended(handler, count, msg, group, consumer, counted, false, true)
+				return nil
+			}
+		}
+		if counted && n >= 2 {
+			b.cfg.Logger.Warn("bus: a message came back again without being settled (nacked, or its process ended while handling it); it is handled alone, and goes to the error topic after Config.MaxDeliveries",
+				"handler", handler, "message_id", msg.UUID, "deliveries", n, "max_deliveries", b.cfg.MaxDeliveries)
+		}
+		if n > 0 || msg.Metadata.Get(metadata.Redelivered) != "" {
+			msg.SetContext(uow.Alone(msg.Context()))
+		}
+		_, err := delivery(msg)
+		b.ended(handler, count, msg, group, consumer, counted, err != nil, false)
+		return err
+	}
+}
+
+// ended tells count how a delivery ended; a count it could not forget is
+// kept (it counts on if the message comes again; cleanup purges it).
+func (b *Bus) ended(handler string, count deliveryCounter, msg *message.Message, group, consumer string, counted, nacked, moved bool) {
+	if err := count.ended(msg, group, consumer, counted, nacked, moved); err != nil {
+		b.cfg.Logger.Warn("bus: "+err.Error(), "handler", handler)
+	}
+}
+
+// redelivery reports whether msg may be a redelivery to group: its
+// transport says so, or counts it, or this process saw it nacked. Such a
+// message is handled alone (guarded), and a batch does not wait for it.
+func (b *Bus) redelivery(group string, msg *message.Message) bool {
+	return msg.Metadata.Get(metadata.Redelivered) != "" || msg.Metadata.Get(metadata.DeliveryCount) != "" ||
+		b.nacks.seen(group, msg.UUID)
+}
