@@ -20,9 +20,8 @@ import (
 	"github.com/postroom/postroom/transport"
 )
 
-// Metadata keys that [Marshaler.Unmarshal] fills from the AMQP properties a
-// foreign producer sets, when the property is not empty and no header of
-// the same name is present.
+// Metadata keys [Marshaler.Unmarshal] fills from a foreign producer's AMQP
+// properties, when not empty and no header of that name is present.
 const (
 	// MetadataContentType is the content_type property.
 	MetadataContentType = "amqp-content-type"
@@ -32,9 +31,8 @@ const (
 	MetadataType = "amqp-type"
 )
 
-// deliveryCountHeader is the header in which quorum queues count the
-// earlier deliveries of a message that were not acked (nacked with
-// requeue, or the consumer's channel closed: a crash).
+// deliveryCountHeader is where quorum queues count a message's unacked
+// earlier deliveries (nacks and crashes).
 const deliveryCountHeader = "x-delivery-count"
 
 // uuidHeader is the header of the Watermill UUID.
@@ -44,20 +42,11 @@ const uuidHeader = wamqp.DefaultMessageUUIDHeaderKey
 // [metadata.TransportError] on a message that carries no ID.
 const ErrorNoID = "amqp: message has no ID: set the message_id property or the " + wamqp.DefaultMessageUUIDHeaderKey + " header"
 
-// Marshaler converts Watermill messages to AMQP publishings and back. It
-// implements watermill-amqp's Marshaler.
-//
-// Marshal is watermill-amqp's DefaultMarshaler (every metadata entry a
-// string header, the UUID in the _watermill_message_uuid header,
-// persistent delivery) plus the message_id property set to the UUID, so
-// producers and consumers using either marshaler interoperate.
-//
-// Unmarshal never fails, so watermill-amqp never nacks a delivery it
-// cannot read (it would requeue it at once, forever). See the package
-// documentation for how each header type becomes a string and where the
-// message ID comes from. What it cannot read is recorded in
-// [metadata.TransportError], and the bus moves the message to the error
-// topic with that reason.
+// Marshaler converts Watermill messages to AMQP publishings and back
+// (watermill-amqp's Marshaler). Marshal is watermill-amqp's
+// DefaultMarshaler plus the message_id property, so either marshaler's
+// users interoperate. Unmarshal never fails: what it cannot read goes in
+// [metadata.TransportError] (see the package documentation).
 type Marshaler struct{}
 
 var _ wamqp.Marshaler = Marshaler{}
@@ -72,9 +61,8 @@ func (Marshaler) Marshal(msg *message.Message) (amqp091.Publishing, error) {
 	return p, nil
 }
 
-// deliveryID is d's message ID: the Watermill UUID header if it is not
-// empty, else the message_id property; the error says why the header
-// could not be read.
+// deliveryID is d's message ID: the UUID header if not empty, else the
+// message_id property; the error says why the header could not be read.
 func deliveryID(d amqp091.Delivery) (string, error) {
 	var err error
 	id := ""
@@ -118,11 +106,9 @@ func (Marshaler) Unmarshal(d amqp091.Delivery) (*message.Message, error) {
 		}
 	}
 
-	// Only the broker's count and this read's problems are trusted: the
-	// keys a producer set (or a copy replayed from the error topic kept)
-	// would move the message aside at once.
-	// The broker sets x-delivery-count on a redelivery from a quorum
-	// queue; on a first delivery the header can only be a producer's.
+	// Control keys a producer set (or a replayed copy kept) would move the
+	// message aside at once; x-delivery-count is the broker's only on a
+	// redelivery.
 	transport.DropControl(md)
 	c, counted := md[deliveryCountHeader]
 	delete(md, deliveryCountHeader) // moved, so a copy sent on does not carry it
