@@ -47,10 +47,9 @@ type Config struct {
 	// Tables names postroom's tables. Defaults to store.Tables{}.WithDefaults().
 	// Delayed must be the default: it is the only one a bus polls.
 	Tables store.Tables
-	// AMQPURL is RabbitMQ's URL, for the failed messages. Without it, the
-	// failed messages are those of the SQL transport, when DB has the
-	// error topic's table ("watermill_<ErrorTopic>"); else the console has
-	// no failed-messages page. It is never shown. Defaults to none.
+	// AMQPURL is RabbitMQ's URL, for the failed messages; without it they
+	// are the SQL transport's, if DB has the error topic's table. It is
+	// never shown. Defaults to none.
 	AMQPURL string
 	// ErrorTopic is the bus's Config.ErrorTopic. Defaults to
 	// bus.ErrorTopicDefault.
@@ -67,16 +66,13 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
-	// Secrets are DSNs and URLs whose passwords, and themselves, are
-	// redacted from every error the console shows or logs (AMQPURL always
-	// is). Defaults to none.
+	// Secrets are DSNs and URLs redacted, with their passwords, from every
+	// error shown or logged (AMQPURL always is). Defaults to none.
 	Secrets []string
 	// Metrics are the Prometheus endpoints of running buses
-	// (bus.Config.Metrics.Addr, "http://127.0.0.1:9464/metrics"): Run
-	// samples them, and the overview charts every handler's handled,
-	// duplicate, stale and failed messages from what it sampled. Without
-	// them the charts come from the database: handled (the inbox keys
-	// received) and failed (the error topic's messages). Defaults to none.
+	// ("http://127.0.0.1:9464/metrics"), which Run samples for the
+	// overview's charts; without them the charts come from the database
+	// (inbox keys received, error topic). Defaults to none.
 	Metrics []string
 	// SampleInterval is how often Run samples Metrics. Defaults to
 	// SampleIntervalDefault.
@@ -257,13 +253,9 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if site := r.Header.Get("Sec-Fetch-Site"); site == "cross-site" || site == "same-site" {
-		// A page of another site (an <img> pointed at /failed) would make
-		// the console read the error queue, which on RabbitMQ returns
-		// every message it reads. same-site is refused too: any other
-		// port of 127.0.0.1 or localhost (a dev server) is the same site.
-		// Only the console's own pages (same-origin), an address typed or
-		// bookmarked (none) and clients that send no Sec-Fetch-Site
-		// (scripts, old browsers) pass.
+		// Another site's page (an <img> at /failed) would make the console
+		// browse the error queue, which on RabbitMQ returns each message;
+		// same-site includes any other port of localhost (a dev server).
 		c.refuse(w, r, http.StatusForbidden, "a page of another site asked for this (Sec-Fetch-Site: "+site+
 			"): the console answers only its own pages; open its address directly")
 		return

@@ -223,9 +223,7 @@ func (c *Console) unresolvedResolve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	// The attempt the confirmation showed, no later one: another operator
-	// may have released it since, and the next copy run and been parked
-	// again.
+	// Only the attempt the confirmation showed: it may have moved on since.
 	if err := claims.ResolveAttempt(r.Context(), c.cfg.DB, c.tables.Inbox, consumer, key, attempts, res, c.now()); err != nil {
 		c.log.Warn("console: resolve failed", "consumer", consumer, "message", id, "attempt", attempts, "err", c.redact(err))
 		text := c.redact(err)
