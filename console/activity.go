@@ -19,8 +19,7 @@ import (
 	"github.com/postroom/postroom/metrics"
 )
 
-// SampleIntervalDefault is how often the console reads the Prometheus
-// endpoints of Config.Metrics.
+// SampleIntervalDefault is the default Config.SampleInterval.
 const SampleIntervalDefault = 10 * time.Second
 
 // ChartWindowDefault is the time the overview's charts cover.
@@ -35,8 +34,7 @@ var chartEvents = []metrics.Event{metrics.Handled, metrics.Duplicate, metrics.St
 // metricsFamily is the counter the bus serves per handler and event.
 const metricsFamily = "postroom_messages_total"
 
-// activity is what the overview's charts show: per row (a handler or a
-// consumer) and event, a count per bar of the window.
+// activity is the overview's charts: per row and event, a count per bar.
 type activity struct {
 	start time.Time     // the first bar's start
 	width time.Duration // a bar's width
@@ -133,9 +131,8 @@ type point struct {
 	n  int64
 }
 
-// sampler reads the buses' Prometheus endpoints and keeps each counter's
-// growth per sample for one window; an endpoint's first sample is its
-// baseline.
+// sampler keeps each counter's growth per sample of the buses' endpoints
+// for one window; an endpoint's first sample is its baseline.
 type sampler struct {
 	urls   []string
 	window time.Duration
@@ -204,8 +201,7 @@ func (s *sampler) record(url string, counters map[seriesKey]float64, now time.Ti
 	s.last[url] = counters
 }
 
-// read fetches url and returns its postroom_messages_total counters of the
-// charted events.
+// read returns url's postroom_messages_total counters of charted events.
 func (s *sampler) read(ctx context.Context, url string) (map[seriesKey]float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -306,8 +302,7 @@ type chartRow struct {
 	Charts []chart
 }
 
-// charts turns a into rows, by name; known says which events the source
-// counts.
+// charts turns a into rows, by name; known: the events the source counts.
 func (a *activity) charts(known map[metrics.Event]bool) []chartRow {
 	names := make([]string, 0, len(a.rows))
 	for name := range a.rows {
