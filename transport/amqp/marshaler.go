@@ -135,24 +135,13 @@ func (Marshaler) Unmarshal(d amqp091.Delivery) (*message.Message, error) {
 	return msg, nil
 }
 
-// HeaderString converts the value of an AMQP header, as amqp091-go decodes
-// it, to the string [Marshaler.Unmarshal] puts in the message's metadata:
-//
-//   - string: itself; void (nil): ""
-//   - bool: "true" or "false"
-//   - integers of every width: decimal ("-42")
-//   - float32, float64: strconv 'g' with the shortest exact digits
-//     ("1.5", "1e+21", "NaN", "+Inf")
-//   - decimal: its value in plain decimal notation (Value 12345, Scale 2: "123.45")
-//   - timestamp: RFC 3339 in UTC ("2024-05-01T12:00:00Z"; AMQP carries seconds)
-//   - byte array: the bytes as text when they are valid UTF-8, else standard
-//     base64 with padding
-//   - table and array: JSON; inside them numbers stay JSON numbers (decimals
-//     too), timestamps and byte arrays become strings by the rules above,
-//     NaN and infinities become the strings "NaN", "+Inf", "-Inf", and a
-//     table's keys are sorted
-//
-// Any other type is an error.
+// HeaderString converts an AMQP header value, as amqp091-go decodes it, to
+// the metadata string [Marshaler.Unmarshal] sets: strings as they are, nil
+// as "", booleans and integers as Go prints them, floats with strconv 'g',
+// decimals in plain notation, timestamps as RFC 3339 UTC, byte arrays as
+// text if valid UTF-8 else base64, tables and arrays as JSON (keys sorted;
+// NaN and infinities as strings). Any other type is an error. The table in
+// docs/transports-amqp-notes.md gives examples.
 func HeaderString(v any) (string, error) {
 	switch x := v.(type) {
 	case string:
