@@ -19,8 +19,7 @@ import (
 	"github.com/postroom/postroom/metrics"
 )
 
-// SampleIntervalDefault is how often the console reads the Prometheus
-// endpoints of Config.Metrics.
+// SampleIntervalDefault is the default Config.SampleInterval.
 const SampleIntervalDefault = 10 * time.Second
 
 // ChartWindowDefault is the time the overview's charts cover.
@@ -35,17 +34,15 @@ var chartEvents = []metrics.Event{metrics.Handled, metrics.Duplicate, metrics.St
 // metricsFamily is the counter the bus serves per handler and event.
 const metricsFamily = "postroom_messages_total"
 
-// activity is what the overview's charts show: per row (a handler or a
-// consumer) and event, a count per bar of the window.
+// activity is the overview's charts: per row and event, a count per bar.
 type activity struct {
 	start time.Time     // the first bar's start
 	width time.Duration // a bar's width
 	rows  map[string]map[metrics.Event]*[chartBars]int64
 }
 
-// newActivity returns an empty activity for the window that ends with the
-// bar now falls in; bars start at multiples of their width (whole minutes
-// by default), so that the database can count them.
+// newActivity returns an empty activity for the window ending with now's
+// bar; bars start at multiples of their width, so the database can count them.
 func newActivity(now time.Time, window time.Duration) *activity {
 	width := max(window/chartBars, time.Second).Truncate(time.Second)
 	end := now.Truncate(width).Add(width)
@@ -75,8 +72,7 @@ func (a *activity) add(name string, e metrics.Event, t time.Time, n int64) {
 	}
 }
 
-// inboxActivity counts the inbox keys done per consumer and bar: the
-// handled messages of every handler with an inbox, from the database alone.
+// inboxActivity counts the inbox keys done per consumer and bar.
 func (c *Console) inboxActivity(ctx context.Context, a *activity) error {
 	d, err := dialect.Of(c.cfg.DB)
 	if err != nil {
@@ -103,10 +99,8 @@ func (c *Console) inboxActivity(ctx context.Context, a *activity) error {
 	return rows.Err()
 }
 
-// failedActivity counts the failed messages still in the error topic per
-// bar, by the time they were moved there: on the row of the consumer whose
-// group failed them (so that they sit next to its handled ones), else of
-// the handler.
+// failedActivity counts the error topic's messages per bar, by when they
+// were moved there, on their consumer's row (else the handler's).
 func failedActivity(a *activity, list []failedMessage, consumers []string) {
 	byGroup := map[string]string{}
 	for _, consumer := range consumers {
@@ -137,10 +131,8 @@ type point struct {
 	n  int64
 }
 
-// sampler reads the Prometheus endpoints of running buses and keeps how
-// much each handler's counters grew, sample by sample, for one window.
-// The charts start when the console does: the first sample of an endpoint
-// is its baseline.
+// sampler keeps each counter's growth per sample of the buses' endpoints
+// for one window; an endpoint's first sample is its baseline.
 type sampler struct {
 	urls   []string
 	window time.Duration
@@ -189,9 +181,8 @@ func (s *sampler) sample(ctx context.Context, now time.Time) {
 	s.mu.Unlock()
 }
 
-// record keeps what the counters of url grew by since its last sample. A
-// counter that went down was reset (the bus restarted): it grew by its
-// value. Callers hold s.mu.
+// record keeps url's counters' growth since its last sample (one that went
+// down was reset: it grew by its value). Callers hold s.mu.
 func (s *sampler) record(url string, counters map[seriesKey]float64, now time.Time) {
 	last, seen := s.last[url]
 	for k, v := range counters {
@@ -210,8 +201,7 @@ func (s *sampler) record(url string, counters map[seriesKey]float64, now time.Ti
 	s.last[url] = counters
 }
 
-// read fetches url and returns its postroom_messages_total counters of the
-// charted events.
+// read returns url's postroom_messages_total counters of charted events.
 func (s *sampler) read(ctx context.Context, url string) (map[seriesKey]float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -253,9 +243,8 @@ func (s *sampler) read(ctx context.Context, url string) (map[seriesKey]float64, 
 	return counters, nil
 }
 
-// fill puts what was sampled within a's window into a, a row for every
-// handler seen, and returns when the last sample was taken and the
-// endpoints' errors.
+// fill puts the samples within a's window into a and returns when the last
+// was taken and the endpoints' errors.
 func (s *sampler) fill(a *activity) (time.Time, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -276,9 +265,8 @@ func (s *sampler) fill(a *activity) (time.Time, error) {
 	return s.sampled, errors.Join(errs...)
 }
 
-// Run samples the Prometheus endpoints of Config.Metrics every
-// Config.SampleInterval until ctx ends, for the overview's charts; it
-// returns at once without them (the charts then come from the database).
+// Run samples Config.Metrics every Config.SampleInterval until ctx ends,
+// for the overview's charts; without Metrics it returns at once.
 func (c *Console) Run(ctx context.Context) error {
 	if c.sampler == nil {
 		return nil
@@ -297,14 +285,12 @@ func (c *Console) Run(ctx context.Context) error {
 
 // chart is one event's chart of one row, as a page draws it.
 type chart struct {
-	Event string
-	Total int64
-	Peak  int64
-	Bars  []chartBar
-	Title string
-	// Unknown: the source cannot count this event (the database has no
-	// duplicates, stale or failed counts over time).
-	Unknown bool
+	Event   string
+	Total   int64
+	Peak    int64
+	Bars    []chartBar
+	Title   string
+	Unknown bool // the source cannot count this event
 }
 
 // chartBar is one bar of an SVG chart 120 wide and 24 high.
@@ -316,8 +302,7 @@ type chartRow struct {
 	Charts []chart
 }
 
-// charts turns a into rows, by name; known says which events the source
-// counts.
+// charts turns a into rows, by name; known: the events the source counts.
 func (a *activity) charts(known map[metrics.Event]bool) []chartRow {
 	names := make([]string, 0, len(a.rows))
 	for name := range a.rows {
@@ -362,9 +347,8 @@ type chartsView struct {
 	Interval string
 }
 
-// charts returns the overview's charts: from the sampled metrics with
-// Config.Metrics, else from the database (the inbox keys received) and
-// the failed messages read (when failedRead).
+// charts returns the overview's charts, from the samples of Config.Metrics
+// or else the database and the failed messages read (when failedRead).
 func (c *Console) charts(ctx context.Context, now time.Time, failed []failedMessage, failedRead bool, consumers []storeinfo.ConsumerSummary) (chartsView, error) {
 	a := newActivity(now, c.cfg.ChartWindow)
 	v := chartsView{Window: span(c.cfg.ChartWindow), Width: span(a.width), Interval: span(c.cfg.SampleInterval)}

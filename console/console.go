@@ -32,12 +32,10 @@ import (
 // ListenDefault is the address the console listens on by default: loopback.
 const ListenDefault = "127.0.0.1:8080"
 
-// LimitDefault is how many messages of the error topic, and how many
-// unresolved claims, a page looks at.
+// LimitDefault is how many failed messages or unresolved claims a page reads.
 const LimitDefault = 1000
 
-// TokenEnv is the environment variable `postroom console` reads the access
-// token from when --token is not given.
+// TokenEnv is where `postroom console` reads the token without --token.
 const TokenEnv = "POSTROOM_CONSOLE_TOKEN"
 
 // Config configures a [Console].
@@ -47,13 +45,11 @@ type Config struct {
 	// Tables names postroom's tables. Defaults to store.Tables{}.WithDefaults().
 	// Delayed must be the default: it is the only one a bus polls.
 	Tables store.Tables
-	// AMQPURL is RabbitMQ's URL, for the failed messages. Without it, the
-	// failed messages are those of the SQL transport, when DB has the
-	// error topic's table ("watermill_<ErrorTopic>"); else the console has
-	// no failed-messages page. It is never shown. Defaults to none.
+	// AMQPURL is RabbitMQ's URL, for the failed messages; without it they
+	// are the SQL transport's, if DB has the error topic's table. It is
+	// never shown. Defaults to none.
 	AMQPURL string
-	// ErrorTopic is the bus's Config.ErrorTopic. Defaults to
-	// bus.ErrorTopicDefault.
+	// ErrorTopic is the bus's Config.ErrorTopic. Defaults to bus.ErrorTopicDefault.
 	ErrorTopic string
 	// Token is the access token every request needs; empty serves
 	// loopback requests without one. It is never shown. Defaults to none.
@@ -67,19 +63,15 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
-	// Secrets are DSNs and URLs whose passwords, and themselves, are
-	// redacted from every error the console shows or logs (AMQPURL always
-	// is). Defaults to none.
+	// Secrets are DSNs and URLs redacted, with their passwords, from every
+	// error shown or logged (AMQPURL always is). Defaults to none.
 	Secrets []string
 	// Metrics are the Prometheus endpoints of running buses
-	// (bus.Config.Metrics.Addr, "http://127.0.0.1:9464/metrics"): Run
-	// samples them, and the overview charts every handler's handled,
-	// duplicate, stale and failed messages from what it sampled. Without
-	// them the charts come from the database: handled (the inbox keys
-	// received) and failed (the error topic's messages). Defaults to none.
+	// ("http://127.0.0.1:9464/metrics"), which Run samples for the
+	// overview's charts; without them the charts come from the database
+	// (inbox keys received, error topic). Defaults to none.
 	Metrics []string
-	// SampleInterval is how often Run samples Metrics. Defaults to
-	// SampleIntervalDefault.
+	// SampleInterval is how often Run samples Metrics. Defaults to SampleIntervalDefault.
 	SampleInterval time.Duration
 	// ChartWindow is the time the overview's charts cover, in 60 bars.
 	// Defaults to ChartWindowDefault.
@@ -138,8 +130,7 @@ var staticFS embed.FS
 // sessionCookie is the name of the cookie a login sets.
 const sessionCookie = "postroom_console"
 
-// New returns a console for cfg. It opens nothing: each page reads the
-// database and the broker when it is asked for.
+// New returns a console for cfg. It opens nothing: each page reads on request.
 func New(cfg Config) (*Console, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -197,8 +188,7 @@ func CheckListen(addr, token string) error {
 	return fmt.Errorf("console: %s is not a loopback address: set an access token with --token or $%s, or listen on 127.0.0.1", addr, TokenEnv)
 }
 
-// isLoopback reports whether host (a name or an IP, without port) is
-// loopback; "" (every interface) is not.
+// isLoopback reports whether host (no port) is loopback; "" is not.
 func isLoopback(host string) bool {
 	if strings.EqualFold(host, "localhost") {
 		return true
@@ -257,13 +247,9 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if site := r.Header.Get("Sec-Fetch-Site"); site == "cross-site" || site == "same-site" {
-		// A page of another site (an <img> pointed at /failed) would make
-		// the console read the error queue, which on RabbitMQ returns
-		// every message it reads. same-site is refused too: any other
-		// port of 127.0.0.1 or localhost (a dev server) is the same site.
-		// Only the console's own pages (same-origin), an address typed or
-		// bookmarked (none) and clients that send no Sec-Fetch-Site
-		// (scripts, old browsers) pass.
+		// Another site's page (an <img> at /failed) would make the console
+		// browse the error queue, which on RabbitMQ returns each message;
+		// same-site includes any other port of localhost (a dev server).
 		c.refuse(w, r, http.StatusForbidden, "a page of another site asked for this (Sec-Fetch-Site: "+site+
 			"): the console answers only its own pages; open its address directly")
 		return
@@ -319,8 +305,7 @@ func equal(a, b string) bool {
 	return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
 }
 
-// bearer returns the token of an "Authorization: Bearer" header, when the
-// console has a token and r carries one.
+// bearer returns r's "Authorization: Bearer" token, when the console has one.
 func (c *Console) bearer(r *http.Request) (string, bool) {
 	if c.cfg.Token == "" {
 		return "", false
@@ -338,8 +323,7 @@ func (c *Console) authenticated(r *http.Request) bool {
 	return err == nil && equal(cookie.Value, c.session)
 }
 
-// checkOrigin refuses a state-changing request whose Origin (or, without
-// one, Referer) is not the console itself.
+// checkOrigin refuses a request whose Origin (else Referer) is not the console.
 func (c *Console) checkOrigin(r *http.Request) error {
 	from := r.Header.Get("Origin")
 	if from == "" || from == "null" {

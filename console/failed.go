@@ -64,12 +64,9 @@ func failedOf(msg *message.Message, full bool) failedMessage {
 	return f
 }
 
-// reasonOf is the reason a failed message is grouped and selected by: the
-// bus's error reason or, for a message no bus moved (a dead-letter policy,
-// a shovel) or one the console could not read, the transport's problem
-// with it. Grouping and selection use this one function: a group of such
-// messages shown by the transport's problem and selected by the bus's
-// (empty) reason would match nothing.
+// reasonOf is the reason a failed message is grouped and selected by (both
+// must use it): the bus's error reason or, for a message no bus moved, the
+// transport's problem with it.
 func reasonOf(msg *message.Message) string {
 	return cmp.Or(msg.Metadata.Get(metadata.ErrorReason), msg.Metadata.Get(metadata.TransportError))
 }
@@ -79,10 +76,8 @@ func reasonOf(msg *message.Message) string {
 var errNoErrorTopic = errors.New("the console cannot read the error topic: start it with --amqp (RabbitMQ), " +
 	"or give it the database of the SQL transport (--dsn)")
 
-// failedSource says where the console reads the error topic: "amqp",
-// "sql" (its table is in the console's database) or "" (nowhere). A
-// database whose table is found is remembered; one without is asked
-// again at the next page, so that a bus started later is seen.
+// failedSource says where the console reads the error topic: "amqp", "sql"
+// or "" (nowhere; asked again at the next page, for a bus started later).
 func (c *Console) failedSource(ctx context.Context) string {
 	if c.cfg.AMQPURL != "" {
 		return "amqp"
@@ -97,10 +92,9 @@ func (c *Console) failedSource(ctx context.Context) string {
 	return ""
 }
 
-// withQueue opens the error topic, runs fn and closes it. Its errors go
-// through redact before anyone sees them. One page at a time reads it: a
-// browse holds the messages it has read until it ends, and another browse
-// meanwhile would not see them.
+// withQueue opens the error topic, runs fn and closes it (errors go
+// through redact). One page at a time: a browse holds what it read, which
+// another browse meanwhile would not see.
 func (c *Console) withQueue(ctx context.Context, fn func(q errorQueue) error) error {
 	source := c.failedSource(ctx)
 	c.queueMu.Lock()
@@ -123,9 +117,8 @@ func (c *Console) withQueue(ctx context.Context, fn func(q errorQueue) error) er
 	return errNoErrorTopic
 }
 
-// browse returns the failed messages, oldest first, and what is wrong with
-// the error queue's delivery limit (a quorum queue without one: the bus's
-// check, run as the queue is opened), or "".
+// browse returns the failed messages, oldest first, and the error queue's
+// delivery-limit warning, or "".
 func (c *Console) browse(ctx context.Context, full bool) ([]failedMessage, string, error) {
 	var list []failedMessage
 	warning := ""
@@ -184,9 +177,7 @@ func (c *Console) failedShow(w http.ResponseWriter, r *http.Request) {
 	c.renderPage(w, r, "message", p)
 }
 
-// groupText names an endpoint group in a sentence: the failing handler's
-// subscriber group (metadata.ErrorGroup, bus.GroupOf its endpoint and
-// handler), or none for a message no bus moved.
+// groupText names an endpoint group (metadata.ErrorGroup) in a sentence.
 func groupText(group string) string {
 	if group == "" {
 		return "without an endpoint group (not moved there by a bus)"
@@ -194,14 +185,10 @@ func groupText(group string) string {
 	return "of endpoint group " + group
 }
 
-// selection is which failed messages an action applies to: those with an
-// ID, the copies with a digest (copyKey: a message without an ID, which
-// the ID cannot name), those of a failure group, or all; with ByGroup,
-// only those of the endpoint group Group (metadata.ErrorGroup; "" is a
-// message without one). Two endpoints that handle one event each put a
-// copy with its ID in the error topic when both fail: the group tells
-// them apart. A request without a group (a form or a script that sends
-// none) selects every copy of the ID, or of the handler and reason.
+// selection is which failed messages an action applies to: by ID, by
+// digest (copyKey, for a message without an ID), by failure group, or all;
+// with ByGroup, only those of endpoint group Group, which tells apart the
+// copies of one event two endpoints failed. Without a group, every copy.
 type selection struct {
 	ID, Copy, Handler, Reason, Group string
 	ByGroup                          bool // the request named a group, maybe ""
@@ -240,14 +227,10 @@ func (s selection) match(msg *message.Message) bool {
 	}
 }
 
-// asPosted is s as a browser posts it back from a page that held it in a
-// form: every line break as one LF (a browser submits CRLF, whatever the
-// page held: WHATWG's form encoding), NUL and bytes that are not UTF-8 as
-// U+FFFD (html/template writes NUL so, and a browser decodes the page so),
-// a run of U+FFFD as one (a browser and Go may read one bad sequence as a
-// different number of them). Otherwise a reason of several lines
-// (errors.Join) comes back unequal to itself, and its group's Retry and
-// Delete find nothing.
+// asPosted is s as a browser posts it back from a form: line breaks as LF
+// (browsers submit CRLF), NUL and invalid UTF-8 as U+FFFD, a run of U+FFFD
+// as one. Otherwise a multi-line reason comes back unequal to itself and
+// its group's Retry and Delete find nothing.
 func asPosted(s string) string {
 	if !strings.ContainsAny(s, "\r\x00\uFFFD") && utf8.ValidString(s) {
 		return s
@@ -286,15 +269,10 @@ func (s selection) String() string {
 	}
 }
 
-// copyKey identifies one copy in the error topic, as the confirmation
-// page showed it: a digest of its ID, body and metadata. The delivery count
-// and the redelivered mark are left out, since they change each time a
-// page reads the error queue (RabbitMQ raises the count on quorum queues
-// and marks a message redelivered on classic ones once a read returned it;
-// the SQL transport marks a process's first read). Two copies with the
-// same key are the same message, failed at the same instant for the same
-// reason: a confirmation counts them, and an action takes as many as were
-// counted.
+// copyKey identifies one copy in the error topic as the confirmation page
+// showed it: a digest of its ID, body and metadata, without the delivery
+// count and redelivered mark, which each read changes. Copies with one key
+// are counted, and an action takes as many as were counted.
 func copyKey(msg *message.Message) string {
 	h := sha256.New()
 	field := func(s string) {
@@ -371,11 +349,9 @@ func (c *Console) failedDelete(w http.ResponseWriter, r *http.Request) {
 	c.takeFailed(w, r, "deleted", func(errorQueue, *message.Message) error { return nil })
 }
 
-// takeFailed runs do on each selected message that the confirmation page
-// showed (the form's copies) and removes it from the error topic once do
-// succeeded. A message the page did not show (one that failed since),
-// though it matches the selection, stays where it is: the operator has
-// not seen it.
+// takeFailed runs do on each selected message the confirmation page showed
+// and removes it from the error topic once do succeeded; one the operator
+// has not seen (failed since) stays.
 func (c *Console) takeFailed(w http.ResponseWriter, r *http.Request, done string, do func(q errorQueue, msg *message.Message) error) {
 	s, err := selectionOf(r)
 	var confirmed map[string]int
@@ -404,9 +380,7 @@ func (c *Console) takeFailed(w http.ResponseWriter, r *http.Request, done string
 			}
 			at = msg.UUID
 			if err := do(q, msg); errors.Is(err, amqpqueue.ErrNotReplayable) {
-				// It stays; the others are taken: one such message does
-				// not fail the whole retry.
-				kept, keptErr = kept+1, err
+				kept, keptErr = kept+1, err // it stays; the others go on
 				return false, nil
 			} else if err != nil {
 				return false, err

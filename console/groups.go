@@ -7,12 +7,7 @@ import (
 )
 
 // failureGroup is the failed messages of one handler of one endpoint
-// whose reasons have one shape (ServicePulse's failure group, which groups
-// by endpoint, exception type and stack trace; a reason here is the
-// error's text). The endpoint is the handler's subscriber group
-// (metadata.ErrorGroup): two endpoints that handle one event have
-// handlers of one name, and grouped by handler alone their failures
-// would be one group whose rows look alike.
+// group (metadata.ErrorGroup) whose reasons have one shape.
 type failureGroup struct {
 	Handler  string
 	Group    string // the failing handler's subscriber group; "" for a message no bus moved
@@ -48,11 +43,8 @@ var (
 	numberPattern = regexp.MustCompile(`(?i)(?:\b(?:status|code|error|errno|sqlstate|http)\W{0,2})?\b[0-9]+(?:[.,][0-9]+)*\b`)
 )
 
-// reasonShape is a reason with what varies per message written as "…":
-// "customer 17 has no VAT number" and "customer 42 has no VAT number" are
-// one failure group, "customer … has no VAT number". Grouped by the exact
-// text, a reason that names its message would make a group per message.
-// Line breaks count as LF (see asPosted).
+// reasonShape is a reason with what varies per message written as "…"
+// ("customer … has no VAT number"); line breaks count as LF (see asPosted).
 func reasonShape(reason string) string {
 	s := asPosted(reason)
 	s = uuidPattern.ReplaceAllString(s, "…")

@@ -8,9 +8,8 @@ import (
 	"time"
 )
 
-// LoginFailuresDefault is how many wrong tokens (login form or bearer
-// header) one remote address may send a minute; the next attempt gets
-// 429 Too Many Requests until the oldest failure is a minute old.
+// LoginFailuresDefault is how many wrong tokens one remote address may send
+// a minute; further attempts get 429 until the oldest is a minute old.
 const LoginFailuresDefault = 5
 
 // loginWindow is the window LoginFailuresDefault counts in.
@@ -34,9 +33,8 @@ func (l *loginLimiter) blocked(addr string, now time.Time) time.Duration {
 	return recent[len(recent)-LoginFailuresDefault].Add(loginWindow).Sub(now)
 }
 
-// failed records a wrong token from addr, and forgets the addresses whose
-// failures are all older than the window (the map stays as small as the
-// last minute's attackers).
+// failed records a wrong token from addr and forgets addresses whose
+// failures all left the window.
 func (l *loginLimiter) failed(addr string, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

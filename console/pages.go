@@ -17,7 +17,7 @@ import (
 )
 
 // overdueAfter is how late a schedule's next slot may be before the
-// overview says it missed it (the scheduler ticks every few seconds).
+// overview says it missed it.
 const overdueAfter = time.Minute
 
 // attention is one thing the overview puts at the top.
@@ -195,8 +195,7 @@ func (c *Console) unresolvedConfirm(w http.ResponseWriter, r *http.Request) {
 	c.renderPage(w, r, "confirm_resolve", p)
 }
 
-// attemptsOf reads the attempt of a claim that a page showed: a resolution
-// applies to that attempt only (claims.ResolveAttempt).
+// attemptsOf reads the claim's attempt a page showed (claims.ResolveAttempt).
 func attemptsOf(s string) (int, error) {
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 1 {
@@ -223,9 +222,7 @@ func (c *Console) unresolvedResolve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	// The attempt the confirmation showed, no later one: another operator
-	// may have released it since, and the next copy run and been parked
-	// again.
+	// Only the attempt the confirmation showed: it may have moved on since.
 	if err := claims.ResolveAttempt(r.Context(), c.cfg.DB, c.tables.Inbox, consumer, key, attempts, res, c.now()); err != nil {
 		c.log.Warn("console: resolve failed", "consumer", consumer, "message", id, "attempt", attempts, "err", c.redact(err))
 		text := c.redact(err)
@@ -239,13 +236,11 @@ func (c *Console) unresolvedResolve(w http.ResponseWriter, r *http.Request) {
 	redirectDone(w, r, "/unresolved", done, "message "+id+" of "+consumer)
 }
 
-// inboxKey is one consumer's key of a message: it was handled (status
-// done) or is being handled, when, and how many duplicates were skipped.
+// inboxKey is one consumer's key of a message, with its duplicates.
 type inboxKey struct {
 	Consumer, Source, MessageID, MessageType string
 	ReceivedAt                               time.Time
-	// Status is done for a handled message; the External mode's claims
-	// can be processing, parked or released.
+	// Status is done, or an External claim's processing, parked or released.
 	Status     string
 	Duplicates int64
 }
@@ -295,8 +290,7 @@ func (c *Console) inboxLookup(w http.ResponseWriter, r *http.Request) {
 	c.renderPage(w, r, "inbox", p)
 }
 
-// plural is n with one or many after it: "1 failed message", "2 failed
-// messages".
+// plural is n with one or many after it: "2 failed messages".
 func plural(n int, one, many string) string {
 	if n == 1 {
 		return "1 " + one

@@ -17,10 +17,9 @@ import (
 // errorQueue is the error topic as the failed-messages pages use it: on
 // RabbitMQ (*amqpqueue.Queue) or on the SQL transport (*sqlErrorQueue).
 type errorQueue interface {
-	// Browse calls visit for up to limit messages, oldest first; a
-	// message for which visit returns take leaves the error topic: on
-	// RabbitMQ at once (a Browse cut off keeps the rest), on the SQL
-	// transport when Browse commits (cut off, it took none).
+	// Browse calls visit for up to limit messages, oldest first; one that
+	// visit takes leaves the error topic (on RabbitMQ at once, on the SQL
+	// transport when Browse commits).
 	Browse(ctx context.Context, limit int, visit func(*message.Message) (take bool, err error)) error
 	// Replay sends msg back to the handler that failed, alone, and
 	// returns where to.
@@ -30,13 +29,10 @@ type errorQueue interface {
 	DeliveryLimitWarning() string
 }
 
-// sqlErrorQueue is the error topic of the SQL transport: watermill-sql's
-// message table "watermill_<error topic>" in the console's database, which
-// nothing consumes. A replay goes through the delayed table, due now and
-// addressed to the failing handler's group (as the bus's delayed retries
-// are): the next tick of a running bus with that handler delivers it to
-// that handler alone, and the row leaves the error topic in the same
-// transaction.
+// sqlErrorQueue is the SQL transport's error topic, the table
+// "watermill_<error topic>". A replay goes through the delayed table, due
+// now, for the failing handler's group alone, and leaves the error topic
+// in the same transaction.
 type sqlErrorQueue struct {
 	db      *gorm.DB
 	d       dialect.Dialect
@@ -47,8 +43,7 @@ type sqlErrorQueue struct {
 	tx *gorm.DB // Browse's transaction, which Replay writes in
 }
 
-// openSQLErrors returns the error topic's table in db, or an error if the
-// database has none (no SQL transport, or not this error topic).
+// openSQLErrors returns the error topic's table in db, or an error if none.
 func openSQLErrors(ctx context.Context, db *gorm.DB, topic, delayedTable string, now func() time.Time) (*sqlErrorQueue, error) {
 	d, err := dialect.Of(db)
 	if err != nil {

@@ -7,13 +7,9 @@ import (
 	"github.com/postroom/postroom/internal/amqpqueue"
 )
 
-// stoppedText says what a retry or a delete cut off by err (a dropped
-// connection, the request ended) did, so that the operator knows what the
-// next one would repeat. n messages were taken (done) by the time it
-// stopped; at names the message it was at. On RabbitMQ (atOnce) each
-// message leaves the error topic as soon as it is taken, so all but
-// perhaps the last taken are gone; on the SQL transport the action is one
-// transaction, rolled back whole.
+// stoppedText says what a retry or delete cut off by err did: n messages
+// taken, at the one it was at. On RabbitMQ (atOnce) each taken message
+// left at once (but perhaps the last); on the SQL transport all rolled back.
 func stoppedText(done string, n int, at string, atOnce bool, err error) string {
 	if !atOnce {
 		return fmt.Sprintf("stopped: nothing was %s (the action is one transaction, rolled back): %v", done, err)

@@ -20,25 +20,21 @@ const (
 	BatchSizeDefault = 1000
 )
 
-// CleanupStore asks for the inbox and watermark rows older than a cut-off
-// to be deleted, and the outbox rows relayed before it, and the
-// redelivery counts not updated since. A bus handling it (every bus with
-// an inbox, a stale check or an outbox does) never cuts later than now
-// minus its Config.InboxRetention, whatever Before and Retention ask:
-// keys a redelivery may still need stay (said at warn).
+// CleanupStore asks for the inbox and watermark rows, relayed outbox rows
+// and redelivery counts older than a cut-off to be deleted. A bus handling
+// it never cuts later than now minus its Config.InboxRetention (said at
+// warn), whatever Before and Retention ask.
 type CleanupStore struct {
 	// Before is the cut-off; when zero, now minus Retention.
 	Before time.Time
 	// Retention is how long rows are kept when Before is zero. Defaults to
-	// 10 days; a bus handling it uses its Config.InboxRetention instead,
-	// and never less.
+	// 10 days (a bus: its Config.InboxRetention, and never less).
 	Retention time.Duration
 	// BatchSize is the most rows one DELETE removes. Defaults to 1000.
 	BatchSize int
-	// Pause is the rest between two batches, so that the handlers sharing
-	// the database keep their latency while a large backlog is purged.
-	// Zero (the default) rests as long as the batch took: the purge takes
-	// at most half of the time it could. Negative: no rest, full speed.
+	// Pause is the rest between two batches, so handlers sharing the
+	// database keep their latency. Zero (the default) rests as long as the
+	// batch took; negative: no rest.
 	Pause time.Duration
 }
 
@@ -51,10 +47,8 @@ type CleanupResult struct {
 	Inbox      int64
 	Watermarks int64
 	// Outbox counts the relayed outbox rows deleted (with OutboxTopic).
-	Outbox int64
-	// Deliveries counts the redelivery counts deleted: messages counted
-	// (postroom_deliveries) and not delivered since.
-	Deliveries int64
+	Outbox     int64
+	Deliveries int64 // rows of postroom_deliveries not updated since
 	Batches    int
 }
 
@@ -74,11 +68,10 @@ type CleanupConfig struct {
 	// Progress is called after each batch with the table and the rows
 	// deleted from it so far (for a progress bar). Defaults to nil.
 	Progress func(table string, deleted int64)
-	// ConsumerPrefix limits the inbox, watermark and redelivery-count purges to the
-	// consumers whose names start with it: a bus passes its endpoint's
-	// ("billing/"), so that its retention never purges the keys of
-	// another endpoint sharing the database, which may need them longer.
-	// Defaults to "": every consumer (the CLI's purge).
+	// ConsumerPrefix limits the inbox, watermark and redelivery-count
+	// purges to consumers starting with it: a bus passes its endpoint's
+	// ("billing/"), sparing other endpoints on the database. Defaults to
+	// "": every consumer.
 	ConsumerPrefix string
 }
 
@@ -122,16 +115,13 @@ func (c *Cleanup) Handle(ctx context.Context, m *CleanupStore) error {
 type target struct {
 	dialect.PurgeTarget
 	args []any
-	// aging: the cut-off is an age the database applies at each DELETE
-	// (the outbox's), so rows keep crossing it while the purge runs, and
-	// a short batch ends the purge. Its rows are not updated once
-	// relayed, so a short batch leaves none behind.
+	// aging: the cut-off is an age applied at each DELETE (the outbox's),
+	// so rows keep crossing it and a short batch ends the purge.
 	aging bool
 }
 
-// targets returns the targets of m, in the order of CleanupResult's
-// counts (inbox, watermarks, outbox, deliveries; the outbox's Table is ""
-// without an outbox), and its cut-off.
+// targets returns m's targets in CleanupResult's order (the outbox's Table
+// is "" without one) and its cut-off.
 func (c *Cleanup) targets(m CleanupStore) ([]target, time.Time, error) {
 	if m.Retention < 0 || m.BatchSize < 0 {
 		return nil, time.Time{}, fmt.Errorf("handlers: CleanupStore: negative retention %s or batch size %d", m.Retention, m.BatchSize)
@@ -155,8 +145,7 @@ func (c *Cleanup) targets(m CleanupStore) ([]target, time.Time, error) {
 		}
 	}
 	if c.stmts.Outbox.Table != "" {
-		// The outbox's created_at is the database's clock: the cut-off
-		// goes as an age in seconds.
+		// created_at is the database's clock: pass an age in seconds.
 		age := int64(c.cfg.Now().Sub(cutoff) / time.Second)
 		targets[2] = target{PurgeTarget: c.stmts.Outbox, args: []any{age}, aging: true}
 	}
@@ -207,13 +196,10 @@ func (c *Cleanup) Pending(ctx context.Context, m CleanupStore) (CleanupResult, e
 	return res, nil
 }
 
-// purge deletes until a batch deletes nothing; each DELETE commits alone,
-// so locks are held for one batch only, and rests between batches (pause).
-// A short batch is not the end: on PostgreSQL a row updated while the
-// batch ran (a duplicate counted on an expired key) moves, and its
-// batch comes back short with expired rows left. For an aging target it
-// is: there, an empty batch may never come while rows keep crossing the
-// cut-off.
+// purge deletes, one committed batch at a time with a rest between, until
+// a batch deletes nothing. A short batch is not the end (on PostgreSQL a
+// row updated meanwhile moves), except for an aging target, where an empty
+// batch may never come.
 func (c *Cleanup) purge(ctx context.Context, t target, batch int, pause time.Duration, batches *int) (int64, error) {
 	args := append(append([]any{}, t.args...), batch)
 	var total int64

@@ -34,8 +34,8 @@ const (
 	// ErrorAt is when the message was moved, RFC 3339.
 	ErrorAt = "postroom-error-at"
 	// ErrorDroppedMetadata names the metadata values left out of a failed
-	// message because the error topic refused it whole (RabbitMQ's frame_max
-	// bounds a message's headers): "key (N bytes), …", largest first.
+	// message the error topic refused whole (RabbitMQ's frame_max):
+	// "key (N bytes), …", largest first.
 	ErrorDroppedMetadata = "postroom-error-dropped-metadata"
 	// ErrorGroup is the subscriber group (queue) of the handler that
 	// failed: a replay goes back to it alone.
@@ -50,33 +50,27 @@ const (
 // been moved there, RFC 3339.
 const Replayed = "postroom-replayed"
 
-// TransportError is set by a transport on a message it received but could
-// not read in full (a header it cannot convert, no message ID): the bus
-// moves such a message to the error topic with this reason instead of
-// handling it. A transport never nacks such a message in a loop.
+// TransportError is set by a transport on a message it could not read in
+// full (a header it cannot convert, no message ID): the bus moves it to
+// the error topic with this reason instead of handling it.
 const TransportError = "postroom-transport-error"
 
-// UnreadMetadata keeps, as text, the metadata a transport could not read
-// (the SQL transport: a metadata column that is not a JSON object), so
-// that the copy in the error topic shows what the producer sent.
+// UnreadMetadata keeps, as text, metadata a transport could not read (the
+// SQL transport: not a JSON object), for the error topic's copy.
 const UnreadMetadata = "postroom-unread-metadata"
 
 // DeliveryCount is set by a transport that counts deliveries (RabbitMQ's
-// quorum queues, from x-delivery-count): how many times the message was
-// delivered before this delivery without being settled. The bus's
-// poison-loop guard (bus.Config.MaxDeliveries) adds it to its own count.
+// quorum queues): the earlier unsettled deliveries, which the bus's
+// poison-loop guard (bus.Config.MaxDeliveries) adds to its own count.
 const DeliveryCount = "postroom-delivery-count"
 
-// Redelivered is set by a transport whose broker does not count
-// deliveries (no DeliveryCount) on a delivery that may repeat one that
-// ended with its process: RedeliveredYes on a message the broker delivered
-// before (RabbitMQ's classic queues: its redelivered flag),
-// RedeliveredFirstRead on the first message of a topic a process reads
-// (the SQL transport, where a group reads a topic in order: a message
-// that ended its process is the next one's first read). The bus counts
-// such deliveries in the database (the table postroom_deliveries), so that a
-// message that kills its process each time still reaches the error topic.
-// The bus also sets RedeliveredFirstRead on each run of a delayed retry.
+// Redelivered is set by a transport without DeliveryCount on a delivery
+// that may repeat one that ended with its process: RedeliveredYes for a
+// broker's redelivered flag (RabbitMQ classic queues), RedeliveredFirstRead
+// on a process's first message of a topic (the SQL transport, which reads
+// in order) and on each run of a delayed retry. The bus counts such
+// deliveries in postroom_deliveries, so a message that kills its process
+// each time still reaches the error topic.
 const Redelivered = "postroom-redelivered"
 
 // Values of Redelivered.

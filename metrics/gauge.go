@@ -31,19 +31,15 @@ func (c Count) Name() string { return metricseries.Series(c).Name() }
 // "schedule" and "postroom.cleanup.billing".
 func (c Count) Label() (name, value string) { return metricseries.Series(c).Label() }
 
-// GaugeSetter is implemented by a Recorder that also keeps levels; the bus
-// sets its gauges on a Recorder that implements it. A value of NaN
-// (Unknown) says the level is not known: the read that sets it failed (the
-// database out of reach). Counters then leaves the series out of a scrape
-// until it is set again, so that a dashboard shows a gap and an alert on
-// its absence fires, instead of the last value read (an outbox backlog
-// frozen at 0 through an outage).
+// GaugeSetter is implemented by a Recorder that also keeps levels. A value
+// of Unknown (NaN) says the read failed: Counters then leaves the series
+// out of scrapes until set again, so dashboards show a gap and absence
+// alerts fire, instead of a stale value.
 type GaugeSetter interface {
 	SetGauge(g Gauge, value float64)
 }
 
-// Unknown is the value of a gauge whose level is not known (see
-// GaugeSetter): NaN.
+// Unknown (NaN) is the value of a gauge whose level is not known.
 var Unknown = math.NaN()
 
 // Adder is implemented by a Recorder that also keeps running totals.

@@ -35,10 +35,9 @@ type Discard struct{}
 func (Discard) Record(string, Event) {}
 
 // Counters is a Recorder that keeps a count per handler and event in
-// memory, and the gauges (GaugeSetter) and running totals (Adder). Record
-// is lock-free: every message records two events or more, from every
-// handler goroutine at once. Counters is a [prometheus.Collector]: register
-// it on a registry to serve what it keeps. The zero value is ready to use.
+// memory, and the gauges (GaugeSetter) and running totals (Adder); Record
+// is lock-free. It is a [prometheus.Collector]. The zero value is ready to
+// use.
 type Counters struct {
 	n      sync.Map // eventKey → *atomic.Uint64
 	mu     sync.Mutex

@@ -42,9 +42,8 @@ type Schedule struct {
 	// Name identifies the schedule across restarts and instances. Required.
 	Name string
 	// Every fires at multiples of this interval since Go's zero time
-	// (January 1 of year 1, UTC; time.Truncate), so all instances agree on
-	// the slots: for an interval that divides a day (15m, 1h, 24h), at the
-	// same times every day from midnight UTC. Set Every or Cron.
+	// (time.Truncate), so all instances agree on the slots (an interval
+	// dividing a day fires at the same UTC times daily). Set Every or Cron.
 	Every time.Duration
 	// Cron fires on a five-field cron expression, in UTC unless it starts
 	// with CRON_TZ=<IANA zone> (robfig/cron's ParseStandard; "@every 5m"
@@ -72,9 +71,8 @@ func (s *Schedule) prepare() error {
 		if err != nil {
 			errs = append(errs, fmt.Errorf("scheduler: schedule %q: cron %q: %w", s.Name, s.Cron, err))
 		} else if c.Next(time.Now()).IsZero() {
-			// robfig/cron gives up after five years: a date that never
-			// comes (February 30) would be stored as a zero next_run_at,
-			// and every tick would then fail with "has no next_run_at".
+			// robfig/cron gives up after five years (February 30): a zero
+			// next_run_at would fail every tick.
 			errs = append(errs, fmt.Errorf("scheduler: schedule %q: cron %q never fires", s.Name, s.Cron))
 		}
 		s.cron = c
@@ -82,8 +80,7 @@ func (s *Schedule) prepare() error {
 		errs = append(errs, fmt.Errorf("scheduler: schedule %q: Every %s is shorter than a second", s.Name, s.Every))
 	}
 	if s.CatchUpLimit < 0 {
-		// slots() would slice emit[len+1:]: a panic in Tick, on every
-		// instance, at every start, as long as the schedule is late.
+		// slots() would panic in Tick, on every instance.
 		errs = append(errs, fmt.Errorf("scheduler: schedule %q: CatchUpLimit %d is negative", s.Name, s.CatchUpLimit))
 	}
 	if s.CatchUpLimit == 0 {

@@ -208,9 +208,8 @@ func (s *Scheduler) state(ctx context.Context, name string) (next time.Time, pau
 }
 
 // Run calls Define, then Tick every PollInterval until ctx is done, and
-// then returns nil: a stop is not an error, also when it comes while Run
-// starts (as bus.Run). Tick errors are logged and retried on the next
-// tick.
+// returns nil (a stop is not an error, even during start). Tick errors are
+// logged and retried on the next tick.
 func (s *Scheduler) Run(ctx context.Context) error {
 	// Slots are DATETIME columns on MySQL: a connection in another zone
 	// would shift them (and lose one at a change of clocks).
@@ -227,9 +226,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 	if err := s.Define(ctx); err != nil {
 		if ctx.Err() != nil {
-			// Stopped while defining: not an error (see Run), whatever
-			// err says: SQLite reports a query cut short as
-			// "interrupted (9)", which does not wrap ctx's error.
+			// Whatever err says: SQLite's "interrupted (9)" does not wrap ctx's.
 			return nil
 		}
 		return err

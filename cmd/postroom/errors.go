@@ -215,10 +215,8 @@ For a handler with Inbox.ExternalEffects, resolve a parked message first
 			defer q.Close()
 			out := cmd.OutOrStdout()
 			replayed, kept := 0, 0
-			// sent is the message whose copy was sent last: Browse removes
-			// it from the error topic before it reads the next, so it is
-			// printed as replayed only then: a dropped connection may
-			// prevent the removal.
+			// sent is printed as replayed only once Browse has removed it,
+			// before it reads the next.
 			var sent, sentTo string
 			removed := func() {
 				if sent != "" {
@@ -240,9 +238,7 @@ For a handler with Inbox.ExternalEffects, resolve a parked message first
 				}
 				queue, err := q.Replay(cmd.Context(), msg)
 				if errors.Is(err, amqpqueue.ErrNotReplayable) {
-					// It stays; the others are replayed: one such message
-					// does not stop the whole replay.
-					kept++
+					kept++ // it stays; the others go on
 					fmt.Fprintf(out, "kept %s in the error topic: %s\n", printable(msg.UUID), printable(err.Error()))
 					return false, nil
 				}
@@ -274,8 +270,7 @@ For a handler with Inbox.ExternalEffects, resolve a parked message first
 				return fmt.Errorf("%d message(s) cannot be replayed and stay in the error topic (listed above)", kept)
 			}
 			if all && seen == o.limit && held > o.limit {
-				// Browse stopped at the limit: say what it did not look
-				// at, or --all would leave the rest in silence.
+				// Stopped at the limit: say so, not leave the rest in silence.
 				return fmt.Errorf("replay --all looked at the first %d of the %d messages in error topic %s (--limit %d): run it again for the rest, or raise --limit",
 					o.limit, held, o.topic, o.limit)
 			}
@@ -307,9 +302,7 @@ looks only at the messages in the error topic when it starts.`,
 			defer q.Close()
 			out := cmd.OutOrStdout()
 			deleted := 0
-			// taken is the ID of the message removed last, if pending:
-			// Browse confirms its removal before it reads the next, so it
-			// is printed then. A message without an ID ("") counts too.
+			// taken (even "") is printed once Browse confirmed its removal.
 			taken, pending := "", false
 			confirm := func() {
 				if pending {

@@ -32,11 +32,9 @@ func printList[T any](out io.Writer, asJSON bool, list []T, header []string, row
 	return w.Flush()
 }
 
-// printable is s for a terminal: s itself when it is valid UTF-8 of
-// printable characters, else quoted with Go's escapes. Message IDs and
-// reasons come from producers: raw, an escape sequence recolours or
-// rewrites the terminal, a newline forges a row, and tabwriter's escape
-// byte (0xff) breaks the table's alignment.
+// printable is s for a terminal: itself if valid printable UTF-8, else
+// Go-quoted, since producers' IDs and reasons could hold escape sequences,
+// newlines or tabwriter's 0xff.
 func printable(s string) string {
 	if !utf8.ValidString(s) {
 		return strconv.Quote(s)

@@ -131,9 +131,8 @@ func (o *options) databaseDSN() (string, error) {
 
 func (o *options) open() (*gorm.DB, error) { return o.openDB(false) }
 
-// openDB opens the database; a SQLite file that does not exist is an
-// error unless create (migrate creates it; any other command would only
-// make an empty file out of a mistyped path).
+// openDB opens the database; a missing SQLite file is an error unless
+// create (migrate), not an empty file made of a mistyped path.
 func (o *options) openDB(create bool) (*gorm.DB, error) {
 	dsn, err := o.databaseDSN()
 	if err != nil {

@@ -49,16 +49,12 @@ func Open(url, topic, group string) (*Queue, error) {
 }
 
 // DeliveryLimitWarning is deliverylimit.Warning, naming the queue, when
-// Open found a quorum error queue without x-delivery-limit (declared by
-// an earlier postroom), and "" otherwise: each look at the queue counts
-// against RabbitMQ 4.0 to 4.2's default limit of 20, and an operator who
-// keeps looking drops its messages.
+// Open found a quorum error queue without x-delivery-limit, else "".
 func (q *Queue) DeliveryLimitWarning() string { return q.warning }
 
-// checkDeliveryLimit runs deliverylimit.Check on a channel of its own
-// (the check's declare closes the channel it is refused on). A check that
-// fails otherwise (a user without the configure permission the declare
-// needs) leaves the queue usable and says it could not check.
+// checkDeliveryLimit runs deliverylimit.Check on a channel of its own (a
+// refused declare closes it). A check that fails (no configure
+// permission) leaves the queue usable, with a warning.
 func (q *Queue) checkDeliveryLimit() error {
 	ch, err := q.conn.Channel()
 	if err != nil {
@@ -110,24 +106,11 @@ func (q *Queue) exists(name string) error {
 	return nil
 }
 
-// Browse calls visit for up to limit messages of the queue, oldest first,
-// among those in the queue when it starts: a message that arrives meanwhile
-// (one replayed by visit and moved back by a running endpoint) waits for
-// the next Browse. Each message stays in the queue unless visit returns
-// take: then it is removed at once, before the next is read, also when
-// visit returns an error with it. The messages left are put back when
-// Browse returns.
-//
-// Removing each message as soon as visit has sent its copy keeps the
-// window of a duplicate to one message: a Browse cut off (a dropped
-// connection, a stopped command) leaves every message either sent and
-// removed, or not sent and still in the queue, except the one visit was
-// at. If that one was sent and it is not sure that the broker removed it
-// (an ack is not answered: the next call on the channel, or one made for
-// it, proves the broker had it), Browse says so with [ErrNotRemoved].
-// Removed only when the whole Browse ends, the messages taken would all
-// be sent again by the next retry after a connection dropped during a
-// "retry all": every copy sent, every original still in the error queue.
+// Browse calls visit for up to limit messages, oldest first, among those
+// in the queue when it starts. A message visit takes (even with an error)
+// is removed at once, before the next is read, so a Browse cut off leaves
+// at most one message both sent and perhaps still queued, which it reports
+// with [ErrNotRemoved]. The rest are put back when Browse returns.
 func (q *Queue) Browse(ctx context.Context, limit int, visit func(*message.Message) (take bool, err error)) error {
 	ch, err := q.conn.Channel()
 	if err != nil {
@@ -168,8 +151,6 @@ func (q *Queue) Browse(ctx context.Context, limit int, visit func(*message.Messa
 		}
 		take, err := visit(msg)
 		if take {
-			// visit has done its work on it (a replay sent its copy): a
-			// later Browse would do it again.
 			if ackErr := d.Ack(false); ackErr != nil {
 				return errors.Join(err, fmt.Errorf("%w: amqpqueue: message %s: %w", ErrNotRemoved, msg.UUID, ackErr))
 			}
@@ -183,15 +164,11 @@ func (q *Queue) Browse(ctx context.Context, limit int, visit func(*message.Messa
 }
 
 // ErrNotRemoved marks the error of a Browse cut off while it removed the
-// message visit took (a replay sent its copy): it may still be in the
-// queue, and then a later retry sends it again (a handler with an inbox
-// skips the repeat).
+// message visit took: a later retry may send it again.
 var ErrNotRemoved = errors.New("taken, but perhaps still in the error topic")
 
-// ErrOutcomeUnknown marks the error of a send whose wait for the broker's
-// confirm was cut off (the connection dropped, or the command or the
-// request stopped): the copy may or may not be in the handler's queue.
-// The original stays in the error topic.
+// ErrOutcomeUnknown marks the error of a send whose wait for the confirm
+// was cut off: the copy may or may not be queued; the original stays.
 var ErrOutcomeUnknown = errors.New("sent or not, unknown")
 
 // SendToQueue publishes msg straight to a queue (through the default
@@ -213,8 +190,7 @@ func (q *Queue) send(ctx context.Context, queue string, msg *message.Message) er
 	if err := ch.Confirm(false); err != nil {
 		return fmt.Errorf("amqpqueue: confirm mode: %w", err)
 	}
-	// A queue deleted since the check: RabbitMQ returns the mandatory
-	// message before it confirms it, and the confirm alone would say ok.
+	// A queue deleted since the check returns the message before the confirm.
 	returns := ch.NotifyReturn(make(chan amqp091.Return, 1))
 	p, err := postroomamqp.Marshaler{}.Marshal(msg)
 	if err != nil {
@@ -229,8 +205,7 @@ func (q *Queue) send(ctx context.Context, queue string, msg *message.Message) er
 		return fmt.Errorf("%w: amqpqueue: the wait for the confirm of %s to %s was cut off: %w", ErrOutcomeUnknown, msg.UUID, queue, err)
 	}
 	if !ok && ch.IsClosed() {
-		// amqp091 settles the confirms a closed channel still waits for
-		// as refused: the broker may have the message all the same.
+		// amqp091 settles a closed channel's confirms as refused.
 		return fmt.Errorf("%w: amqpqueue: the channel closed before the confirm of %s to %s", ErrOutcomeUnknown, msg.UUID, queue)
 	}
 	if !ok {
@@ -245,15 +220,10 @@ func (q *Queue) send(ctx context.Context, queue string, msg *message.Message) er
 }
 
 // ErrNotReplayable marks the error of a message that cannot be replayed
-// (no error metadata naming its handler, or its handler's queue is gone):
-// it stays in the error topic, and the messages after it can be replayed.
+// (no handler named, or its queue is gone); the others can be.
 var ErrNotReplayable = errors.New("not replayable")
 
-// Replay sends a failed message back to the queue of the handler it came
-// from (its error metadata names the topic and the group), with its
-// original ID and metadata, without the error metadata and the delayed
-// retries count (a new failure records its own), marked as replayed. It
-// returns that queue.
+// Replay sends ReplayCopy of msg to its handler's queue and returns it.
 func (q *Queue) Replay(ctx context.Context, msg *message.Message) (string, error) {
 	topic, group, out, err := ReplayCopy(msg)
 	if err != nil {
@@ -264,14 +234,12 @@ func (q *Queue) Replay(ctx context.Context, msg *message.Message) (string, error
 }
 
 // ReplayCopy returns what a replay of a failed message sends, on every
-// transport: the topic and the handler's group its error metadata names,
-// and a copy with its original ID and metadata, without the error
-// metadata and the delayed retries count (a new failure records its
-// own), marked as replayed.
+// transport: the topic and group its error metadata names, and a copy with
+// its ID and metadata, without the error metadata and delayed retries
+// count, marked as replayed.
 func ReplayCopy(msg *message.Message) (topic, group string, out *message.Message, err error) {
 	if msg.UUID == "" {
-		// The bus refuses it at once, before any handler: a replay would
-		// only bring it back here.
+		// The bus would refuse it at once and bring it back.
 		return "", "", nil, fmt.Errorf("%w: amqpqueue: the message has no ID, and no handler takes one without: delete it, and have its producer set one", ErrNotReplayable)
 	}
 	topic, group = msg.Metadata.Get(metadata.ErrorTopic), msg.Metadata.Get(metadata.ErrorGroup)
@@ -288,8 +256,7 @@ func ReplayCopy(msg *message.Message) (topic, group string, out *message.Message
 	}
 	out = message.NewMessage(msg.UUID, msg.Payload)
 	for k, v := range msg.Metadata {
-		// The mark of metadata left out on the way to the error topic stays:
-		// the replayed message is not the one its producer sent.
+		// ErrorDroppedMetadata stays: this is not what the producer sent.
 		if (!strings.HasPrefix(k, "postroom-error-") || k == metadata.ErrorDroppedMetadata) && k != metadata.DelayedRetries && k != metadata.TransportError {
 			out.Metadata.Set(k, v)
 		}

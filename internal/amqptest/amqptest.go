@@ -1,30 +1,17 @@
 // Package amqptest gives tests RabbitMQ transports that leave nothing of
 // their own behind: when a test ends, the queues and exchanges it declared
-// are deleted, on a connection of the helper's. RabbitMQ keeps a durable
-// queue until it is deleted; thousands left by earlier runs (each quorum
-// queue a Raft group) kept a local broker busy and the suite timed out.
+// are deleted (durable queues left by earlier runs piled up and slowed
+// the broker until the suite timed out).
 //
 // # What is deleted
 //
-// Every queue and exchange that belongs to the test. Names that tests
-// running at the same time share, in this package or another, are left:
-// deleting one under a test that publishes to it would fail that publish.
-// They are few and the same on every run, so they do not pile up. Shared
-// are the topics named after a message type (bus.EventTopic:
-// "sales.OrderPlaced", "postroom.CleanupStore"), the default error topic
-// "error", and the error queues of such topics. A name belongs to the
-// test when it holds a random part (12 hex digits or more, as
-// testenv.Name and Watermill's UUIDs make) or is a command topic
-// ("<endpoint>.cmd.<message>", bus.CommandTopic): tests name their
-// endpoints with testenv.Name, and two tests sharing an endpoint on one
-// broker would take each other's messages anyway. Any other queue is
-// named after a group, which tests name after an endpoint or at random.
-// A command topic that bus.CommandTopic shortened past its ".cmd." (a
-// long message name, the endpoint's random part cut off) looks shared and
-// is left.
-//
-// A queue is only deleted once nobody consumes it: another transport of
-// the test, still open, deletes it in its own cleanup.
+// Every queue and exchange that belongs to the test: a name with a random
+// part (12 hex digits or more, as testenv.Name and Watermill's UUIDs make)
+// or a command topic ("<endpoint>.cmd.<message>"). Names tests running at
+// once may share are left, since deleting one would fail another test's
+// publish: topics named after a message type (bus.EventTopic), the
+// default error topic "error" and their error queues. They are few and
+// the same on every run. A queue is deleted only once nobody consumes it.
 package amqptest
 
 import (
@@ -42,9 +29,8 @@ import (
 )
 
 // New returns a transport on the test broker (testenv.RequireAMQP sets
-// cfg.URL). When the test ends, after the cleanups registered later (the
-// buses that use it), it is closed, a failing Close failing the test, and
-// what it declared is deleted (see Cleanup).
+// cfg.URL), closed when the test ends (a failing Close fails the test) and
+// its names deleted (see Cleanup).
 func New(t testing.TB, cfg amqp.Config) *amqp.Transport {
 	t.Helper()
 	cfg.URL = testenv.RequireAMQP(t)
@@ -61,11 +47,9 @@ func New(t testing.TB, cfg amqp.Config) *amqp.Transport {
 	return tr
 }
 
-// Cleanup deletes, when the test ends, the queues and exchanges tr
-// declared (tr.Declared) that belong to the test, after the cleanups
-// registered later. It closes tr first (Close is idempotent), so that no
-// subscriber of tr declares a queue again once it is gone. Call it right
-// after creating tr, with the test that spans the use of its names.
+// Cleanup deletes, when the test ends, the names tr declared that belong
+// to the test, after closing tr so nothing declares them again. Call it
+// right after creating tr.
 func Cleanup(t testing.TB, tr *amqp.Transport) {
 	t.Helper()
 	url := testenv.AMQPURL()
@@ -77,10 +61,9 @@ func Cleanup(t testing.TB, tr *amqp.Transport) {
 }
 
 // DeleteTopic deletes, when the test ends, topic's exchange (if it belongs
-// to the test) and its queues for groups: what a child process or a
-// client other than a transport of this process declared. Call it before
-// starting the child, so that it runs after the child is killed; it waits
-// up to 10 s for a killed child's consumers to go.
+// to the test) and its queues for groups, as a child process declared
+// them. Call it before starting the child; it waits up to 10 s for the
+// killed child's consumers to go.
 func DeleteTopic(t testing.TB, topic string, groups ...string) {
 	t.Helper()
 	queues := make([]string, len(groups))
@@ -96,9 +79,8 @@ var (
 	errorQueues = "_" + transport.ErrorQueueGroup
 )
 
-// shared reports whether a queue or exchange name may be in use by
-// another test at the same time, so that a test's cleanup leaves it (see
-// the package doc).
+// shared reports whether another test may use name at once (see the
+// package doc).
 func shared(name string, queue bool) bool {
 	if queue {
 		topic, isErrorQueue := strings.CutSuffix(name, errorQueues)

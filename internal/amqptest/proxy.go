@@ -13,12 +13,9 @@ import (
 	"github.com/postroom/postroom/internal/testenv"
 )
 
-// Proxy forwards TCP connections to the test broker, so that a test can
-// fail a client's connection at a chosen moment without touching the
-// broker: Drop closes them (an operator command cut off mid-way, a broker
-// restart as the client sees it), Refuse closes new ones at once (a broker
-// that is down), Blackhole takes new connections and never answers,
-// Freeze holds every byte in flight, closing nothing.
+// Proxy forwards TCP connections to the test broker, so a test can fail a
+// client's connection without touching the broker (see Drop, Refuse,
+// Blackhole and Freeze).
 type Proxy struct {
 	ln        net.Listener
 	target    string

@@ -14,9 +14,8 @@ import (
 	"github.com/postroom/postroom/middleware/inbox"
 )
 
-// Unresolved is a claim of the External mode whose outcome is unknown:
-// parked, or processing with a lease that ran out (its process stopped and
-// the message has not come back yet).
+// Unresolved is an External claim whose outcome is unknown: parked, or
+// processing with a lease that ran out.
 type Unresolved struct {
 	Consumer    string    `json:"consumer"`
 	Source      string    `json:"source"`
@@ -62,12 +61,9 @@ func ListUnresolved(ctx context.Context, db *gorm.DB, table string, now time.Tim
 type Resolution int
 
 const (
-	// Happened: the effect did happen. The key is marked done; a later
-	// copy of the message (a replay from the error topic) is a duplicate.
+	// Happened: the key is marked done; a later copy is a duplicate.
 	Happened Resolution = iota + 1
-	// DidNotHappen: the effect did not happen. The claim is released; the
-	// next copy of the message (replay it from the error topic) runs the
-	// handler again.
+	// DidNotHappen: the claim is released; the next copy runs the handler.
 	DidNotHappen
 )
 
@@ -75,16 +71,13 @@ const (
 // claim (unknown, done, released, or processing under a live lease).
 var ErrNotUnresolved = errors.New("inbox: no unresolved claim with this key: list them with `postroom inbox unresolved`")
 
-// ErrClaimChanged is returned by ResolveAttempt when the key's claim is
-// no longer at the attempt the operator saw: it was resolved, and a later
-// copy of the message ran the handler again since (and may itself be
-// unresolved). What the operator found out was about the earlier attempt.
+// ErrClaimChanged is returned by ResolveAttempt when the claim moved past
+// the attempt the operator saw.
 var ErrClaimChanged = errors.New("inbox: the claim changed since it was shown: " +
 	"a later copy of the message ran the handler again; nothing was resolved, look at it again")
 
-// ErrAttemptNotReached is returned by ResolveAttempt for an attempt later
-// than the claim's: the claim never had it (a mistyped attempt), so nothing
-// is resolved.
+// ErrAttemptNotReached is returned by ResolveAttempt for an attempt the
+// claim never reached; nothing is resolved.
 var ErrAttemptNotReached = errors.New("inbox: the claim has not reached this attempt")
 
 // Resolve records what happened to the unresolved claim of key for
@@ -94,13 +87,9 @@ func Resolve(ctx context.Context, db *gorm.DB, table, consumer string, key inbox
 	return resolve(ctx, db, table, consumer, key, 0, r, now)
 }
 
-// ResolveAttempt is Resolve for the claim's attempt attempts (the
-// Attempts of ListUnresolved), the one the operator looked at: if the
-// claim is at a later attempt now, it fails with [ErrClaimChanged], at an
-// earlier one (the attempt given was never made) with
-// [ErrAttemptNotReached], and changes nothing. Without it, a resolution
-// read off a stale page would apply to a later attempt that the operator
-// never saw.
+// ResolveAttempt is Resolve for the attempt the operator looked at
+// (ListUnresolved's Attempts); at another attempt it changes nothing and
+// fails with [ErrClaimChanged] or [ErrAttemptNotReached].
 func ResolveAttempt(ctx context.Context, db *gorm.DB, table, consumer string, key inbox.Key, attempts int, r Resolution, now time.Time) error {
 	if attempts < 1 {
 		return fmt.Errorf("inbox: attempt %d: a claim's attempts start at 1 (the ATTEMPTS column of `postroom inbox unresolved`)", attempts)
@@ -134,9 +123,7 @@ func resolve(ctx context.Context, db *gorm.DB, table, consumer string, key inbox
 	if res.RowsAffected > 0 {
 		return nil
 	}
-	// Say why: the claim is at another attempt now, or not unresolved, and
-	// what it is (a bare "no unresolved claim" does not tell a second
-	// --done from a mistyped key).
+	// Say what the claim is (a second --done or a mistyped key?).
 	var cur struct {
 		Status   string
 		Attempts int

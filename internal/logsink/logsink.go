@@ -18,22 +18,16 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 )
 
-// Sink holds the logger a transport and its Watermill publisher and
-// subscribers write to. It can be swapped at any time (Set): Watermill
-// keeps the adapter it was given, and the adapter reads the current
-// logger on each call.
+// Sink holds the logger a transport and its Watermill components write
+// to; Set swaps it at any time, since the adapter reads it on each call.
 type Sink struct {
 	target   atomic.Pointer[logTarget]
 	stopping atomic.Bool // the owner began to stop: errors come at info
 }
 
 // Stopping says that the sink's owner has begun to stop: from now on an
-// error a stop causes comes at info, with stopping=true. A stop cuts polls,
-// reads and acks short in ways whose errors do not all say "context
-// canceled" (a connection closed under a query: "driver: bad connection",
-// "conn closed"), and a routine stop should not page anyone. Any other
-// error keeps its level: a commit that fails during the drain, a broker
-// refusing a publish, is for an operator whether or not a stop has begun.
+// error a stop causes (see stopCaused) comes at info with stopping=true,
+// so a routine stop pages no one. Any other error keeps its level.
 func (s *Sink) Stopping() { s.stopping.Store(true) }
 
 type logTarget struct {
@@ -63,19 +57,17 @@ func (s *Sink) Logger() *slog.Logger { return s.target.Load().slog }
 // target.
 func (s *Sink) Watermill() watermill.LoggerAdapter { return forwardingLogger{sink: s} }
 
-// LevelLogger is a Watermill adapter that also logs at any slog level:
-// Watermill's levels have no warning, and the sink's Info is Watermill's
-// chatter at debug. A component of ours handed a Watermill adapter (the
-// outbox relay) logs its own lines through it.
+// LevelLogger is a Watermill adapter that also logs at any slog level
+// (Watermill has no warning, and the sink's Info goes to debug), for our
+// components handed a Watermill adapter.
 type LevelLogger interface {
 	watermill.LoggerAdapter
 	// Log logs msg at level, with err (nil: none) and fields.
 	Log(level slog.Level, msg string, err error, fields watermill.LogFields)
 }
 
-// forwardingLogger is a watermill.LoggerAdapter that forwards to the
-// Sink's current target (watermill's slog adapter, whose Trace is
-// watermill.LevelTrace), with the fields of With.
+// forwardingLogger forwards to the Sink's current target, with the fields
+// of With.
 type forwardingLogger struct {
 	sink   *Sink
 	fields watermill.LogFields
@@ -85,10 +77,7 @@ func (f forwardingLogger) enabled(t *logTarget, level slog.Level) bool {
 	return t.slog.Enabled(context.Background(), level)
 }
 
-// Error forwards an error, but one caused by a cancelled context at info:
-// only a stop cancels the contexts Watermill's components run under (a
-// poll, a read transaction cut short when the bus stops), and a routine
-// stop should not page anyone.
+// Error forwards an error, at info when a stop caused it.
 func (f forwardingLogger) Error(msg string, err error, fields watermill.LogFields) {
 	t := f.sink.target.Load()
 	if f.stopCaused(err, fields) {
@@ -102,10 +91,8 @@ func (f forwardingLogger) Error(msg string, err error, fields watermill.LogField
 	}
 }
 
-// Info forwards at debug level: Watermill's info lines (a subscriber's
-// schema initialised, with its DDL; a handler added, started, closed) come
-// by the dozen at each start, and postroom logs what an operator acts on
-// itself.
+// Info forwards at debug: Watermill's info lines come by the dozen at each
+// start, and postroom logs what an operator acts on itself.
 func (f forwardingLogger) Info(msg string, fields watermill.LogFields) {
 	if t := f.sink.target.Load(); f.enabled(t, slog.LevelDebug) {
 		t.wm.Debug(msg, f.fields.Add(fields))
@@ -150,25 +137,21 @@ func (f forwardingLogger) With(fields watermill.LogFields) watermill.LoggerAdapt
 	return forwardingLogger{sink: f.sink, fields: f.fields.Add(fields)}
 }
 
-// stopCaused reports whether an error is one a stop causes: it comes of a
-// cancelled context (a stop cancels the contexts Watermill's components
-// run under), or the sink's owner is stopping and it says a connection
-// was closed under it.
+// stopCaused reports whether a stop caused an error: a cancelled context
+// (only a stop cancels Watermill's), or, once Stopping, a connection
+// closed under the call.
 func (f forwardingLogger) stopCaused(err error, fields watermill.LogFields) bool {
 	return cancelled(err, fields) || (f.sink.stopping.Load() && closedUnder(err, fields))
 }
 
-// cancelled reports whether a Watermill error comes from a cancelled
-// context: err itself, or the error it followed (watermill-sql's "could
-// not rollback tx for querying message", whose err is "conn closed" and
-// whose query_err field the cancelled query's).
+// cancelled reports whether err, or an error among fields (watermill-sql's
+// query_err), comes from a cancelled context.
 func cancelled(err error, fields watermill.LogFields) bool {
 	return anyError(err, fields, func(e error) bool { return errors.Is(e, context.Canceled) })
 }
 
-// closedUnder reports whether an error says that a connection or a pool
-// was closed under the call: what a stop does to a query, a read or an ack
-// in flight. Drivers say it in their own words, not all with a sentinel.
+// closedUnder reports whether an error says that a connection or pool was
+// closed under the call (drivers do not all use a sentinel).
 func closedUnder(err error, fields watermill.LogFields) bool {
 	return anyError(err, fields, func(e error) bool {
 		if errors.Is(e, net.ErrClosed) || errors.Is(e, sql.ErrConnDone) || errors.Is(e, sql.ErrTxDone) || errors.Is(e, driver.ErrBadConn) {
@@ -184,11 +167,9 @@ func closedUnder(err error, fields watermill.LogFields) bool {
 	})
 }
 
-// closedTexts are what the drivers postroom uses say when a connection is
-// closed under a call: pgx, database/sql, go-sql-driver/mysql, amqp091,
-// the SQL transport's and RabbitMQ transport's own. A connection the
-// peer reset is not among them: a server or broker failing during the
-// drain is for an operator.
+// closedTexts are the drivers' and transports' words for a connection
+// closed under a call; a peer's reset is not among them (it is for an
+// operator).
 var closedTexts = []string{
 	"conn closed",
 	"sql: database is closed",

@@ -13,22 +13,15 @@ import (
 )
 
 // conn is pgx's connection whose transactions send BEGIN with their first
-// statement. database/sql calls a connection from one goroutine at a
-// time, so its fields need no lock. pgx's methods are promoted, Conn among
-// them: code that reaches the driver's connection through sql.Conn.Raw
-// gets pgx's from Conn() (a type assertion to *stdlib.Conn fails).
+// statement; database/sql uses it from one goroutine at a time, so no
+// lock. pgx's methods are promoted: sql.Conn.Raw callers get pgx's
+// connection from Conn().
 type conn struct {
 	*stdConn
-	// pending: a transaction began and its BEGIN is not sent yet.
-	pending bool
-	// pipelines: the connection's statement mode can send BEGIN in a batch
-	// (pgx's cache_statement mode refuses batches without a cache).
-	pipelines bool
-	// aborted: the transaction's first statement failed before BEGIN ran
-	// (pgx prepares a new statement before the batch, and a statement that
-	// does not parse fails there). PostgreSQL would have aborted the
-	// transaction; so does conn: what follows fails, naming this error,
-	// and COMMIT rolls back.
+	pending   bool // a transaction began and its BEGIN is not sent yet
+	pipelines bool // the statement mode can send BEGIN in a batch
+	// aborted: the first statement failed before BEGIN ran (pgx prepares
+	// first). As PostgreSQL would, what follows fails and COMMIT rolls back.
 	aborted error
 }
 
@@ -40,8 +33,7 @@ type stdConn = stdlib.Conn
 // statement failed, as PostgreSQL answers in an aborted transaction.
 var errAborted = errors.New("pgdriver: current transaction is aborted, commands ignored until end of transaction block")
 
-// abortedErr is errAborted with the first statement's error, which a
-// handler that went on after it may not have logged.
+// abortedErr is errAborted with the first statement's error.
 func (c *conn) abortedErr() error {
 	return fmt.Errorf("%w (its first statement failed: %v)", errAborted, c.aborted)
 }
@@ -108,11 +100,9 @@ func (c *conn) QueryContext(ctx context.Context, query string, args []driver.Nam
 	return c.stdConn.QueryContext(ctx, query, args)
 }
 
-// PrepareContext prepares query. Its statement runs through conn, so that
-// it begins a pending transaction as any statement does (pgx's own
-// statement runs on pgx's connection directly: a statement prepared on
-// the pool and reused in a transaction, as database/sql's Tx.StmtContext
-// and gorm's PrepareStmt sessions do, would run outside it).
+// PrepareContext prepares query. Its statement runs through conn, so it
+// begins a pending transaction (pgx's own would run outside it when reused
+// in a transaction, as Tx.StmtContext and gorm's PrepareStmt do).
 func (c *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
 	if c.aborted != nil {
 		return nil, c.abortedErr()
@@ -167,11 +157,9 @@ func (c *conn) begin(ctx context.Context) error {
 	return nil
 }
 
-// batchable reports whether a statement with args can go out in pgx's
-// batch as pgx's Exec would send it: with arguments (pgx sends a statement
-// without any in the simple protocol, where several statements in one
-// string are allowed) and without pgx's options before them (a
-// QueryExecMode or QueryRewriter, which a batch takes as arguments).
+// batchable reports whether a statement can go in pgx's batch as Exec
+// would send it: with arguments (without, pgx uses the simple protocol,
+// which allows several statements) and no pgx options among them.
 func batchable(args []driver.NamedValue) bool {
 	if len(args) == 0 {
 		return false
@@ -183,8 +171,7 @@ func batchable(args []driver.NamedValue) bool {
 	return true
 }
 
-// values are database/sql's arguments as pgx takes them (stdlib passes
-// them through unchanged: its CheckNamedValue accepts every value).
+// values are database/sql's arguments as pgx takes them.
 func values(args []driver.NamedValue) []any {
 	vs := make([]any, len(args))
 	for i, a := range args {

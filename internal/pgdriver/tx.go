@@ -7,11 +7,9 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// tx is a transaction of conn. It commits and rolls back as pgx's own
-// does (pgx's dbTx): a COMMIT answered with ROLLBACK is
-// pgx.ErrTxCommitRollback, and a connection whose COMMIT or ROLLBACK failed
-// is closed, so the pool never hands out a connection inside a
-// transaction.
+// tx is a transaction of conn, ended as pgx's dbTx does: a COMMIT answered
+// with ROLLBACK is pgx.ErrTxCommitRollback, and a connection whose COMMIT
+// or ROLLBACK failed is closed, never handed out inside a transaction.
 type tx struct {
 	c   *conn
 	ctx context.Context // BeginTx's, as pgx's database/sql transaction uses

@@ -97,16 +97,11 @@ func (c *Control) setPaused(ctx context.Context, name string, paused bool) error
 	return c.one(ctx, c.db.WithContext(ctx).Exec(c.stmts.SetPaused, paused, name), name)
 }
 
-// Trigger makes a schedule due now: the next tick of any instance fires it.
-// It only ever moves the next slot earlier. A schedule that is late
-// already keeps its due slots, which the next tick settles by its missed
-// slot policy (a late CatchUp schedule still emits each of them). A
-// triggered slot is off the schedule's grid: its slot time, and so its
-// message ID (scheduler.SlotID), is now; the schedule then continues on
-// its grid.
-//
-// A paused schedule is refused with an error that [errors.Is] [ErrPaused]:
-// it would not fire, and the console and the CLI would say it did.
+// Trigger makes a schedule due now, for the next tick of any instance; it
+// only moves the next slot earlier (a late schedule keeps its due slots,
+// for its missed-slot policy). The triggered slot's time, and so its
+// SlotID, is now; the schedule then continues on its grid. A paused
+// schedule is refused with an error matching [ErrPaused].
 func (c *Control) Trigger(ctx context.Context, name string, now time.Time) error {
 	t := c.d.Time(now)
 	res := c.db.WithContext(ctx).Exec(c.stmts.Trigger, t, name, t)
@@ -141,9 +136,7 @@ func (e *pausedError) Is(target error) bool { return target == ErrPaused }
 // paused reads whether the schedule name is paused: an error if there is
 // none of that name.
 func (c *Control) paused(ctx context.Context, name string) (bool, error) {
-	// Scanned by database/sql, not into a struct by gorm: gorm's schema
-	// parse of a field of type any prints "[error] failed to parse field:
-	// NextRunAt" at each pause, resume and trigger.
+	// Not gorm's Scan into a struct: it logs an error for a field of type any.
 	var next any
 	var paused bool
 	query := c.db.WithContext(ctx).Raw(c.stmts.State, name)
@@ -161,9 +154,7 @@ func (c *Control) paused(ctx context.Context, name string) (bool, error) {
 }
 
 // one checks the update res of the schedule name: an error unless it
-// exists. MySQL counts only the rows an update changed, so pausing a
-// paused schedule changes none there: it is looked up before "no
-// schedule" is said.
+// exists (looked up, since MySQL counts only rows changed).
 func (c *Control) one(ctx context.Context, res *gorm.DB, name string) error {
 	if res.Error != nil {
 		return fmt.Errorf("scheduler: %q: %w", name, res.Error)

@@ -84,11 +84,9 @@ func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, e
 	return &tx{Tx: t, conn: c}, nil
 }
 
-// IsValid is false once a failed COMMIT's transaction could not be ended:
-// database/sql then closes the connection instead of handing it out again
-// (driver.Validator). Not an error wrapping driver.ErrBadConn, which the
-// bus would take for a database out of reach and wait out, when the
-// COMMIT's own error (a constraint) says otherwise.
+// IsValid is false once a failed COMMIT's transaction could not be ended,
+// so database/sql closes the connection (not driver.ErrBadConn, which the
+// bus would take for a database out of reach).
 func (c *conn) IsValid() bool { return !c.bad.Load() }
 
 // Begin is BeginTx with the default options (driver.Conn's older method).

@@ -15,12 +15,8 @@ import (
 const ClockSkewWarning = 30 * time.Second
 
 // ClockSkew returns how far now, the process's clock, is ahead of the
-// database server's clock (negative: behind), give or take the round trip.
-// Schedules and delayed messages are timed by each process's own clock: one
-// instance running ahead fires a slot early and moves the schedule past
-// the slots up to its own time, which the others then never fire, so
-// instances should keep their clocks in sync (NTP) and the scheduler
-// warns at start when one is off.
+// database server's (negative: behind), give or take the round trip. See
+// the scheduler's package doc, Clocks, for why it matters.
 func ClockSkew(ctx context.Context, db *gorm.DB, now func() time.Time) (time.Duration, error) {
 	d, err := dialect.Of(db)
 	if err != nil {
@@ -31,8 +27,7 @@ func ClockSkew(ctx context.Context, db *gorm.DB, now func() time.Time) (time.Dur
 	case dialect.Postgres:
 		query = "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)"
 	case dialect.MySQL:
-		// UTC_TIMESTAMP, no zone conversion: UNIX_TIMESTAMP(NOW()) is an hour
-		// off in the repeated hour of a named session zone.
+		// Not UNIX_TIMESTAMP(NOW()): an hour off in a zone's repeated hour.
 		query = "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))"
 	default: // SQLite runs in this process, on its clock
 		return 0, nil

@@ -26,10 +26,9 @@ type TableStats struct {
 	Oldest time.Time
 }
 
-// Stats describes the inbox and watermark tables. It reads indexes,
-// estimates and samples, not whole tables, except for the exact count of a
-// table under ExactCountBelow rows: call it every minute or so, not per
-// message.
+// Stats describes the inbox and watermark tables from indexes, estimates
+// and samples (exact counts under ExactCountBelow): call it every minute
+// or so, not per message.
 func Stats(ctx context.Context, db *gorm.DB, tables store.Tables) ([]TableStats, error) {
 	d, err := dialect.Of(db)
 	if err != nil {
@@ -61,11 +60,9 @@ func Stats(ctx context.Context, db *gorm.DB, tables store.Tables) ([]TableStats,
 	return out, nil
 }
 
-// oldest returns the oldest time of q's table, zero when it is empty. A
-// large table with a BRIN index on its time column (the inbox on
-// PostgreSQL) is sampled first, so that MIN reads the oldest block ranges
-// only: a full scan of a 10-million-row inbox every minute is what the
-// gauges must not cost.
+// oldest returns the oldest time of q's table, zero when empty. A large
+// table with a BRIN index (the inbox on PostgreSQL) is sampled first, so
+// the gauges never scan it whole.
 func oldest(db *gorm.DB, d dialect.Dialect, q dialect.StatsQueries, rows int64) (time.Time, error) {
 	var v any
 	if sample := q.OldestSample(rows); rows >= ExactCountBelow && sample != "" {

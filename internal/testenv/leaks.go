@@ -9,16 +9,12 @@ import (
 	"go.uber.org/goleak"
 )
 
-// pgxCleanup is the goroutine in which pgx closes a connection whose
-// statement a cancelled context cut short: it sends Terminate and drains
-// what the server still sends, for 15 s at most (pgconn.asyncClose).
+// pgxCleanup is pgx's goroutine closing a connection a cancelled context
+// cut short (up to 15 s).
 const pgxCleanup = "github.com/jackc/pgx/v5/pgconn.(*PgConn).asyncClose.func1"
 
-// VerifyTestMain runs the tests and fails them if goroutines are left, as
-// goleak.VerifyTestMain does, but first waits, up to 20 s, while the only
-// goroutines left are pgx's closing connections a stop cut short: they end
-// on their own, and on a loaded machine later than goleak's 2 s of
-// retries.
+// VerifyTestMain is goleak.VerifyTestMain, but first waits up to 20 s
+// while the only goroutines left are pgxCleanup's, which end on their own.
 func VerifyTestMain(m *testing.M, opts ...goleak.Option) {
 	code := m.Run()
 	if code == 0 {

@@ -4,11 +4,9 @@ import "context"
 
 type aloneKey struct{}
 
-// Alone marks a message's context so that the batched middleware, or a
-// Collector, handles it in a batch of its own: a message that may have
-// ended a process (a redelivery after a crash) is not to take the messages
-// batched with it down again, and be counted with them. The open batch
-// goes on filling with the others.
+// Alone marks a message's context to be handled in a batch of its own, so
+// a message that may have crashed a process (a redelivery) does not take
+// others down with it.
 func Alone(ctx context.Context) context.Context {
 	return context.WithValue(ctx, aloneKey{}, true)
 }

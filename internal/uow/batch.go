@@ -15,17 +15,12 @@ import (
 )
 
 // ErrBatchBroken wraps the error that left a batch's transaction unusable
-// (a savepoint that could not be rolled back, a MySQL deadlock that ended
-// the whole transaction): none of the batch's messages commit, and each is
-// retried.
+// (a savepoint not rolled back, a MySQL deadlock): every message is retried.
 var ErrBatchBroken = errors.New("unitofwork: the batch's transaction broke; its messages are retried")
 
-// batcher gathers the messages handled at the same time into one
-// transaction. One batch takes members at a time; it stops taking them when
-// it has size members or wait has passed since its first, and commits once
-// each member has run. Batches that stopped taking members commit while
-// the next one fills, so the handler's concurrency is the number of batches
-// in flight.
+// batcher gathers concurrent messages into one transaction per batch. A
+// batch closes at size members or wait after its first, and commits once
+// each member has run; closed batches commit while the next one fills.
 type batcher struct {
 	db   *gorm.DB
 	size int
@@ -33,23 +28,17 @@ type batcher struct {
 
 	inFlight func() int // Config.InFlight, or nil
 
-	// collect, when set, runs each batch once its items have joined (a
-	// Collector); otherwise each member runs its handler in turn.
-	collect func(ctx context.Context, items []*Collected) error
+	collect func(ctx context.Context, items []*Collected) error // a Collector's, or nil
 
-	mu     sync.Mutex
-	open   *batch // the batch taking members, or nil
-	active int    // batches opened and not yet ended
-	// holding maps the ID of each message in a batch that has not begun to
-	// end to that batch (the last one a copy joined).
-	holding map[string]*batch
-	// lastSingle is true while the last batch to end had a single member
-	// (at first, too).
-	lastSingle bool
+	mu         sync.Mutex
+	open       *batch            // the batch taking members, or nil
+	active     int               // batches opened and not yet ended
+	holding    map[string]*batch // message ID -> batch not yet ending that holds it
+	lastSingle bool              // the last batch to end had one member (true at first)
 }
 
-// batch is one transaction shared by its members. Each member runs its
-// handler in turn, after a savepoint of its own, while the others wait.
+// batch is one transaction shared by its members, each run in turn in a
+// savepoint of its own.
 type batch struct {
 	b    *batcher
 	tx   *unit      // the shared transaction, begun at first use
@@ -67,9 +56,7 @@ type batch struct {
 	items []*Collected // a Collector's batch: what its members handed in
 	alone bool         // a batch of one member (Alone), out of the batcher's count
 
-	// live counts the members whose context is not done: when every
-	// member's is (the bus is stopping), cancel ends the transaction's.
-	live   int
+	live   int // members whose context is not done; at 0, cancel
 	cancel context.CancelFunc
 	stops  []func() bool // stop watching the members' contexts
 
@@ -94,9 +81,7 @@ func (b *batcher) run(msg *message.Message, h message.HandlerFunc) ([]*message.M
 		return nil, err
 	}
 	if bt.err != nil {
-		// Rolled back with the others: a message skipped as a duplicate of
-		// another member is retried too, since that member is.
-		return nil, bt.err
+		return nil, bt.err // a member skipped as another's duplicate is retried too
 	}
 	if m.late != nil {
 		return nil, m.late // its savepoint could not be released, and was rolled back
@@ -107,17 +92,10 @@ func (b *batcher) run(msg *message.Message, h message.HandlerFunc) ([]*message.M
 	return out, nil
 }
 
-// join adds the message of ID id as a member of the open batch, opening
-// one if none is, and returns it with the member's number in it.
-//
-// A copy of a message (the same ID) that is in another batch, which has
-// stopped taking members, first waits for that batch to begin to end. Each
-// member claims its inbox key when its turn comes, so two batches that
-// hold copies of the same messages in another order would deadlock: the
-// database ends one of them, and every member of the victim spends a retry
-// (on PostgreSQL after deadlock_timeout). A copy of a message in the open
-// batch joins it (with the inbox, it is skipped there as a duplicate).
-// alone (see Alone): the member is a batch of its own.
+// join adds message id to the open batch (see joinLocked). A copy of a
+// message held by another, closed batch first waits for that batch to begin
+// to end: members claim inbox keys in turn, so two batches holding copies
+// in another order would deadlock and retry every member of the victim.
 func (b *batcher) join(ctx context.Context, id string, alone bool) (*batch, int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -153,14 +131,11 @@ func (b *batcher) joinWith(ctx context.Context, it *Collected) (*batch, int) {
 }
 
 // joinLocked adds a member to the open batch, opening one if none is, and
-// returns it with the member's number in it; alone, to a batch of its own
-// that takes no other member, and the open batch goes on filling. Call
+// returns it with the member's number; alone, to a batch of its own. Call
 // with b.mu held.
 func (b *batcher) joinLocked(ctx context.Context, it *Collected, alone bool) (*batch, int) {
 	if old := b.open; old != nil && old.tx.ctx.Err() != nil {
-		// Every member's context ended, and with them the transaction's:
-		// the batch can take no more: a later message joining it would
-		// fail with its dead transaction.
+		// Every member's context ended, and the transaction's with them.
 		old.timer.Stop()
 		b.open = nil
 		go old.close() // it ends once its members have run
@@ -170,16 +145,11 @@ func (b *batcher) joinLocked(ctx context.Context, it *Collected, alone bool) (*b
 		bt = b.open
 	}
 	if bt == nil {
-		// The transaction outlives the member that begins it, so it keeps
-		// the context's values but not its end: it ends when every
-		// member's context has.
+		// Keeps the values of ctx, not its end: it ends when every member's has.
 		txCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		bt = &batch{b: b, tx: &unit{db: b.db, ctx: txCtx}, cancel: cancel, ending: make(chan struct{}), done: make(chan struct{})}
-		// Messages come one at a time when the last batch had one and no
-		// batch is still ending: this one then commits as soon as every
-		// message in flight has joined it and run, instead of waiting for
-		// others that are not coming. Under load, or in a burst, a batch
-		// waits to fill.
+		// When messages come one at a time (the last batch had one, none is
+		// ending), commit once every message in flight has run, not at wait.
 		if alone {
 			bt.alone, bt.closed = true, true // ends once its member has run
 		} else {
@@ -205,11 +175,8 @@ func (b *batcher) joinLocked(ctx context.Context, it *Collected, alone bool) (*b
 	return bt, bt.joined
 }
 
-// memberGone records that a member's context is done, and cancels the
-// transaction's when every member's is. The batch then takes no more
-// members and ends once they have run: it cannot commit, and waiting out
-// BatchWait for members would only hold a stopping bus's drain (a
-// stopping bus hands out no more).
+// memberGone cancels the transaction once every member's context is done,
+// and closes the batch rather than hold a stopping bus for BatchWait.
 func (bt *batch) memberGone() {
 	bt.mu.Lock()
 	bt.live--
@@ -221,9 +188,8 @@ func (bt *batch) memberGone() {
 	}
 }
 
-// closeEagerLocked closes the open batch and returns it, to be ended, when
-// batches are eager and every message in flight has joined it and run.
-// Call with b.mu held.
+// closeEagerLocked closes and returns the open eager batch once every
+// message in flight has joined it and run. Call with b.mu held.
 func (b *batcher) closeEagerLocked() *batch {
 	bt := b.open
 	if bt == nil || !bt.eager {
@@ -243,8 +209,7 @@ func (b *batcher) closeEagerLocked() *batch {
 	return bt
 }
 
-// close stops the batch taking members (its wait has passed) and commits
-// it if every member has run.
+// close stops the batch taking members and commits it if all have run.
 func (bt *batch) close() {
 	bt.b.mu.Lock()
 	if bt.b.open == bt {
@@ -260,8 +225,7 @@ func (bt *batch) close() {
 	}
 }
 
-// finish records that a member has run, and commits the batch if it was
-// the last of a closed batch.
+// finish records that a member has run, committing a closed batch after its last.
 func (bt *batch) finish() {
 	bt.b.mu.Lock()
 	bt.mu.Lock()
@@ -339,8 +303,7 @@ func (bt *batch) breakWith(err error) {
 	}
 }
 
-// withCause is the error of a rollback that failed after cause (nil after
-// a panic), with both in its chain.
+// withCause chains a failed rollback's error with its cause (nil after a panic).
 func withCause(rbErr, cause error) error {
 	if cause == nil {
 		return rbErr
@@ -354,9 +317,8 @@ func (bt *batch) brokenErr() error {
 	return bt.broken
 }
 
-// member runs h for msg in its turn, in a savepoint of the batch's
-// transaction. kept is false when the message's writes were rolled back
-// (its handler failed, or a middleware marked it RollbackOnly).
+// member runs h for msg in its turn, in a savepoint. kept is false when its
+// writes were rolled back (an error, or RollbackOnly).
 func (bt *batch) member(msg *message.Message, h message.HandlerFunc, m *unit) (out []*message.Message, kept bool, err error) {
 	defer bt.finish()
 	bt.turn.Lock()
@@ -396,10 +358,8 @@ func (bt *batch) member(msg *message.Message, h message.HandlerFunc, m *unit) (o
 	return out, true, nil
 }
 
-// beginSavepoint begins a batch member's unit: the batch's transaction,
-// then the member's savepoint. SAVEPOINT and ROLLBACK TO SAVEPOINT read
-// the same on every store postroom supports, and have no call of their own
-// in database/sql. Call with mu held.
+// beginSavepoint begins the batch's transaction, then the member's
+// savepoint (the same SQL on every supported store). Call with mu held.
 func (u *unit) beginSavepoint() (gorm.ConnPool, error) {
 	u.parent.mu.Lock()
 	conn, err := u.parent.begin()
@@ -418,35 +378,25 @@ func (u *unit) beginSavepoint() (gorm.ConnPool, error) {
 }
 
 // ErrSavepointAborted wraps the error of a savepoint that could not be
-// released on PostgreSQL: a statement in it failed and the handler did not
-// return the error, which left the transaction aborted. Its writes are
-// rolled back, as if the handler had failed; the rest of the batch goes on.
-// (On MySQL a swallowed deadlock ends the whole transaction and its
-// savepoints: the release fails, the rollback to the savepoint too, and the
-// batch breaks, ErrBatchBroken.)
+// released on PostgreSQL because the handler swallowed a failed statement's
+// error. Its writes are rolled back as if the handler had failed; the rest
+// of the batch goes on. (On MySQL a swallowed deadlock breaks the batch:
+// ErrBatchBroken.)
 var ErrSavepointAborted = errors.New("unitofwork: a statement failed in the handler and its error was not returned")
 
-// endSavepoint ends a batch member's unit: on commit it keeps the
-// savepoint's writes for the batch's commit; otherwise it rolls back to the
-// savepoint and runs the statements AfterRollback queued. A commit releases
-// the savepoint, which tells whether the transaction is still whole: on
-// PostgreSQL a statement that failed, even one whose error the handler
-// ignored, aborts the transaction until a rollback to a savepoint (the
-// savepoint is then rolled back and its error wraps ErrSavepointAborted);
-// on MySQL a deadlock ends the whole transaction and forgets its
-// savepoints (the release and the rollback fail: the batch breaks).
+// endSavepoint ends a batch member's unit: on commit it releases the
+// savepoint (which fails if the transaction is no longer whole, see
+// ErrSavepointAborted); otherwise it rolls back to it and runs the
+// statements AfterRollback queued.
 func (u *unit) endSavepoint(conn gorm.ConnPool, commit bool) error {
-	// The savepoint's statements run on the batch's context, not the
-	// member's: a member whose context ended (a Middleware's timeout) is
-	// rolled back to its savepoint alone. On its own context the rollback
-	// would fail at once and break the batch, failing every member.
+	// The batch's context, not the member's: a member that timed out is
+	// rolled back alone instead of failing the rollback and the batch.
 	ctx := u.parent.ctx
 	if !commit {
 		return u.rollbackTo(ctx, conn)
 	}
 	if d, _ := dialect.Of(u.db); u.releaseLater && d == dialect.Postgres {
-		// Released with the next member's SAVEPOINT, or before the COMMIT,
-		// in one round trip (one simple query: pgx without arguments).
+		// Released with the next SAVEPOINT or before COMMIT, in one round trip.
 		u.parent.mu.Lock()
 		u.parent.pending = u
 		u.parent.mu.Unlock()
@@ -476,11 +426,10 @@ func (u *unit) rollbackTo(ctx context.Context, conn gorm.ConnPool) error {
 	return nil
 }
 
-// releaseThen releases the savepoint of u, a batch member whose handler
-// returned nil, and runs next (when not empty) in the same round trip. A
-// savepoint that cannot be released is rolled back, and u.late says why:
-// its message fails once the batch has committed. An error it returns
-// leaves the transaction unusable. u may be nil: next runs alone.
+// releaseThen releases u's savepoint and runs next (if not empty) in one
+// round trip. A savepoint that cannot be released is rolled back and u.late
+// says why (its message fails after the commit). An error leaves the
+// transaction unusable. u may be nil: next runs alone.
 func (u *unit) releaseThen(ctx context.Context, conn gorm.ConnPool, next string) error {
 	if u == nil {
 		_, err := conn.ExecContext(ctx, next)
@@ -490,14 +439,12 @@ func (u *unit) releaseThen(ctx context.Context, conn gorm.ConnPool, next string)
 	if next != "" {
 		stmts += "; " + next
 	}
-	// Without arguments pgx sends the statements in one simple query; a
-	// prepared-statement pool would try to prepare them as one.
+	// One simple query without arguments; a prepared pool would prepare it.
 	_, relErr := unprepared(conn).ExecContext(ctx, stmts)
 	if relErr == nil {
 		return nil
 	}
-	// The RELEASE failed, and next did not run; or the RELEASE ran and
-	// next failed, and the rollback to the released savepoint fails too.
+	// If the RELEASE ran and next failed, this rollback fails too.
 	if err := u.rollbackTo(ctx, conn); err != nil {
 		return err
 	}
@@ -530,12 +477,10 @@ func unprepared(conn gorm.ConnPool) gorm.ConnPool {
 	return conn
 }
 
-// AfterRollback queues query to run once the writes of the message in ctx
-// are rolled back, in the transaction of the batch the message belongs to,
-// and reports whether it will run. Outside a batch it queues nothing and
-// returns false: the caller runs the statement itself once Run has
-// returned. The query uses the driver's own placeholders, as Exec's does.
-// The inbox counts a duplicate this way.
+// AfterRollback queues query (in the driver's placeholders) to run in the
+// batch's transaction once the writes of the message in ctx are rolled
+// back, and reports whether it will. Outside a batch it returns false: the
+// caller runs it after Run returns.
 func AfterRollback(ctx context.Context, query string, args ...any) bool {
 	u, ok := ctx.Value(unitKey{}).(*unit)
 	if !ok || u.parent == nil {

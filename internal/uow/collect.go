@@ -9,32 +9,27 @@ import (
 	"sync/atomic"
 )
 
-// Collector gathers the items handed to it at the same time into batches,
-// as the batched middleware does with messages, and runs each batch once,
-// in one transaction: the shape of a handler that takes many messages in
-// one call. A batch ends when it has Config.BatchSize items, when
-// Config.BatchWait has passed since its first, or at once while items come
-// one at a time (Config.InFlight).
+// Collector gathers concurrent items into batches, as the batched
+// middleware does messages, and runs each batch once in one transaction. A
+// batch ends at Config.BatchSize items, Config.BatchWait after its first,
+// or at once while items come one at a time (Config.InFlight).
 type Collector struct {
 	b *batcher
 }
 
 // Collected is one item of a batch, as the function of NewCollector sees it.
 type Collected struct {
-	// Ctx is the context Add was called with.
-	Ctx context.Context
-	// Item is what Add was given.
-	Item any
-	// Err is the item's own outcome, which the batch's function sets: Add
-	// returns it once the batch's transaction has committed.
+	Ctx  context.Context // Add's context
+	Item any             // Add's item
+	// Err is the item's own outcome, set by the batch's function; Add
+	// returns it once the transaction has committed.
 	Err error
 }
 
-// NewCollector returns a collector whose batches run run. run gets a
-// context carrying the batch's unit of work (Tx, Exec and Savepoint work on
-// it) and the batch's items; it sets an item's Err to fail that item alone.
-// The transaction commits when run returns nil, and rolls back, failing
-// every item with run's error, when it returns one or panics.
+// NewCollector returns a collector whose batches run run, with a context
+// carrying the batch's unit of work; run sets an item's Err to fail it
+// alone. The transaction commits when run returns nil, and rolls back,
+// failing every item, when it returns an error or panics.
 func NewCollector(cfg Config, run func(ctx context.Context, items []*Collected) error) (*Collector, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -44,9 +39,8 @@ func NewCollector(cfg Config, run func(ctx context.Context, items []*Collected) 
 	return &Collector{b}, nil
 }
 
-// Add hands item to the open batch and returns, once that batch's
-// transaction has ended, the item's error: the batch's when it did not
-// commit, else the one its function set.
+// Add hands item to the open batch and, once its transaction has ended,
+// returns the batch's error or else the item's Err.
 func (c *Collector) Add(ctx context.Context, item any) error {
 	it := &Collected{Ctx: ctx, Item: item}
 	bt, _ := c.b.joinWith(ctx, it)
@@ -58,10 +52,9 @@ func (c *Collector) Add(ctx context.Context, item any) error {
 	return it.Err
 }
 
-// Settle tells the collector that one of the messages it was given has
-// left the handler (Config.InFlight dropped): while messages come one at a
-// time, a batch that waited for it ends at once if every message still in
-// flight has joined it, instead of waiting Config.BatchWait.
+// Settle tells the collector that a message left the handler
+// (Config.InFlight dropped): while messages come one at a time, a batch
+// every message in flight has joined then ends without waiting BatchWait.
 func (c *Collector) Settle() {
 	c.b.mu.Lock()
 	bt := c.b.closeEagerLocked()
@@ -71,10 +64,8 @@ func (c *Collector) Settle() {
 	}
 }
 
-// runCollected runs the batch's function in its transaction, ends the
-// transaction and sets bt.err: the transaction commits only when the
-// function returned nil and did not mark it RollbackOnly; a panic, or a
-// runtime.Goexit, fails the batch like an error.
+// runCollected runs the batch's function in its transaction, ends it and
+// sets bt.err; a panic or runtime.Goexit fails the batch like an error.
 func (bt *batch) runCollected() {
 	ctx := context.WithValue(bt.tx.ctx, unitKey{}, bt.tx)
 	returned := false
@@ -102,8 +93,8 @@ func (bt *batch) runCollected() {
 	returned = true
 }
 
-// breakWith marks the transaction of u, a savepoint's or the batch's,
-// unusable: the batch rolls back whatever its function returns.
+// breakWith marks u's batch transaction unusable: it rolls back whatever
+// the function returns.
 func (u *unit) breakWith(err error) {
 	for u.parent != nil {
 		u = u.parent
@@ -122,14 +113,11 @@ func (u *unit) brokenErr() error {
 	return u.broken
 }
 
-// Savepoint runs f in a savepoint of the unit of work in ctx: when f
-// returns an error, panics or marks its context RollbackOnly, what it wrote
-// is rolled back, and the rest of the transaction is kept. f's context
-// carries the savepoint's unit (Tx, Exec, RollbackOnly see it). A
-// savepoint that cannot be rolled back leaves the transaction unusable;
-// its error then wraps ErrBatchBroken. On PostgreSQL, a statement in f that
-// failed without f returning its error rolls the savepoint back too, and
-// the error wraps ErrSavepointAborted.
+// Savepoint runs f in a savepoint of the unit of work in ctx (f's context
+// carries it): when f returns an error, panics or marks RollbackOnly, only
+// its writes are rolled back. A savepoint that cannot be rolled back breaks
+// the transaction (ErrBatchBroken); on PostgreSQL a swallowed failed
+// statement rolls it back too (ErrSavepointAborted).
 func Savepoint(ctx context.Context, f func(ctx context.Context) error) (err error) {
 	parent, ok := ctx.Value(unitKey{}).(*unit)
 	if !ok {

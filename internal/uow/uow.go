@@ -43,14 +43,10 @@ func (c Config) validate() error {
 
 type unitKey struct{}
 
-// unit is the state of one message's transaction. The transaction begins
-// on first use, so a handler that never touches the database holds no
-// connection (an external call made before the first write does not keep
-// one busy). It begins and ends on the driver's transaction directly, as
-// gorm's Begin and Commit do, and builds the gorm handle only when a
-// handler asks for it through Tx: the inbox and stale statements go
-// straight to the driver, so a message pays gorm's statement cloning only
-// for the handler's own writes.
+// unit is one message's transaction. It begins on first use, so a handler
+// that never writes holds no connection, and works on the driver's
+// transaction directly: the gorm handle is built only when a handler calls
+// Tx, so the inbox and stale statements skip gorm's statement cloning.
 type unit struct {
 	db           *gorm.DB
 	ctx          context.Context
@@ -62,16 +58,14 @@ type unit struct {
 	txCtx        context.Context
 	rollbackOnly bool
 
-	// A message's unit in a batch: its statements run in the batch's
-	// transaction (parent), after a savepoint of its own.
+	// In a batch: the batch's transaction, and this member's savepoint in it.
 	parent    *unit
 	savepoint string
 	after     []statement // run once the savepoint is rolled back (AfterRollback)
 
-	// On PostgreSQL a batch member's savepoint is released with the next
-	// member's SAVEPOINT, or before the COMMIT (releaseLater): pending, on
-	// the batch's unit, is the member to release; late, on the member, the
-	// error of a release that failed, which fails its message.
+	// On PostgreSQL a member's savepoint is released with the next SAVEPOINT
+	// or before COMMIT: pending (on the batch's unit) is the member to
+	// release; late (on the member) a failed release, which fails its message.
 	releaseLater bool
 	pending      *unit
 	late         error
@@ -113,12 +107,9 @@ func (u *unit) begin() (gorm.ConnPool, error) {
 	return u.conn, u.err
 }
 
-// handle returns the gorm handle on the transaction bound to ctx,
-// beginning the transaction on first use. A failed BEGIN is returned as a
-// *gorm.DB whose Error is set, as gorm's Begin does. The handle is a new
-// session (every statement on it builds its own), so the last one is kept
-// and returned again for the same ctx: a handler that calls Tx for every
-// write clones gorm's statement once.
+// handle returns the gorm handle on the transaction bound to ctx (a failed
+// BEGIN as its Error, as gorm's Begin does). The last handle is reused for
+// the same ctx, so gorm's statement is cloned once per message.
 func (u *unit) handle(ctx context.Context) *gorm.DB {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -135,9 +126,8 @@ func (u *unit) handle(ctx context.Context) *gorm.DB {
 	return u.tx
 }
 
-// end commits the transaction if it began, or rolls it back when commit is
-// false. A BEGIN that failed makes the commit fail too, even if the
-// handler ignored the error its writes returned.
+// end commits the transaction if it began, or rolls it back. A failed
+// BEGIN fails the commit, even if the handler ignored its error.
 func (u *unit) end(commit bool) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -266,11 +256,9 @@ func QueryRow(ctx context.Context, query string, args ...any) (*sql.Row, error) 
 	return conn.QueryRowContext(ctx, query, args...), nil
 }
 
-// Exec runs one statement in the transaction of the unit of work in ctx,
-// straight on the driver, without gorm's statement builder: the per-message
-// statements of the inbox and stale check use it. The query must use the
-// driver's own placeholders ($1 on PostgreSQL, ? elsewhere). It returns the
-// number of rows affected.
+// Exec runs one statement in the transaction of the unit of work in ctx
+// straight on the driver, in its own placeholders ($1 on PostgreSQL, ?
+// elsewhere), and returns the number of rows affected.
 func Exec(ctx context.Context, query string, args ...any) (int64, error) {
 	conn, err := begun(ctx)
 	if err != nil {
@@ -283,8 +271,7 @@ func Exec(ctx context.Context, query string, args ...any) (int64, error) {
 	return res.RowsAffected()
 }
 
-// begun returns the transaction of the unit of work in ctx, begun on first
-// use: what Exec and QueryRow run on.
+// begun returns the transaction of the unit of work in ctx, begun on first use.
 func begun(ctx context.Context) (gorm.ConnPool, error) {
 	u, ok := ctx.Value(unitKey{}).(*unit)
 	if !ok {

@@ -15,10 +15,9 @@ import (
 	"github.com/postroom/postroom/metrics"
 )
 
-// Batch claims the keys of many messages at once, in one statement: the
-// inbox of a handler that takes a batch of messages in one call
-// (bus.HandleBatch). Its statements run in the unit of work of the context
-// they are given. Only the Transactional mode, without a checksum.
+// Batch claims the keys of many messages in one statement, for
+// bus.HandleBatch, in the unit of work of the context given. Transactional
+// mode only, without a checksum.
 type Batch struct {
 	cfg       Config
 	d         dialect.Dialect
@@ -34,10 +33,8 @@ type Claim struct {
 	Type     string
 }
 
-// CompareClaims orders claims by key: the order ClaimAll inserts them in.
-// Statements on many keys of one transaction take them in this order, so
-// that two transactions with keys in common wait for each other instead of
-// deadlocking.
+// CompareClaims orders claims by key, the order ClaimAll inserts them in:
+// transactions taking keys in one order wait instead of deadlocking.
 func CompareClaims(a, b Claim) int {
 	return cmp.Or(cmp.Compare(a.Consumer, b.Consumer), cmp.Compare(a.Key.Source, b.Key.Source), cmp.Compare(a.Key.MessageID, b.Key.MessageID))
 }
@@ -68,12 +65,9 @@ func (b *Batch) KeyOf(msg *message.Message) (Claim, error) {
 	return Claim{Consumer: consumer, Key: key, Type: msg.Metadata.Get(metadata.MessageType)}, nil
 }
 
-// ClaimAll inserts the claims' keys in the unit of work in ctx and reports
-// which are new: in one statement when every key is (the usual case), one
-// statement per key when some are not. A key that appears twice in claims
-// is new at most once. Keys are inserted in one order, whatever the order
-// of claims, so that two batches with keys in common wait for each other
-// instead of deadlocking.
+// ClaimAll inserts the claims' keys in the unit of work in ctx, in
+// CompareClaims order, and reports which are new (a repeated key at most
+// once): in one statement when every key is, else one per key.
 func (b *Batch) ClaimAll(ctx context.Context, claims []Claim) (fresh []bool, err error) {
 	fresh = make([]bool, len(claims))
 	order := make([]int, 0, len(claims))
@@ -132,8 +126,8 @@ func (b *Batch) Claim(ctx context.Context, c Claim) (bool, error) {
 	return b.claim(ctx, c, b.d.Time(b.cfg.Now()))
 }
 
-// claim inserts c's key as of now, or takes it over when the
-// external-effects mode released it, and reports whether it is new.
+// claim inserts c's key, or takes a released one over; it reports whether
+// it is new.
 func (b *Batch) claim(ctx context.Context, c Claim, now any) (bool, error) {
 	rows, err := uow.Exec(ctx, b.insert, c.Consumer, c.Key.Source, c.Key.MessageID, c.Type, now)
 	if err != nil {
@@ -145,12 +139,10 @@ func (b *Batch) claim(ctx context.Context, c Claim, now any) (bool, error) {
 	return b.left.takeReleased(ctx, c.Consumer, c.Key)
 }
 
-// Duplicate counts c's message, skipped as a duplicate, on its row, in the
-// unit of work in ctx. Skipped records it in the metrics once that commits.
-// When c's key is an unsettled claim of the external-effects mode (the
-// handler ran with Inbox.ExternalEffects before), the message is no duplicate:
-// failed is its error (its outcome is unknown: a claim whose lease ran out
-// is parked in the transaction; or an attempt holds it). err is the
+// Duplicate counts c's message, skipped as a duplicate, on its row in the
+// unit of work in ctx (Skipped records the metric after the commit). When
+// c's key is an unsettled External claim, the message is no duplicate:
+// failed is its error (an expired claim is parked). err is the
 // transaction's.
 func (b *Batch) Duplicate(ctx context.Context, c Claim) (failed, err error) {
 	rows, err := uow.Exec(ctx, b.countDone, c.Consumer, c.Key.Source, c.Key.MessageID)

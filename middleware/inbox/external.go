@@ -101,14 +101,11 @@ func (x *external) middleware(h message.HandlerFunc) message.HandlerFunc {
 				x.cfg.countDuplicate(ctx, x.countDup, consumer, key)
 				return nil, nil
 			case c.status == dialect.StatusParked:
-				// Parked before; this copy goes to the error topic too, so
-				// nothing is dropped, and nothing runs.
+				// This copy goes to the error topic too, unrun.
 				return nil, &OutcomeUnknownError{Consumer: consumer, Key: key, Attempts: c.attempts}
 			case c.status == dialect.StatusProcessing && x.cfg.Now().Before(c.lease):
-				// Another delivery holds the claim: wait until it ends or
-				// its lease runs out, then look again. Acking this copy at
-				// once would lose the message when this copy is the
-				// redelivery of an attempt whose process died.
+				// Wait, not ack: this copy may redeliver an attempt whose
+				// process died.
 				if !waited {
 					waited = true
 					x.cfg.Logger.InfoContext(ctx, "inbox: another delivery holds this message's claim on its external effect; waiting until it ends or its lease runs out",
@@ -129,8 +126,7 @@ func (x *external) middleware(h message.HandlerFunc) message.HandlerFunc {
 				x.cfg.Recorder.Record(consumer, metrics.Parked)
 				return nil, &OutcomeUnknownError{Consumer: consumer, Key: key, Attempts: c.attempts}
 			}
-			// Released, or processing with a lease that ran out under
-			// Retry: take the claim over as the next attempt.
+			// Released, or expired under Retry: take over as the next attempt.
 			lease = x.cfg.Now().Add(x.cfg.Lease)
 			r = x.cfg.DB.WithContext(ctx).Exec(x.take, x.d.Time(lease), x.d.Time(x.cfg.Now()), consumer, key.Source, key.MessageID, c.status, c.attempts)
 			if r.Error != nil {
@@ -173,9 +169,7 @@ func (x *external) run(msg *message.Message, h message.HandlerFunc, consumer str
 		}
 		ctx := msg.Context()
 		if uow.IsRollbackOnly(ctx) {
-			// A middleware inside (the stale check) skipped the message:
-			// nothing of it commits, and it is done all the same.
-			skipped = true
+			skipped = true // by a middleware inside (stale): done all the same
 			return out, nil
 		}
 		rows, err := uow.Exec(ctx, x.done, dialect.StatusDone, nil, consumer, key.Source, key.MessageID, n,
@@ -184,9 +178,7 @@ func (x *external) run(msg *message.Message, h message.HandlerFunc, consumer str
 			return nil, fmt.Errorf("inbox: mark done: %w", err)
 		}
 		if rows == 0 {
-			// Another delivery took the claim over after this attempt's
-			// lease ran out: its attempt owns the outcome.
-			lost = true
+			lost = true // taken over after the lease ran out: not ours
 			uow.RollbackOnly(ctx)
 		}
 		return out, nil
@@ -208,9 +200,8 @@ func (x *external) run(msg *message.Message, h message.HandlerFunc, consumer str
 	return out, nil
 }
 
-// failed ends an attempt that returned err: NotDone releases the claim for
-// the redelivery; any other error leaves the outcome unknown, and the policy
-// parks the message or lets the next delivery retry it at once.
+// failed ends an attempt that returned err: NotDone releases the claim;
+// any other error leaves the outcome unknown, for the policy.
 func (x *external) failed(ctx context.Context, consumer string, key Key, n int, err error) error {
 	switch {
 	case errors.Is(err, ErrNotDone):

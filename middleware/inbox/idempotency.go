@@ -8,10 +8,9 @@ import (
 
 type idempotencyKey struct{}
 
-// IdempotencyKey returns the idempotency key of the message being handled
-// in the external-effects mode, or "" outside it. Pass it to the external
-// system (an Idempotency-Key header, a request ID): it is the same on every
-// delivery and every attempt of one message to one consumer.
+// IdempotencyKey returns the idempotency key of the message handled in the
+// External mode, or "" outside it: the same on every delivery and attempt
+// of one message to one consumer. Pass it to the external system.
 func IdempotencyKey(ctx context.Context) string {
 	k, _ := ctx.Value(idempotencyKey{}).(string)
 	return k

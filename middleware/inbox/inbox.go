@@ -31,8 +31,7 @@ const (
 	// right for effects that are database writes through that transaction.
 	Transactional Mode = iota
 	// External claims the key, commits the claim, runs the handler and then
-	// marks the key done: right for effects no transaction covers (an HTTP
-	// call, a file, an e-mail). See the package documentation.
+	// marks the key done: for effects no transaction covers (an HTTP call).
 	External
 )
 
@@ -77,19 +76,17 @@ type Config struct {
 
 	// Mode is Transactional or External. Defaults to Transactional.
 	Mode Mode
-	// Lease is how long, in the External mode, an attempt holds its claim:
-	// a copy of the message that finds a live claim waits for it, and a
-	// claim whose lease ran out has an unknown outcome. Longer than the
-	// slowest external call; the handler's context ends with the lease.
-	// Defaults to LeaseDefault (one minute).
+	// Lease is how long, in the External mode, an attempt holds its claim
+	// (a copy waits for a live claim; an expired one's outcome is unknown).
+	// Make it longer than the slowest external call; the handler's context
+	// ends with it. Defaults to LeaseDefault (one minute).
 	Lease time.Duration
 	// OnUnknown is the policy, in the External mode, for a message whose
 	// earlier attempt ended without a known outcome. Defaults to Park.
 	OnUnknown Policy
 	// Checksum records a SHA-256 of the payload with the key: a later
-	// message with the same key and another checksum is not a duplicate but
-	// a reused ID, which goes to the error topic ([*ReusedIDError]).
-	// Defaults to false.
+	// message with the same key and another checksum is a reused ID
+	// ([*ReusedIDError]). Defaults to false.
 	Checksum bool
 	// StorePayload records the payload with the key, as a message log.
 	// Implies Checksum. Defaults to false.
@@ -179,9 +176,7 @@ func (t transactional) middleware(h message.HandlerFunc) message.HandlerFunc {
 			return t.claim(msg, h, &dup, &park)
 		})
 		if dup != nil && owned {
-			// After the rollback, in a statement of its own: a stat, never
-			// a reason to fail the message. Inside a caller's unit of
-			// work it is not counted (its connection may be the only one).
+			// Not inside a caller's unit: its connection may be the only one.
 			t.cfg.countDuplicate(msg.Context(), t.countDup, dup.consumer, dup.key)
 		}
 		if park != nil && owned {
@@ -230,8 +225,7 @@ func (t transactional) claim(msg *message.Message, h message.HandlerFunc, dup **
 	fresh, err := t.left.settle(ctx, consumer, key, c, now)
 	switch {
 	case err != nil && t.left.expired(c, now):
-		// Parked once this transaction rolled back: in a batch in the
-		// batch's transaction, otherwise in a statement of its own.
+		// Parked after the rollback (in a batch, in its transaction).
 		if !uow.AfterRollback(ctx, t.left.parkNative, t.left.parkArgs(c, consumer, key)...) {
 			*park = &parkOf{consumer, key, c}
 		}
@@ -243,8 +237,6 @@ func (t transactional) claim(msg *message.Message, h message.HandlerFunc, dup **
 	}
 	uow.RollbackOnly(ctx)
 	t.cfg.duplicate(ctx, consumer, key)
-	// In a batch the count runs in the batch's transaction, once this
-	// message's savepoint is rolled back; otherwise after the rollback.
 	if !uow.AfterRollback(ctx, t.countDupNative, consumer, key.Source, key.MessageID) {
 		*dup = &dupOf{consumer, key}
 	}
@@ -300,9 +292,8 @@ func (c Config) duplicate(ctx context.Context, consumer string, key Key) {
 var ErrRetentionTooShort = errors.New("inbox: retention is shorter than the redelivery horizon")
 
 // CheckRetention refuses a retention shorter than horizon, the longest time
-// after which a message may still be delivered again (in-process retries
-// plus the broker's redelivery window): a key purged before then lets a
-// duplicate through.
+// after which a message may be delivered again (retries plus the broker's
+// redelivery window): a key purged earlier lets a duplicate through.
 func CheckRetention(retention, horizon time.Duration) error {
 	if retention < horizon {
 		return fmt.Errorf("%w: retention %s is shorter than the retry and redelivery horizon %s: raise the retention or lower the retries",

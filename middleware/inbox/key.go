@@ -47,8 +47,7 @@ func MetadataKey(idKey, sourceKey string) KeyFunc {
 var ErrBadKey = errors.New("inbox: bad key")
 
 // KeyError says why a message's key cannot be stored. It is unrecoverable:
-// retrying gives the same key, so the bus moves the message to the error
-// topic at once.
+// the bus moves the message to the error topic at once.
 type KeyError struct {
 	Reason string
 	Err    error

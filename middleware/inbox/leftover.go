@@ -11,14 +11,9 @@ import (
 	"github.com/postroom/postroom/metrics"
 )
 
-// leftovers settles, for the plain (transactional) inbox, the keys a
-// handler's claims of the external-effects mode left when the handler ran
-// Inbox.ExternalEffects before under the same consumer: a released key (the
-// effect did not happen) is taken over and handled, a parked one or one
-// whose lease ran out (outcome unknown; the latter is parked) goes to the
-// error topic, and one an attempt still holds is retried. Taking any row
-// for a handled message would ack the message as a duplicate without
-// running it.
+// leftovers settles, for the transactional inbox, the keys the External
+// mode left under the same consumer (see the package doc): taking any row
+// as handled would ack an unrun message as a duplicate.
 type leftovers struct {
 	cfg        Config
 	d          dialect.Dialect
@@ -33,12 +28,9 @@ func newLeftovers(cfg Config, d dialect.Dialect) leftovers {
 		park: d.ClaimMove(cfg.Table), parkNative: d.Native(d.ClaimMove(cfg.Table))}
 }
 
-// readTaken reads, in the unit of work in ctx, the row of a key whose
-// insert found it taken. The read locks the row, so that MySQL reads it as
-// it is now, not as the transaction's snapshot (taken at an earlier
-// statement of a batch) saw it. gone is the error of a row the insert found
-// and the read does not (purged in between): the message is retried. err
-// is the read's.
+// readTaken reads, in the unit of work in ctx, the row a key's insert
+// found taken, locking it so MySQL reads it as it is now, not as the
+// batch's snapshot saw it. gone: purged in between (the message is retried).
 func (l leftovers) readTaken(ctx context.Context, consumer string, key Key) (c claim, gone, err error) {
 	c, found, err := readClaim(uow.Tx(ctx), l.d, l.read, consumer, key)
 	if err == nil && !found {
@@ -48,10 +40,8 @@ func (l leftovers) readTaken(ctx context.Context, consumer string, key Key) (c c
 	return c, gone, err
 }
 
-// settle decides about c, the row of key its insert in the unit of work in
-// ctx found taken, as of now: fresh is true when it took a released key over (the
-// message is handled); false with no error for a duplicate of a done key;
-// otherwise err says why the message is neither.
+// settle decides about c, the taken row of key: fresh when it took a
+// released key over (handle it); false, nil for a duplicate; else err.
 func (l leftovers) settle(ctx context.Context, consumer string, key Key, c claim, now time.Time) (fresh bool, err error) {
 	if c.status != dialect.StatusReleased {
 		return false, l.unsettled(c, consumer, key, now)
@@ -73,8 +63,8 @@ func (l leftovers) takeReleased(ctx context.Context, consumer string, key Key) (
 	return rows == 1, nil
 }
 
-// unsettled is the error, as of now, of a message whose key is claim c of
-// the external-effects mode: nil when it is done.
+// unsettled is the error of a message whose key is External claim c; nil
+// when done.
 func (l leftovers) unsettled(c claim, consumer string, key Key, now time.Time) error {
 	switch {
 	case c.status == dialect.StatusDone:
@@ -87,9 +77,8 @@ func (l leftovers) unsettled(c claim, consumer string, key Key, now time.Time) e
 	return &OutcomeUnknownError{Consumer: consumer, Key: key, Attempts: c.attempts}
 }
 
-// expired reports whether c is a claim whose lease ran out by now: its
-// message is parked, as the external-effects mode would have, so that
-// cleanup keeps it until it is resolved.
+// expired reports whether c's lease ran out: it is parked, as External
+// would have, so cleanup keeps it until resolved.
 func (l leftovers) expired(c claim, now time.Time) bool {
 	return c.status == dialect.StatusProcessing && !now.Before(c.lease)
 }
@@ -128,10 +117,8 @@ func changedError(consumer string, key Key) error {
 // errClaimHeld is the sentinel every [*heldClaimError] matches.
 var errClaimHeld = errors.New("inbox: an attempt of the external-effects mode holds the key")
 
-// heldClaimError says that an attempt of the external-effects mode holds a
-// message's key (the handler ran with Inbox.ExternalEffects earlier, on an
-// instance still running): the message is retried, and goes to the error
-// topic if the claim outlives the retries.
+// heldClaimError says that a live External attempt holds a message's key:
+// the message is retried.
 type heldClaimError struct {
 	Consumer string
 	Key      Key

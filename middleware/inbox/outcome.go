@@ -10,9 +10,9 @@ import (
 var ErrNotDone = errors.New("inbox: the external effect did not happen")
 
 // NotDone wraps a handler's error to say that its external effect certainly
-// did not happen (the call was refused, or never sent). In the
-// external-effects mode the claim is released and the redelivery runs the
-// handler again; any other error leaves the outcome unknown.
+// did not happen: in the External mode the claim is released and the
+// redelivery runs the handler again; any other error leaves the outcome
+// unknown.
 func NotDone(err error) error { return &notDoneError{err} }
 
 type notDoneError struct{ err error }
@@ -29,25 +29,18 @@ func (e *notDoneError) Is(target error) bool { return target == ErrNotDone }
 // ErrOutcomeUnknown is the sentinel every [*OutcomeUnknownError] matches.
 var ErrOutcomeUnknown = errors.New("inbox: outcome unknown")
 
-// OutcomeUnknownError says that an attempt of a handler with external
-// effects ended without a known outcome (its process died, or it failed
-// with an error other than [NotDone]) and the policy is [Park]: the message
-// goes to the error topic and is not run again until an operator resolves
-// it. It is unrecoverable.
+// OutcomeUnknownError says that an External attempt ended without a known
+// outcome under [Park]: the message goes to the error topic and is not run
+// again until an operator resolves it. It is unrecoverable.
 type OutcomeUnknownError struct {
 	Consumer string
 	Key      Key
 	Attempts int
-	// Err is the attempt's error, nil when an earlier attempt left the
-	// key so (its process died, or it was parked before).
-	Err error
+	Err      error // the attempt's error; nil when an earlier attempt left the key so
 }
 
 // Error names the message and says what the operator does next.
 func (e *OutcomeUnknownError) Error() string {
-	// Said of a key an earlier attempt left, whichever way it was left:
-	// "lease ran out" alone would mislead for one parked by a call the
-	// bus's stop cut short.
 	cause := "an earlier attempt left the key parked or its lease ran out (its call failed with an unknown outcome, or its process stopped mid-call)"
 	if e.Err != nil {
 		cause = "the handler failed: " + e.Err.Error()
@@ -56,11 +49,8 @@ func (e *OutcomeUnknownError) Error() string {
 		e.Consumer, e.Key.Source, e.Key.MessageID, e.Attempts, cause, e.resolveCommand())
 }
 
-// resolveCommand is the postroom command that records that the effect of
-// this attempt happened (--done; --release for the other outcome), ready to
-// paste into a shell: the consumer, message ID, source and attempt are
-// filled in, each one shell word. A message ID that begins with '-' follows
-// "--", so that it is not read as a flag.
+// resolveCommand is the shell-ready `postroom inbox resolve … --done` for
+// this attempt (an ID beginning with '-' follows "--").
 func (e *OutcomeUnknownError) resolveCommand() string {
 	cmd := "postroom inbox resolve " + shellWord(e.Consumer)
 	id := shellWord(e.Key.MessageID)
@@ -81,8 +71,7 @@ func (e *OutcomeUnknownError) resolveCommand() string {
 	return cmd
 }
 
-// shellWord is s as one word of a POSIX shell: itself when it holds only
-// characters no shell treats specially, else in single quotes.
+// shellWord is s as one POSIX shell word, single-quoted when needed.
 func shellWord(s string) string {
 	if s != "" && strings.IndexFunc(s, func(r rune) bool {
 		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:@+,%=", r))
@@ -104,9 +93,8 @@ func (e *OutcomeUnknownError) Unrecoverable() bool { return true }
 // ErrIDReused is the sentinel every [*ReusedIDError] matches.
 var ErrIDReused = errors.New("inbox: message ID reused with different content")
 
-// ReusedIDError says that a message came with the key of one already
-// recorded but a different payload checksum: not a duplicate but a
-// producer bug. It is unrecoverable.
+// ReusedIDError says that a message reused a recorded key with another
+// payload checksum: a producer bug, not a duplicate. It is unrecoverable.
 type ReusedIDError struct {
 	Consumer string
 	Key      Key

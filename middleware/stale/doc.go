@@ -18,28 +18,23 @@
 // No row affected means a newer (or the same) version was applied: the
 // transaction rolls back, the message is acked, and the handler is not
 // called. Equal timestamps are ordered by message ID, so every order of
-// arrival ends in the same state. The row lock the upsert takes serialises
+// arrival ends in the same state; the upsert's row lock serialises
 // concurrent updates of one entity.
 //
-// # MySQL connections
-//
-// The upsert's "no row affected" is what makes an update stale. A MySQL
-// connection opened with clientFoundRows=true (CLIENT_FOUND_ROWS) counts
-// the row it matched instead, so every older update would be applied. The
-// bus refuses such a connection in Run and store.Open refuses such a DSN;
-// used without them, call store.CheckFoundRows at startup (and
-// store.CheckTimeZone, which refuses a driver's loc other than UTC).
+// A MySQL connection with clientFoundRows=true counts a matched row as
+// affected, so every older update would be applied: the bus and store.Open
+// refuse it; otherwise call store.CheckFoundRows (and store.CheckTimeZone)
+// at startup.
 //
 // # Bad input
 //
-// A missing entity ID or version, an unparseable version, and a version
-// further in the future than [Config.MaxSkew] are a [*VersionError], which
-// the bus sends to the error topic without retrying: a bogus future version
-// would otherwise block every later update of its entity.
+// A missing entity ID or version, an unparseable one, or one further in the
+// future than [Config.MaxSkew] (which would block every later update of
+// its entity) is a [*VersionError]: the bus sends it to the error topic
+// without retrying.
 //
 // # Retention
 //
-// Watermarks not updated within the retention are purged by the
-// CleanupStore handler. An update to such an entity that arrives later
-// still is applied as if it were the first: see docs/guarantees.md.
+// The CleanupStore handler purges watermarks not updated within the
+// retention; see docs/guarantees.md for updates that arrive later still.
 package stale

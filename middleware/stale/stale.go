@@ -28,10 +28,9 @@ type Config struct {
 	DB *gorm.DB
 	// Table is the watermark table. Defaults to "postroom_stale_watermarks".
 	Table string
-	// Consumer owns the watermarks: two handlers of one message type, or
-	// one handler in two endpoints on one database, each keep their own.
-	// Defaults to the Watermill handler name of the message (the bus passes
-	// "endpoint/handler").
+	// Consumer owns the watermarks (two handlers of one message type each
+	// keep their own). Defaults to the Watermill handler name of the message
+	// (the bus passes "endpoint/handler").
 	Consumer string
 	// MessageType names the kind of update; watermarks are kept per message
 	// type and entity. Defaults to the metadata "postroom-message-type".
@@ -42,10 +41,9 @@ type Config struct {
 	MaxSkew time.Duration
 	// Recorder counts stale updates per handler. Defaults to metrics.Discard.
 	Recorder metrics.Recorder
-	// Logger logs stale updates at debug level, and at warn an update
-	// skipped for a tie: the applied one has the same version (at most
-	// every 10 minutes per consumer and message type). Defaults to
-	// slog.Default().
+	// Logger logs stale updates at debug, and at warn (at most every 10
+	// minutes per consumer and message type) one skipped for a tie of
+	// versions. Defaults to slog.Default().
 	Logger *slog.Logger
 	// Now is the clock for the skew check and updated_at. Defaults to time.Now.
 	Now func() time.Time
@@ -124,8 +122,7 @@ func New(cfg Config) (message.HandlerMiddleware, error) {
 				uow.RollbackOnly(ctx)
 				cfg.Recorder.Record(consumer, metrics.Stale)
 				if at := msg.Metadata.Get(metadata.Replayed); at != "" {
-					// An operator asked for it: said, not left to a debug
-					// line, or the replay says "replayed 1" and nothing runs.
+					// An operator's replay that ran nothing: say so.
 					cfg.Logger.InfoContext(ctx, "stale: a message replayed from the error topic is older than the update applied since; skipped, its handler did not run",
 						"consumer", consumer, "message_type", messageType, "entity_id", v.EntityID, "version", v.At, "message_id", msg.UUID, "moved_to_error_topic_at", at)
 					return nil, nil

@@ -13,16 +13,13 @@ import (
 // are said again.
 const tieRepeat = 10 * time.Minute
 
-// tieKeysMax is how many consumer and message type pairs the counts keep
-// before those quiet for tieRepeat are dropped (message types come from
-// producers).
+// tieKeysMax bounds the (consumer, message type) counts kept before those
+// quiet for tieRepeat are dropped: producers choose message types.
 const tieKeysMax = 1000
 
-// ties says, at warn, when an update was skipped because the applied one
-// carries the same version: the tie went to the greater message ID, which
-// need not be the later update. Versions of whole seconds (an AMQP
-// timestamp header, RFC 3339 without fractions) tie for two updates of one
-// entity within a second, and the newer one can be the one dropped.
+// ties warns when an update was skipped for a tie of versions, which went
+// to the greater message ID, not necessarily the later update (versions of
+// whole seconds tie within a second).
 type ties struct {
 	read   string // dialect.WatermarkRead, native
 	logger *slog.Logger
@@ -42,12 +39,9 @@ func newTies(read string, logger *slog.Logger) *ties {
 	return &ties{read: read, logger: logger, since: map[tieKey]*tieCount{}}
 }
 
-// check reads the watermark that made the update in ctx's transaction
-// stale; when it carries the same version under another message ID, the
-// skip was a tie, and is said (at most every tieRepeat per consumer and
-// message type, with how many were not said in between). It only says:
-// a read that fails is logged at debug and the update is skipped as
-// before.
+// check reads the watermark that made the update stale and, for a tie,
+// warns (at most every tieRepeat per key, with the count not said). A
+// failed read is logged at debug; the skip stands either way.
 func (t *ties) check(ctx context.Context, consumer, messageType string, v Version, messageID string, now time.Time) {
 	var storedAt int64
 	var storedID string

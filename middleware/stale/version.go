@@ -34,8 +34,7 @@ func MetadataVersion(msg *message.Message) (Version, error) {
 	}
 	at, err := time.Parse(time.RFC3339Nano, raw)
 	if err != nil {
-		// RFC 3339 allows "t" and "z" in lower case (section 5.6); Go's
-		// parser takes upper case only. The error stays the raw value's.
+		// RFC 3339 allows lower-case "t" and "z"; Go's parser does not.
 		if upper, upErr := time.Parse(time.RFC3339Nano, strings.NewReplacer("t", "T", "z", "Z").Replace(raw)); upErr == nil {
 			at, err = upper, nil
 		}
@@ -44,19 +43,15 @@ func MetadataVersion(msg *message.Message) (Version, error) {
 		return Version{}, &VersionError{Reason: fmt.Sprintf("version %q is out of range: years 1678 to 2261", raw)}
 	}
 	if err != nil {
-		// Go's parse error names layout fragments ("cannot parse "536566" as
-		// "-""): the example says what is wanted.
 		return Version{}, &VersionError{Reason: fmt.Sprintf("version %q is not an RFC 3339 timestamp such as %s", raw, versionExample), Err: err}
 	}
 	return Version{EntityID: id, At: at}, nil
 }
 
-// versionExample is an RFC 3339 timestamp with nanoseconds, as reasons
-// show it.
+// versionExample is the RFC 3339 timestamp reasons show.
 const versionExample = "2026-12-06T10:04:05.123456789Z"
 
-// whereVersionsComeFrom says how a message gets its entity ID and version,
-// for the reasons above: a producer that is not postroom reads them there.
+// whereVersionsComeFrom tells a producer, in reasons, how to set a version.
 const whereVersionsComeFrom = "set metadata postroom-entity-id and postroom-version (RFC 3339), " +
 	"with bus.WithVersion when the producer is postroom, or take them from the payload (Config.Version; bus.WithStale(version))"
 
@@ -87,10 +82,9 @@ func (e *VersionError) Unwrap() error { return e.Err }
 // Unrecoverable tells the bus not to retry.
 func (e *VersionError) Unrecoverable() bool { return true }
 
-// Check reports what makes v no version at all, wherever it is read: no
-// entity ID, an entity ID that cannot be stored, no time, a time out of
-// range. The bus checks it at Send (bus.WithVersion), so that such a
-// message fails there instead of at every receiver.
+// Check reports what makes v no version at all (no or unstorable entity
+// ID, no time, a time out of range). The bus checks it at Send
+// (bus.WithVersion), so such a message fails there, not at each receiver.
 func (v Version) Check() error {
 	switch {
 	case v.EntityID == "":

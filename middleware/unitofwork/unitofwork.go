@@ -15,22 +15,18 @@ type Config struct {
 	// DB is the database the transaction is opened on. Required.
 	DB *gorm.DB
 	// BatchSize is the most messages one transaction commits. Above 1,
-	// messages handled at the same time share a transaction, each in a
-	// savepoint of its own: a message whose handler fails rolls back to
-	// its savepoint alone, and every message waits for the commit before
-	// it is acked. Defaults to 1: a transaction per message.
+	// concurrent messages share a transaction, each in its own savepoint (a
+	// failing handler rolls back alone), and each is acked after the
+	// commit. Defaults to 1: a transaction per message.
 	BatchSize int
 	// BatchWait is how long a batch waits for more messages after its
-	// first before it commits, when fewer than BatchSize arrive. Used only
-	// when BatchSize is above 1. Defaults to 10ms.
+	// first. Used only when BatchSize is above 1. Defaults to 10ms.
 	BatchWait time.Duration
-	// InFlight, when set, returns how many messages the handler holds now,
-	// in a batch or on their way to one (not those the bus handles in a
-	// batch of their own). While messages come one at a time (the last
-	// batch had one), a batch then commits as soon as every message in
-	// flight has joined it and run, instead of waiting BatchWait for
-	// others that are not coming. Used only when BatchSize is above 1.
-	// Defaults to nil: a batch waits for BatchSize messages or BatchWait.
+	// InFlight, when set, returns how many messages the handler holds now
+	// (not those handled in a batch of their own). While messages come one
+	// at a time, a batch then commits once every message in flight has
+	// joined it and run, instead of waiting BatchWait. Used only when
+	// BatchSize is above 1. Defaults to nil.
 	InFlight func() int
 }
 

@@ -39,9 +39,8 @@ const (
 	QueueTypeDefault = QueueClassic
 	// DeliveryLimitDefault is the default Config.DeliveryLimit.
 	DeliveryLimitDefault = 20
-	// PrefetchDefault is the default Config.Prefetch: a subscription's
-	// prefetch is at least the messages it may hand out at once (the
-	// Subscriber's inFlight), and no more keeps competing consumers fair.
+	// PrefetchDefault is the default Config.Prefetch (raised to a
+	// subscription's inFlight); no more keeps competing consumers fair.
 	PrefetchDefault = 1
 )
 
@@ -49,25 +48,21 @@ const (
 type Config struct {
 	// URL is the broker's AMQP URL. Required (POSTROOM_AMQP_URL in the commands).
 	URL string
-	// Logger receives the transport's logs; SetLogger
-	// replaces it later, and a bus sets its own Config.Logger (by default
-	// slog.Default()). Without either, they are discarded.
+	// Logger receives the transport's logs (see SetLogger; a bus sets its
+	// own). Defaults to nil: discarded.
 	Logger *slog.Logger
-	// QueueType is the type of the queues subscribers declare: QueueClassic
-	// or QueueQuorum. An existing queue keeps its type: RabbitMQ refuses to
-	// redeclare it with another (PRECONDITION_FAILED). Defaults to
-	// QueueTypeDefault (classic).
+	// QueueType is the type of the queues subscribers declare. An existing
+	// queue keeps its type: RabbitMQ refuses to redeclare it with another.
+	// Defaults to QueueTypeDefault (classic).
 	QueueType QueueType
 	// DeliveryLimit is the x-delivery-limit of quorum queues: RabbitMQ drops
-	// a message returned to the queue more often than that (or dead-letters
-	// it, if the queue has a dead-letter exchange), a broker-side guard
-	// against redelivery loops behind the bus's own retries. Quorum queues
-	// only. Defaults to DeliveryLimitDefault (20). bus.New refuses a limit
-	// below its Config.MaxDeliveries + 5 (transport.Capabilities).
+	// (or dead-letters) a message returned more often than that, a guard
+	// behind the bus's own retries. bus.New refuses a limit below its
+	// Config.MaxDeliveries + 5. Quorum queues only. Defaults to
+	// DeliveryLimitDefault (20).
 	DeliveryLimit int
 	// Prefetch is the basic.qos prefetch count of each subscription's
-	// channel, raised to the Subscriber's inFlight where that is higher.
-	// Defaults to PrefetchDefault (1).
+	// channel, raised to its inFlight. Defaults to PrefetchDefault (1).
 	Prefetch int
 }
 
@@ -134,8 +129,7 @@ var (
 )
 
 // New returns a transport for cfg; it connects nothing. The publisher
-// connects on its first publish (and again after the connection is lost),
-// each subscriber when it is created.
+// connects on its first publish, each subscriber when it is created.
 func New(cfg Config) (*Transport, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -155,10 +149,9 @@ func (t *Transport) Capabilities() transport.Capabilities {
 		CountsDeliveries: quorum, MarksRedeliveries: !quorum}
 }
 
-// reach names the broker and vhost of the URL ("amqp://host:5672/%2F",
-// without credentials), for delayed deliveries and the outbox: two
-// services sharing a database relay each other's only when their URLs
-// name the broker the same way.
+// reach names the broker and vhost ("amqp://host:5672/%2F", no
+// credentials): services sharing a database relay each other's outbox
+// only when their URLs name the broker the same way.
 func (t *Transport) reach() string {
 	uri, err := amqp091.ParseURI(t.cfg.URL)
 	if err != nil { // no dial succeeds with it either; never the URL, which may hold a password
@@ -168,8 +161,7 @@ func (t *Transport) reach() string {
 }
 
 // config is watermill-amqp's durable pub/sub config with postroom's
-// marshaler, queue names, queue arguments and prefetch: the topology the
-// subscriber declares.
+// marshaler, queue names, queue arguments and prefetch.
 func (t *Transport) config(group string) wamqp.Config {
 	c := wamqp.NewDurablePubSubConfig(t.cfg.URL, func(topic string) string { return QueueName(topic, group) })
 	c.Marshaler = Marshaler{}
@@ -178,25 +170,22 @@ func (t *Transport) config(group string) wamqp.Config {
 		c.Queue.Arguments = amqp091.Table{amqp091.QueueTypeArg: amqp091.QueueTypeQuorum,
 			deliverylimit.Arg: int64(t.cfg.DeliveryLimit)}
 		if group == transport.ErrorQueueGroup {
-			// Browsing the error queue (postroom errors, the console)
-			// returns its messages, which a limit counts. No argument is
-			// not enough: RabbitMQ 4.0 to 4.2 give a quorum queue without
-			// one a limit of 20, and count each return.
+			// Browsing the error queue returns its messages, which a limit
+			// counts; without the argument RabbitMQ 4.0-4.2 impose 20.
 			c.Queue.Arguments[deliverylimit.Arg] = int64(deliverylimit.ErrorQueue)
 		}
 	}
 	return c
 }
 
-// SetLogger sends the transport's logs to l from now
-// on, also for the publisher and subscribers created before. Nil discards them.
+// SetLogger sends the transport's logs, of publisher and subscribers
+// created before too, to l from now on. Nil discards them.
 func (t *Transport) SetLogger(l *slog.Logger) { t.log.Set(l) }
 
 // Publisher returns the publisher. Publish returns once the broker has
-// confirmed every message (publisher confirms), so a message the broker
-// did not take is an error, never lost in silence. A message published to
-// a topic no queue is bound to is dropped by RabbitMQ without an error (an
-// event nobody subscribes to); use PublishMandatory to be told.
+// confirmed every message, so one it did not take is an error. A message
+// to a topic no queue is bound to is dropped without an error; use
+// PublishMandatory to be told.
 func (t *Transport) Publisher() message.Publisher { return plainPublisher{t.publisher} }
 
 // plainPublisher is the Publisher: confirmed, not mandatory.
@@ -210,11 +199,9 @@ func (p plainPublisher) Publish(topic string, msgs ...*message.Message) error {
 // Close closes the publisher's connection; later publishes fail.
 func (p plainPublisher) Close() error { return p.p.close() }
 
-// PublishMandatory publishes msgs to topic like Publisher().Publish, waits
-// for the broker's confirms, and fails with an error wrapping
-// transport.ErrNoRoute for each message no queue took. Calls are
-// serialised on one channel; it connects on first use and after the
-// connection is lost.
+// PublishMandatory publishes msgs to topic like Publisher().Publish and
+// fails with an error wrapping transport.ErrNoRoute for each message no
+// queue took.
 func (t *Transport) PublishMandatory(topic string, msgs ...*message.Message) error {
 	return t.publisher.publish(topic, msgs, true)
 }
@@ -234,12 +221,9 @@ func (t *Transport) Subscriber(group string, inFlight int) (message.Subscriber, 
 	return s, nil
 }
 
-// Connected reports whether every open subscriber's connection to the
-// broker is up (false while one reconnects); closed subscribers are
-// dropped from the list (transport.Connectivity). The publisher is not
-// counted: it connects on demand, so after an outage an idle publisher
-// would read as down until its next publish, and a bus always has a
-// subscriber (its error queue's) on the same broker.
+// Connected reports whether every open subscriber's connection is up
+// (transport.Connectivity). The publisher, which connects on demand, is
+// not counted: a bus always has a subscriber on the same broker.
 func (t *Transport) Connected() bool {
 	t.mu.Lock()
 	t.subscribers = slices.DeleteFunc(t.subscribers, (*subscriber).isClosed)
@@ -253,8 +237,7 @@ func (t *Transport) Connected() bool {
 	return true
 }
 
-// deliveryLimit is the x-delivery-limit of the quorum queues subscribers
-// declare, or 0 with classic queues.
+// deliveryLimit is the quorum queues' x-delivery-limit, or 0 for classic.
 func (t *Transport) deliveryLimit() int {
 	if t.cfg.QueueType != QueueQuorum {
 		return 0

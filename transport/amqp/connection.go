@@ -15,10 +15,8 @@ import (
 	"github.com/postroom/postroom/internal/logsink"
 )
 
-// Reconnect backoff of a subscriber's connection (and of a subscription
-// whose channel keeps failing): from backoffFirst, doubling to backoffMax,
-// with ±20% jitter; it starts again from backoffFirst once a connection or
-// a consumer has lasted backoffMax.
+// Reconnect backoff of a connection or consumer: from backoffFirst,
+// doubling to backoffMax, ±20% jitter; reset once one lasted backoffMax.
 const (
 	backoffFirst = 100 * time.Millisecond
 	backoffMax   = 5 * time.Second
@@ -28,10 +26,8 @@ const (
 // (amqp091's default; the URL's connection_timeout, in ms, replaces it).
 const dialTimeout = 30 * time.Second
 
-// closeWait bounds how long a subscriber's Close waits for the broker
-// (the consumers' cancels, the connection's close): a connection that
-// went silent without closing (a half-open TCP connection) would
-// otherwise hold Close until the heartbeat gives up on it, about 30 s.
+// closeWait bounds a subscriber's Close waiting for the broker, which a
+// half-open TCP connection would hold until the heartbeat gives up (30 s).
 const closeWait = 5 * time.Second
 
 // nextBackoff returns the wait after wait, and the wait jittered.
@@ -40,10 +36,9 @@ func nextBackoff(wait time.Duration) (next, jittered time.Duration) {
 	return min(2*wait, backoffMax), jittered
 }
 
-// connection is a subscriber's connection to RabbitMQ: after it is lost,
-// it dials again, with backoff, until it is closed. (watermill-amqp's
-// ConnectionWrapper does the same but writes its state without a lock,
-// upstream ThreeDotsLabs/watermill#693.)
+// connection is a subscriber's connection that redials with backoff until
+// closed (watermill-amqp's ConnectionWrapper races:
+// ThreeDotsLabs/watermill#693).
 type connection struct {
 	url  string
 	log  *logsink.Sink
@@ -58,8 +53,7 @@ type connection struct {
 	done    chan struct{} // closed when watch ends
 }
 
-// up reports whether the connection is open (not reconnecting, not
-// closed).
+// up reports whether the connection is open (not reconnecting, not closed).
 func (c *connection) up() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -80,9 +74,7 @@ func dial(url string, log *logsink.Sink, what string) (*connection, error) {
 	return c, nil
 }
 
-// dialOnce dials the broker; Close interrupts it (amqp091.Dial alone
-// would hold Close for up to 30 s on a broker that takes the TCP
-// connection and never answers).
+// dialOnce dials the broker; Close interrupts it.
 func (c *connection) dialOnce() (*amqp091.Connection, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -100,10 +92,8 @@ func (c *connection) dialOnce() (*amqp091.Connection, error) {
 	return conn, err
 }
 
-// dialContext dials the broker at url; the end of ctx interrupts the TCP
-// connect and the AMQP handshake, each bounded by dialTimeout (or the
-// URL's connection_timeout). A connection whose handshake ended just as
-// ctx did is closed.
+// dialContext dials url; the end of ctx interrupts the TCP connect and the
+// handshake, each bounded by dialTimeout (or the URL's connection_timeout).
 func dialContext(ctx context.Context, url string) (*amqp091.Connection, error) {
 	timeout := dialTimeout
 	if uri, err := amqp091.ParseURI(url); err == nil && uri.ConnectionTimeout > 0 {
@@ -257,9 +247,7 @@ func (c *connection) Close(deadline time.Time) error {
 	}
 	err := conn.CloseDeadline(deadline)
 	switch {
-	// Past the deadline, amqp091's reader shuts the socket down while the
-	// close is being written: the write fails either way.
-	case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, net.ErrClosed):
+	case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, net.ErrClosed): // past the deadline
 		c.log.Logger().Warn("amqp: the broker did not answer the close of " + c.what + "; the connection is closed anyway")
 		return nil
 	case errors.Is(err, amqp091.ErrClosed):

@@ -15,23 +15,17 @@ import (
 	"github.com/postroom/postroom/metadata"
 )
 
-// returnGrace is how long a subscription whose context ended waits, at
-// most, for the other consumers of its subscriber to stop before it
-// returns what it holds (see quiet).
+// returnGrace bounds quiet's wait.
 const returnGrace = time.Second
 
 // run consumes topic into out until ctx ends or the subscriber closes,
-// again after each lost channel or connection (with backoff while that
-// keeps failing at once).
+// again (with backoff) after each lost channel or connection.
 func (s *subscriber) run(ctx context.Context, topic string, out chan<- *message.Message) {
 	queue := QueueName(topic, s.group)
-	// The messages handed out and not settled, over every channel the
-	// subscription consumes on: one consumed again after a lost channel
-	// hands out no more than inFlight while the earlier ones still run.
+	// Shared by every channel of the subscription, so inFlight holds
+	// across a lost channel; what a lost one handed out is settled or
+	// given back before run returns.
 	h := newHandedOut(s.inFlight)
-	// What a lost channel handed out may still run when the subscription
-	// stops during the backoff: it is settled or given back before run
-	// returns, as after a stopped consumption (wind).
 	defer h.watchers.Wait()
 	wait := backoffFirst
 	for again := false; ; again = true {
@@ -87,16 +81,14 @@ func (s *subscriber) wind(c *consumer, deliveries <-chan amqp091.Delivery, h *ha
 }
 
 // prefetch is a subscription's basic.qos count: the configured prefetch,
-// raised to inFlight, at most 65,535 (the field is 16 bits wide, and 0
-// would mean no limit at all).
+// raised to inFlight, at most 65,535 (16 bits; 0 would mean no limit).
 func prefetch(configured, inFlight int) int {
 	return min(max(configured, inFlight), math.MaxUint16)
 }
 
-// handedOut bounds and counts a subscription's messages handed out and
-// not settled yet.
+// handedOut bounds and counts a subscription's unsettled messages.
 type handedOut struct {
-	slots    chan struct{} // one token per message handed out; its capacity is inFlight
+	slots    chan struct{} // a token per message handed out; capacity inFlight
 	watchers sync.WaitGroup
 }
 
@@ -105,10 +97,7 @@ func newHandedOut(inFlight int) *handedOut {
 }
 
 // consume consumes queue on a channel of its own until the channel fails
-// (lost) or ctx ends or the subscriber closes (stopped). When stopped, it
-// returns what the channel still holds (deliveries not handed out) only
-// once its consumer is cancelled and the subscriber is quiet, and closes
-// the channel once what it handed out is settled or, at Close, given back.
+// (lost) or ctx ends or the subscriber closes (stopped, then see wind).
 func (s *subscriber) consume(ctx context.Context, topic, queue string, out chan<- *message.Message, h *handedOut) (o outcome) {
 	ch, err := s.conn.channel()
 	if err != nil {
@@ -168,16 +157,11 @@ func (s *subscriber) consume(ctx context.Context, topic, queue string, out chan<
 	}
 }
 
-// deliver hands d to out as a message, once the subscription holds fewer
-// than inFlight, and starts the goroutine that acks or nacks d as the
-// message is settled.
-//
-// Once ctx ends or the subscriber closes, nothing more is handed out: d,
-// if not taken, is given back to the queue once the consumer is cancelled
-// and the subscriber quiet. A message already taken when ctx ends is still
-// watched, its ack or nack passed on, until it is settled or the
-// subscriber closes; what is not settled when the subscriber closes is
-// given back (RabbitMQ redelivers it; the handler's later ack is lost).
+// deliver hands d to out once the subscription holds fewer than inFlight,
+// and starts the goroutine that acks or nacks d as the message is settled.
+// Once stopped, nothing more is handed out and d, if not taken, is given
+// back. A taken message is watched until settled or Close, which gives it
+// back (a later ack is lost).
 func (s *subscriber) deliver(ctx context.Context, c *consumer, d amqp091.Delivery, topic, queue string, out chan<- *message.Message, h *handedOut) outcome {
 	msg, err := s.wcfg.Marshaler.Unmarshal(d)
 	if err != nil { // Marshaler never fails; another one could
@@ -232,9 +216,8 @@ func sendUnlessStopped[T any](ctx context.Context, s *subscriber, c *consumer, c
 	return false
 }
 
-// settleSettled acks or nacks d once msg is acked or nacked, or gives it
-// back when the subscriber closes first. A channel that failed meanwhile
-// fails the ack (RabbitMQ redelivers d), and ends the consumption too.
+// settleSettled acks or nacks d as msg is, or gives it back when the
+// subscriber closes first.
 func (s *subscriber) settleSettled(ctx context.Context, c *consumer, d amqp091.Delivery, msg *message.Message, topic, queue string) {
 	select {
 	case <-msg.Acked():
@@ -282,9 +265,8 @@ func settle(d amqp091.Delivery, ack bool) outcome {
 	return next
 }
 
-// giveBack nacks d back to the queue for a stopping subscription, saying
-// so at error if the return takes d past its quorum queue's delivery
-// limit (RabbitMQ then drops it).
+// giveBack nacks d back to the queue for a stopping subscription, logging
+// an error if that takes d past its quorum queue's delivery limit.
 func (s *subscriber) giveBack(d amqp091.Delivery, topic, queue string) {
 	if count, _ := HeaderString(d.Headers[deliveryCountHeader]); s.pastDeliveryLimit(count) {
 		id, _ := deliveryID(d)
@@ -338,13 +320,10 @@ func (s *subscriber) stop(c *consumer) {
 	}
 }
 
-// quiet waits, before a stopped subscription returns messages to the
-// queue, until no consumer of the subscriber is active, or the subscriber
-// closes, or returnGrace has passed. RabbitMQ would deliver a returned
-// message to a consumer still active, and when the whole process is
-// stopping (its context ends every subscription at once), that one would
-// return it again: the returns would pile onto the head of the queue,
-// each counted by a quorum queue against its delivery limit.
+// quiet waits until no consumer of the subscriber is active, it closes,
+// or returnGrace passes. Otherwise, in a stopping process, a returned
+// message would go to a consumer still active and be returned again, each
+// counted against a quorum queue's delivery limit.
 func (s *subscriber) quiet() {
 	s.mu.Lock()
 	idle := s.idle
@@ -401,8 +380,8 @@ func (c *consumer) start(queue string) (<-chan amqp091.Delivery, error) {
 	return deliveries, err
 }
 
-// cancel tells RabbitMQ to deliver nothing more to the consumer (what it
-// delivered stays unacked on the channel) and waits for its answer.
+// cancel stops RabbitMQ delivering to the consumer (what it delivered stays
+// unacked) and waits for its answer.
 func (c *consumer) cancel() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -418,8 +397,7 @@ func (c *consumer) cancel() {
 	}
 }
 
-// isCancelled reports whether cancel was called (whose close of done
-// happens under c.mu, so a caller holding c.mu sees it exactly).
+// isCancelled reports whether cancel was called (exact under c.mu).
 func (c *consumer) isCancelled() bool {
 	select {
 	case <-c.done:

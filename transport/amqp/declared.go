@@ -49,11 +49,8 @@ func (d *declaredNames) names() (exchanges, queues []string) {
 	return slices.Clone(d.exchanges), slices.Clone(d.queues)
 }
 
-// Declared returns the names of the exchanges and queues the transport's
-// publisher and subscribers have declared since New, each once, in the
-// order first declared. A name is recorded before its declaration is
-// sent, so it may name one that failed. The transport never deletes what
-// it declared (other processes may use it); a test or a tool that sets up
-// a throwaway topology deletes these names itself once the transport is
-// closed.
+// Declared returns the names of the exchanges and queues the transport has
+// declared since New, each once, in the order first declared (a name is
+// recorded before its declaration, which may fail). The transport never
+// deletes them: a tool with a throwaway topology deletes them itself.
 func (t *Transport) Declared() (exchanges, queues []string) { return t.declared.names() }

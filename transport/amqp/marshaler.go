@@ -20,9 +20,8 @@ import (
 	"github.com/postroom/postroom/transport"
 )
 
-// Metadata keys that [Marshaler.Unmarshal] fills from the AMQP properties a
-// foreign producer sets, when the property is not empty and no header of
-// the same name is present.
+// Metadata keys [Marshaler.Unmarshal] fills from a foreign producer's AMQP
+// properties, when not empty and no header of that name is present.
 const (
 	// MetadataContentType is the content_type property.
 	MetadataContentType = "amqp-content-type"
@@ -32,9 +31,8 @@ const (
 	MetadataType = "amqp-type"
 )
 
-// deliveryCountHeader is the header in which quorum queues count the
-// earlier deliveries of a message that were not acked (nacked with
-// requeue, or the consumer's channel closed: a crash).
+// deliveryCountHeader is where quorum queues count a message's unacked
+// earlier deliveries (nacks and crashes).
 const deliveryCountHeader = "x-delivery-count"
 
 // uuidHeader is the header of the Watermill UUID.
@@ -44,20 +42,11 @@ const uuidHeader = wamqp.DefaultMessageUUIDHeaderKey
 // [metadata.TransportError] on a message that carries no ID.
 const ErrorNoID = "amqp: message has no ID: set the message_id property or the " + wamqp.DefaultMessageUUIDHeaderKey + " header"
 
-// Marshaler converts Watermill messages to AMQP publishings and back. It
-// implements watermill-amqp's Marshaler.
-//
-// Marshal is watermill-amqp's DefaultMarshaler (every metadata entry a
-// string header, the UUID in the _watermill_message_uuid header,
-// persistent delivery) plus the message_id property set to the UUID, so
-// producers and consumers using either marshaler interoperate.
-//
-// Unmarshal never fails, so watermill-amqp never nacks a delivery it
-// cannot read (it would requeue it at once, forever). See the package
-// documentation for how each header type becomes a string and where the
-// message ID comes from. What it cannot read is recorded in
-// [metadata.TransportError], and the bus moves the message to the error
-// topic with that reason.
+// Marshaler converts Watermill messages to AMQP publishings and back
+// (watermill-amqp's Marshaler). Marshal is watermill-amqp's
+// DefaultMarshaler plus the message_id property, so either marshaler's
+// users interoperate. Unmarshal never fails: what it cannot read goes in
+// [metadata.TransportError] (see the package documentation).
 type Marshaler struct{}
 
 var _ wamqp.Marshaler = Marshaler{}
@@ -72,9 +61,8 @@ func (Marshaler) Marshal(msg *message.Message) (amqp091.Publishing, error) {
 	return p, nil
 }
 
-// deliveryID is d's message ID: the Watermill UUID header if it is not
-// empty, else the message_id property; the error says why the header
-// could not be read.
+// deliveryID is d's message ID: the UUID header if not empty, else the
+// message_id property; the error says why the header could not be read.
 func deliveryID(d amqp091.Delivery) (string, error) {
 	var err error
 	id := ""
@@ -118,11 +106,9 @@ func (Marshaler) Unmarshal(d amqp091.Delivery) (*message.Message, error) {
 		}
 	}
 
-	// Only the broker's count and this read's problems are trusted: the
-	// keys a producer set (or a copy replayed from the error topic kept)
-	// would move the message aside at once.
-	// The broker sets x-delivery-count on a redelivery from a quorum
-	// queue; on a first delivery the header can only be a producer's.
+	// Control keys a producer set (or a replayed copy kept) would move the
+	// message aside at once; x-delivery-count is the broker's only on a
+	// redelivery.
 	transport.DropControl(md)
 	c, counted := md[deliveryCountHeader]
 	delete(md, deliveryCountHeader) // moved, so a copy sent on does not carry it
@@ -149,24 +135,13 @@ func (Marshaler) Unmarshal(d amqp091.Delivery) (*message.Message, error) {
 	return msg, nil
 }
 
-// HeaderString converts the value of an AMQP header, as amqp091-go decodes
-// it, to the string [Marshaler.Unmarshal] puts in the message's metadata:
-//
-//   - string: itself; void (nil): ""
-//   - bool: "true" or "false"
-//   - integers of every width: decimal ("-42")
-//   - float32, float64: strconv 'g' with the shortest exact digits
-//     ("1.5", "1e+21", "NaN", "+Inf")
-//   - decimal: its value in plain decimal notation (Value 12345, Scale 2: "123.45")
-//   - timestamp: RFC 3339 in UTC ("2024-05-01T12:00:00Z"; AMQP carries seconds)
-//   - byte array: the bytes as text when they are valid UTF-8, else standard
-//     base64 with padding
-//   - table and array: JSON; inside them numbers stay JSON numbers (decimals
-//     too), timestamps and byte arrays become strings by the rules above,
-//     NaN and infinities become the strings "NaN", "+Inf", "-Inf", and a
-//     table's keys are sorted
-//
-// Any other type is an error.
+// HeaderString converts an AMQP header value, as amqp091-go decodes it, to
+// the metadata string [Marshaler.Unmarshal] sets: strings as they are, nil
+// as "", booleans and integers as Go prints them, floats with strconv 'g',
+// decimals in plain notation, timestamps as RFC 3339 UTC, byte arrays as
+// text if valid UTF-8 else base64, tables and arrays as JSON (keys sorted;
+// NaN and infinities as strings). Any other type is an error. The table in
+// docs/transports-amqp-notes.md gives examples.
 func HeaderString(v any) (string, error) {
 	switch x := v.(type) {
 	case string:

@@ -14,30 +14,23 @@ import (
 	"github.com/postroom/postroom/transport"
 )
 
-// mandatoryBatch is how many messages one publish call sends before it
-// waits for their confirms; it is also the capacity of the
-// returns channel, which is drained after each batch, so amqp091's reader
-// never blocks on it.
+// mandatoryBatch is how many messages a publish sends before it waits for
+// their confirms, and the capacity of the returns channel drained after
+// each batch, so amqp091's reader never blocks on it.
 const mandatoryBatch = 64
 
 // errTransportClosed is returned by Publish and PublishMandatory after Close.
 var errTransportClosed = errors.New("amqp: the transport is closed")
 
-// confirmPublisher publishes on its own connection and channel in confirm
-// mode: a publish returns once the broker has taken every message (a
-// message the broker did not confirm is an error, never a silent loss),
-// and with mandatory=true it fails for the messages no queue took.
-// RabbitMQ sends basic.return before the basic.ack of a message no queue
-// took, and amqp091 hands both over in that order from one reader
-// goroutine, so once the confirms of a batch are in, its returns are in
-// the returns channel.
+// confirmPublisher publishes on its own connection and a channel in
+// confirm mode; with mandatory=true it fails for the messages no queue
+// took. RabbitMQ sends basic.return before the basic.ack, and amqp091
+// hands both over in order from one goroutine, so once a batch's confirms
+// are in, its returns are in the returns channel.
 //
-// Publishes take turns (turn), and each waits for its turn, its connect
-// and its confirms only as long as its messages' context lasts: a caller
-// of Send with a deadline gets its error at the deadline, also while the
-// broker takes connections and never answers. The turn is a channel, not
-// a mutex, and the dial (up to 30 s) ends with the context, so callers
-// never queue behind one dial after another.
+// Publishes take turns (a channel, not a mutex), and each waits for its
+// turn, its dial and its confirms only as long as its messages' context
+// lasts, so a caller with a deadline never queues behind a hung broker.
 type confirmPublisher struct {
 	url    string
 	log    *logsink.Sink
@@ -93,9 +86,7 @@ func (p *confirmPublisher) publish(topic string, msgs []*message.Message, mandat
 	for batch := range chunk(msgs, mandatoryBatch) {
 		err := p.publishBatch(ctx, topic, batch, mandatory)
 		if errors.Is(err, errNothingSent) && ctx.Err() == nil {
-			// The channel or connection was found closed before anything
-			// of this batch was sent: reconnect and try once more.
-			err = p.publishBatch(ctx, topic, batch, mandatory)
+			err = p.publishBatch(ctx, topic, batch, mandatory) // reconnect, once
 		}
 		if errors.Is(err, errNothingSent) {
 			return fmt.Errorf("amqp: publish to topic %s: %w", topic, err)
@@ -133,8 +124,8 @@ func (p *confirmPublisher) publishBatch(ctx context.Context, topic string, msgs 
 	if err := p.open(ctx); err != nil {
 		return err
 	}
-	// After any failure but a return, confirms or returns of this batch may
-	// still arrive: start the next batch on a fresh channel.
+	// After any failure but a return, this batch's confirms may still
+	// arrive: the next batch gets a fresh channel.
 	defer func() {
 		if err != nil && !errors.Is(err, transport.ErrNoRoute) {
 			p.reset()
@@ -197,9 +188,7 @@ drain:
 	}
 	var errs []error
 	for _, msg := range msgs {
-		// Two messages of one batch with the same UUID are both reported
-		// if one was returned; on a fanout exchange they route alike.
-		if r, ok := returned[msg.UUID]; ok {
+		if r, ok := returned[msg.UUID]; ok { // copies of one UUID route alike
 			errs = append(errs, fmt.Errorf("amqp: message %s to topic %s reached no queue (%d %s): "+
 				"no queue is bound to exchange %s; start the endpoint that subscribes to it, or check the topic name: %w",
 				msg.UUID, topic, r.ReplyCode, r.ReplyText, exchange, transport.ErrNoRoute))
@@ -216,14 +205,11 @@ func returnedID(r amqp091.Return) string {
 	return r.MessageId
 }
 
-// lost returns err marked transport.Unreachable when the publish failed
-// because its connection was lost to something that says nothing about
-// the messages in flight (connectionLost), or a write to it failed. The
-// outbox's relay and the delayed relay then do not count the attempt
-// against the message, so a flapping broker cannot move a sound message
-// to the error topic. A channel the broker closed (a message too large,
-// an exchange deleted meanwhile) or a connection it closed on another
-// error may be the message's doing, and err stays as it is.
+// lost marks err transport.Unreachable when the connection was lost to
+// something that says nothing about the messages (connectionLost), or a
+// write failed, so the relays do not count the attempt against a sound
+// message. A close the broker made on another error may be the message's
+// doing, and err stays as it is.
 func (p *confirmPublisher) lost(err error) error {
 	var netErr net.Error
 	if errors.As(err, &netErr) {
@@ -234,8 +220,7 @@ func (p *confirmPublisher) lost(err error) error {
 	}
 	if p.closedBy == nil {
 		// amqp091 marks the connection closed a moment before it hands
-		// connEnd the reason (or closes it: a close of ours), and only
-		// then shuts its channels, which ends a wait for a confirm.
+		// connEnd the reason.
 		select {
 		case e := <-p.connEnd:
 			p.closedBy = e
@@ -248,12 +233,9 @@ func (p *confirmPublisher) lost(err error) error {
 	return err
 }
 
-// connectionLost reports whether a connection that closed with e was lost
-// to the network (amqp091's own frame error: a read or write failure, a
-// missed heartbeat) or to the broker shutting down or an operator closing
-// it (320 CONNECTION_FORCED, from the broker). A close the broker made on
-// another error (a frame it refused) or amqp091 made on a protocol error
-// may be a message's doing.
+// connectionLost reports whether a connection closed with e was lost to
+// the network (amqp091's frame error: I/O, a missed heartbeat) or to a
+// broker shutdown or operator (320 CONNECTION_FORCED).
 func connectionLost(e *amqp091.Error) bool {
 	if e.Server {
 		return e.Code == amqp091.ConnectionForced
@@ -305,9 +287,8 @@ func (p *confirmPublisher) open(ctx context.Context) error {
 // so the next publish opens fresh ones.
 func (p *confirmPublisher) reset() {
 	if p.ch != nil {
-		// amqp091's reader blocks while delivering a return to a full
-		// channel, and Channel.Close waits for it; drain until amqp091
-		// closes the returns channel.
+		// Channel.Close waits for amqp091's reader, which may block on a
+		// full returns channel: drain it until closed.
 		go func(returns chan amqp091.Return) {
 			for range returns {
 			}
@@ -321,9 +302,8 @@ func (p *confirmPublisher) reset() {
 	p.declared = map[string]bool{} // an exchange deleted since is declared again
 }
 
-// close closes the channel and the connection; later publishes fail. A
-// publish connecting meanwhile is interrupted; one waiting for confirms
-// ends when the connection closes.
+// close closes the channel and the connection, interrupting a dial; later
+// publishes fail.
 func (p *confirmPublisher) close() error {
 	p.stop()
 	p.turn <- struct{}{}

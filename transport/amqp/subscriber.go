@@ -19,15 +19,10 @@ import (
 	"github.com/postroom/postroom/transport"
 )
 
-// subscriber is one group's consumer of RabbitMQ queues: each
-// subscription is a channel with a consumer of the topic's queue, on one
-// connection that reconnects; queues, exchanges and bindings are declared
-// as watermill-amqp declares them.
-// It is postroom's own, not watermill-amqp's Subscriber, so that Close can
-// cancel every consumer before any message goes back to the queue (see
-// Close). It logs the messages marked with metadata.TransportError and
-// the nacks (RabbitMQ requeues a nacked message at once), and explains a
-// queue declared with other arguments.
+// subscriber is one group's consumer of RabbitMQ queues: a channel and
+// consumer per subscription, on one reconnecting connection, with
+// watermill-amqp's topology. It is postroom's own so that Close can cancel
+// every consumer before any message goes back to the queue.
 type subscriber struct {
 	conn     *connection
 	wcfg     wamqp.Config // the topology watermill-amqp would declare
@@ -108,11 +103,9 @@ func (s *subscriber) SubscribeInitialize(topic string) error {
 	return nil
 }
 
-// declare declares topic's exchange, the group's queue and its binding.
-// A quorum error queue declared before it had its delivery limit
-// (deliverylimit.ErrorQueue) is used as it is, with a warning: RabbitMQ
-// does not change an existing queue's arguments. The operator's tools run
-// the same check (deliverylimit.Check) when they open the error queue.
+// declare declares topic's exchange, the group's queue and its binding. A
+// quorum error queue declared without deliverylimit.ErrorQueue is used as
+// it is, with a warning (RabbitMQ does not change a queue's arguments).
 func (s *subscriber) declare(topic string) error {
 	err := s.declareWith(topic, s.wcfg)
 	if err == nil || s.group != transport.ErrorQueueGroup || !deliverylimit.Missing(err) {
@@ -144,18 +137,11 @@ func (s *subscriber) declareWith(topic string, wcfg wamqp.Config) error {
 	}, wcfg, s.log.Watermill())
 }
 
-// Close stops every subscription and closes the connection. It first
-// cancels every consumer, so RabbitMQ delivers nothing more to this
-// subscriber, and only then returns the messages its subscriptions hold
-// (nacked, or with their channel). Returning them first would let RabbitMQ
-// deliver them to a subscription not yet stopped, which returns them
-// again: on quorum queues each return counts towards the delivery limit,
-// so one stop of many subscriptions under a backlog would count the
-// messages at the head of the queue many times over. A handler's ack
-// after Close is lost: RabbitMQ redelivers the message. Close waits for
-// the broker at most closeWait in all: after that it closes the
-// connection, which returns everything, and the subscriptions stuck on
-// the broker return.
+// Close stops every subscription and closes the connection. It cancels
+// every consumer before it returns any message held, or RabbitMQ would
+// hand returns to a subscription not yet stopped, counting each again
+// against a quorum queue's delivery limit. A handler's ack after Close is
+// lost (RabbitMQ redelivers). Close waits for the broker at most closeWait.
 func (s *subscriber) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
@@ -197,10 +183,8 @@ func waitUntil(wg *sync.WaitGroup, deadline time.Time) bool {
 	}
 }
 
-// logNack logs msg's nack, if it was nacked: at warn (RabbitMQ requeues
-// it), at info when the subscription is stopping (a handler cut short by
-// the stop), or at error past its quorum queue's delivery limit (RabbitMQ
-// drops it), stopping or not.
+// logNack logs msg's nack, if any: at warn, at info while stopping, at
+// error past its quorum queue's delivery limit (RabbitMQ drops it).
 func (s *subscriber) logNack(msg *message.Message, topic, queue string, stopping bool) {
 	select {
 	case <-msg.Nacked():
@@ -216,7 +200,7 @@ func (s *subscriber) logNack(msg *message.Message, topic, queue string, stopping
 			"message_id", msg.UUID, "topic", topic, "queue", queue, "delivery_limit", s.cfg.DeliveryLimit, "reason", reason)
 		return
 	}
-	if stopping { // a handler cut short by the stop: routine
+	if stopping {
 		s.log.Logger().Info("amqp: message nacked while its subscription stops; RabbitMQ requeues it",
 			"message_id", msg.UUID, "topic", topic, "queue", queue, "reason", reason)
 		return
@@ -225,18 +209,14 @@ func (s *subscriber) logNack(msg *message.Message, topic, queue string, stopping
 		"message_id", msg.UUID, "topic", topic, "queue", queue, "reason", reason)
 }
 
-// atDeliveryLimit reports whether msg, nacked, has been returned to its
-// quorum queue more often than the queue's x-delivery-limit, so that
-// RabbitMQ drops it instead of requeueing it. The broker's count
-// (x-delivery-count, metadata.DeliveryCount) is of the returns before
-// this delivery.
+// atDeliveryLimit reports whether msg's nack takes it past its quorum
+// queue's delivery limit (see pastDeliveryLimit).
 func (s *subscriber) atDeliveryLimit(msg *message.Message) bool {
 	return s.pastDeliveryLimit(msg.Metadata.Get(metadata.DeliveryCount))
 }
 
 // pastDeliveryLimit reports whether one more return of a message whose
-// x-delivery-count is count takes it past its quorum queue's delivery
-// limit, so that RabbitMQ drops it.
+// x-delivery-count is count makes RabbitMQ drop it.
 func (s *subscriber) pastDeliveryLimit(count string) bool {
 	if s.cfg.QueueType != QueueQuorum || s.group == transport.ErrorQueueGroup {
 		return false

@@ -12,12 +12,10 @@ import (
 	"github.com/postroom/postroom/transport"
 )
 
-// Config configures the in-memory transport. It has no settings yet: queues
-// grow as needed, so a handler that sends to its own queue never blocks.
+// Config configures the in-memory transport. It has no settings yet.
 type Config struct{}
 
-// ErrClosed is returned by Publish, PublishMandatory, Subscribe and
-// SubscribeInitialize once the transport, or the publisher or subscriber
+// ErrClosed is returned once the transport, or the publisher or subscriber
 // called, is closed.
 var ErrClosed = errors.New("gochannel: transport closed")
 
@@ -50,15 +48,11 @@ func New(Config) *Transport {
 	}
 }
 
-// Publisher returns a publisher. Each call returns a new one: closing it
-// refuses its later Publish calls and leaves the transport and the other
-// publishers as they were.
+// Publisher returns a new publisher; closing it affects only itself.
 func (t *Transport) Publisher() message.Publisher { return &publisher{t: t} }
 
 // Subscriber returns a subscriber of group whose subscriptions each hold
-// up to inFlight messages at once: its subscriptions to a topic, and those
-// of every other subscriber of group, share the group's queue for the
-// topic.
+// up to inFlight messages at once, sharing the group's queues.
 func (t *Transport) Subscriber(group string, inFlight int) (message.Subscriber, error) {
 	return &groupSubscriber{t: t, group: group, inFlight: max(inFlight, 1), subs: map[*subscription]struct{}{}}, nil
 }
@@ -66,9 +60,8 @@ func (t *Transport) Subscriber(group string, inFlight int) (message.Subscriber, 
 // Capabilities: in memory, in this process alone, unbounded.
 func (t *Transport) Capabilities() transport.Capabilities { return transport.Capabilities{} }
 
-// Close ends every subscription (closing its channel and cancelling the
-// context of the message it holds) and drops every queued message. Publish
-// and Subscribe fail with [ErrClosed] afterwards.
+// Close ends every subscription, cancelling the contexts of the messages
+// held, and drops every queued message.
 func (t *Transport) Close() error {
 	t.closeOnce.Do(func() {
 		t.mu.Lock()
@@ -88,9 +81,8 @@ func (t *Transport) isClosed() bool {
 	}
 }
 
-// declare returns the queue of group for topic, creating it on first use:
-// from then on, every message published to topic is kept in it. Callers
-// hold t.mu.
+// declare returns group's queue for topic, creating it on first use.
+// Callers hold t.mu.
 func (t *Transport) declare(group, topic string) *queue {
 	key := queueKey{group, topic}
 	q, ok := t.queues[key]
@@ -119,8 +111,7 @@ func (t *Transport) publish(topic string, msgs []*message.Message) (int, error) 
 }
 
 // PublishMandatory publishes like Publish, but fails with an error wrapping
-// [transport.ErrNoRoute] when no group has declared topic (by
-// SubscribeInitialize or Subscribe), so nothing would keep the messages.
+// [transport.ErrNoRoute] when no group has declared topic.
 func (t *Transport) PublishMandatory(topic string, msgs ...*message.Message) error {
 	n, err := t.publish(topic, msgs)
 	if err != nil {
@@ -165,8 +156,7 @@ type groupSubscriber struct {
 }
 
 // SubscribeInitialize declares the group's queue for topic: messages
-// published to topic from now on are kept for the group's subscriptions,
-// even those that subscribe later.
+// published from now on are kept for the group.
 func (s *groupSubscriber) SubscribeInitialize(topic string) error {
 	s.mu.Lock()
 	closed := s.closed
@@ -183,15 +173,12 @@ func (s *groupSubscriber) SubscribeInitialize(topic string) error {
 	return nil
 }
 
-// Subscribe declares the group's queue for topic (see SubscribeInitialize)
-// and delivers its messages, up to the subscriber's inFlight at a time:
-// the next comes once one of them is settled. A nacked message goes back to
-// the head of the queue. The channel closes when ctx ends, or the
-// subscriber or the transport is closed, and the contexts of the messages
-// the subscription holds are cancelled. When ctx ends, those messages are
-// still settled by their ack or nack (a handler may finish them); when the
-// subscriber closes they go back to the head of the queue, and when the
-// transport closes they are dropped.
+// Subscribe declares the group's queue for topic and delivers its
+// messages, up to inFlight at a time. The channel closes when ctx ends or
+// the subscriber or transport closes, and the held messages' contexts are
+// cancelled: after ctx ends their ack or nack still counts; after the
+// subscriber closes they go back to the queue; after the transport
+// closes they are dropped.
 func (s *groupSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -221,9 +208,8 @@ func (s *groupSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *
 	return sub.out, nil
 }
 
-// Close ends the subscriber's subscriptions and returns once their channels
-// are closed. The messages they hold (also those a subscription whose
-// context ended still waits for) go back to the head of their queues.
+// Close ends the subscriber's subscriptions once their channels are
+// closed; the messages they hold go back to the head of their queues.
 func (s *groupSubscriber) Close() error {
 	s.mu.Lock()
 	s.closed = true

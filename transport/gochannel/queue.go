@@ -20,14 +20,11 @@ const (
 )
 
 // queue is a group's unbounded FIFO for one topic. While it has
-// subscriptions, one dispatcher goroutine offers the head message to the
-// free subscriptions (those holding fewer messages than they may) that
-// have waited longest (up to maxOffers at once) and gives it to the first
-// that reads: a subscription whose reader stopped holds nothing more. A
-// watcher goroutine per message held waits for its ack or nack; an idle
-// subscription has none. The dispatcher's work per message does not grow
-// with the number of subscriptions: free subscriptions wait in a list of
-// their own, and the subscriptions are looked over only when one has ended.
+// subscriptions, one dispatcher goroutine offers the head to the free
+// subscriptions that waited longest (up to maxOffers) and gives it to the
+// first that reads; a watcher goroutine per held message waits for its
+// ack or nack. The dispatcher's work per message does not grow with the
+// number of subscriptions.
 type queue struct {
 	t    *Transport
 	wake chan struct{} // holds a token when the dispatcher has something new to look at
@@ -36,8 +33,8 @@ type queue struct {
 	items   []*message.Message // items[head:] are queued, oldest first
 	head    int
 	subs    []*subscription // every subscription not yet ended
-	free    []*subscription // the subscriptions of subs holding fewer than they may, longest free first
-	gone    int             // subscriptions whose context ended since the dispatcher last looked
+	free    []*subscription // those of subs holding fewer than inFlight, longest free first
+	gone    int             // subscriptions ended since the dispatcher last looked
 	running bool            // a dispatcher goroutine runs
 }
 
@@ -82,8 +79,8 @@ func (q *queue) popFront() {
 	}
 }
 
-// remove takes m off the queue: the head, or one a little behind it when
-// nacked messages went back in front of it. Callers hold q.mu.
+// remove takes m off the queue: the head, or a little behind it when
+// nacked messages went back in front. Callers hold q.mu.
 func (q *queue) remove(m *message.Message) {
 	if q.front() == m {
 		q.popFront()
@@ -94,8 +91,7 @@ func (q *queue) remove(m *message.Message) {
 	}
 }
 
-// pushFront puts a message taken back at the head, for the next free
-// subscription. Callers hold q.mu.
+// pushFront puts a message back at the head. Callers hold q.mu.
 func (q *queue) pushFront(m *message.Message) {
 	if q.head > 0 {
 		q.head--
@@ -127,7 +123,7 @@ func (q *queue) add(sub *subscription) {
 }
 
 // subscription is one Subscribe call: an unbuffered channel and at most
-// inFlight messages held (delivered, not yet acked or nacked).
+// inFlight messages held (delivered, not yet settled).
 type subscription struct {
 	ctx      context.Context // ends with the caller's context or the subscriber's Close
 	cancel   context.CancelFunc
@@ -143,9 +139,8 @@ type subscription struct {
 	offer *delivery // dispatcher only: the head, offered while the subscription is free
 }
 
-// delivery is a copy of a queued message, made for one subscription, with
-// the context that is cancelled once it is acked or nacked or the
-// subscription ends.
+// delivery is a subscription's copy of a queued message, with a context
+// cancelled once it is settled or the subscription ends.
 type delivery struct {
 	queued *message.Message
 	msg    *message.Message
@@ -165,8 +160,8 @@ func newSubscription(ctx context.Context, inFlight int) *subscription {
 	}
 }
 
-// offering returns the copy of head offered to s. A copy nobody has
-// received yet is nobody else's, so it is rewritten when the head changes.
+// offering returns the copy of head offered to s, rewritten (nobody has
+// received it) when the head changes.
 func (s *subscription) offering(head *message.Message) *delivery {
 	if s.offer == nil {
 		ctx, cancel := context.WithCancel(s.ctx)
@@ -187,21 +182,17 @@ func (s *subscription) offering(head *message.Message) *delivery {
 	return s.offer
 }
 
-// end closes the subscription's channel and cancels its context, and with
-// it the context of the message it holds.
+// end closes the subscription's channel and cancels its context and its
+// messages'.
 func (s *subscription) end() {
 	s.cancel()
 	close(s.out)
 	close(s.ended)
 }
 
-// ending tells the dispatcher that s's context ended: it ends s, after
-// which nothing more is handed to it (the dispatcher alone hands out and
-// ends subscriptions, so a hand-out in progress has finished). What s
-// holds stays with its watchers, settled by its ack or nack: a caller
-// that stops subscribing (the bus at a stop) may let the messages in
-// flight finish. Given back at once, a message would be handled again
-// while its first run goes on.
+// ending tells the dispatcher that s's context ended, so it ends s. What s
+// holds stays with its watchers, so a stopping caller may let it finish:
+// given back at once, it would be handled again while its first run goes on.
 func (q *queue) ending(s *subscription) {
 	q.mu.Lock()
 	q.gone++
@@ -209,9 +200,8 @@ func (q *queue) ending(s *subscription) {
 	q.signal()
 }
 
-// watch settles d, held by s, when it is acked or nacked; after s's
-// context ended too, until the subscriber closes (which gives it back) or
-// the transport closes (which drops it).
+// watch settles d as it is acked or nacked, also after s's context ended,
+// until the subscriber closes (giving it back) or the transport (dropping it).
 func (q *queue) watch(s *subscription, d *delivery) {
 	defer q.t.running.Done()
 	defer s.watchers.Done()
@@ -244,19 +234,16 @@ func (q *queue) settle(s *subscription, d *delivery, nacked bool) {
 	q.signal()
 }
 
-// dispatch offers the head of the queue to its free subscriptions until
-// none is left or the transport closes. It alone takes messages off the
-// queue and ends subscriptions.
+// dispatch offers the head to free subscriptions until none is left or
+// the transport closes. It alone takes messages off and ends subscriptions.
 func (q *queue) dispatch() {
 	defer q.t.running.Done()
 	var (
 		free  []*subscription
 		cases []reflect.SelectCase
 		// offeredSince is when the first maxOffers of q.free were first
-		// offered the head without any of them taking it; zero after a take.
-		// It outlives the passes a publish or a settle starts, so that
-		// subscriptions that stopped reading move to the back after
-		// reofferAfter however often the dispatcher wakes.
+		// offered the head unread (zero after a take), across wake-ups, so
+		// readers that stopped move to the back after reofferAfter.
 		offeredSince time.Time
 	)
 	for {
@@ -282,10 +269,8 @@ func (q *queue) dispatch() {
 		head := q.front()
 		free = free[:0]
 		if head != nil {
-			// Offer to at most maxOffers free subscriptions, those free
-			// longest: any free one will do, and a handler with hundreds
-			// of subscriptions (a batched one) would otherwise pay a copy
-			// and a select case for each, per message.
+			// Any free one will do; offering to hundreds would cost a copy
+			// and a select case each, per message.
 			if len(q.free) <= maxOffers {
 				offeredSince = time.Time{} // every free one is offered
 			} else if offeredSince.IsZero() {
@@ -326,8 +311,7 @@ func (q *queue) dispatch() {
 				})
 			}
 			if !offeredSince.IsZero() {
-				// More are free than were offered: if every one offered
-				// has stopped reading, look again when that is due.
+				// More are free than offered: look again when rotation is due.
 				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv,
 					Chan: reflect.ValueOf(time.After(reofferAfter - time.Since(offeredSince)))})
 			}
@@ -363,9 +347,8 @@ func (q *queue) dropEnded() {
 	q.free = free
 }
 
-// rotateLocked moves the first n free subscriptions, offered and not read,
-// to the back of the list, so that the next offers go to others. Callers
-// hold q.mu.
+// rotateLocked moves the first n free subscriptions, offered and unread,
+// to the back of the list. Callers hold q.mu.
 func (q *queue) rotateLocked(n int) {
 	n = min(n, len(q.free))
 	offered := slices.Clone(q.free[:n])
@@ -378,14 +361,10 @@ func (q *queue) taken(s *subscription) {
 	d := s.offer
 	s.offer = nil
 	q.mu.Lock()
-	// Not always the head any more: a watcher puts a nacked message back
-	// in front of it (settle) while it is offered.
-	q.remove(d.queued)
+	q.remove(d.queued) // a nack may have put another in front meanwhile
 	s.held[d] = struct{}{}
 	if len(s.held) >= s.inFlight {
-		// s is one of the first maxOffers of q.free: it was offered as
-		// such, and only the dispatcher removes subscriptions from the list.
-		if i := slices.Index(q.free, s); i >= 0 {
+		if i := slices.Index(q.free, s); i >= 0 { // among the first maxOffers
 			q.free = slices.Delete(q.free, i, i+1)
 		}
 	}
@@ -402,8 +381,7 @@ func (q *queue) holding(s *subscription) bool {
 	return len(s.held) > 0
 }
 
-// acked reports whether msg was acked (the watcher may not have seen it
-// yet).
+// acked reports whether msg was acked (the watcher may not have seen it yet).
 func acked(msg *message.Message) bool {
 	select {
 	case <-msg.Acked():

@@ -60,8 +60,6 @@ func ParseInterchange(payload []byte) (Interchange, error) {
 
 // isaLength is the length of the fixed-width ISA segment with its
 // terminator; isaSeparators are the offsets of its 16 element separators.
-// ISA16, the component separator, is at offset 104, the segment terminator
-// at 105.
 const isaLength = 106
 
 var isaSeparators = [16]int{3, 6, 17, 20, 31, 34, 50, 53, 69, 76, 81, 83, 89, 99, 101, 103}
@@ -102,10 +100,8 @@ var (
 	levelB = serviceChars{component: 0x1f, element: 0x1d, terminator: 0x1c} // IS1, IS3, IS4
 )
 
-// parseUNA reads a service string advice: UNA1 component data element
-// separator, UNA2 data element separator, UNA3 decimal mark, UNA4 release
-// character (a space: none), UNA5 reserved (the repetition separator in
-// syntax version 4, never needed in UNB), UNA6 segment terminator.
+// parseUNA reads a service string advice: UNA1 component and UNA2 element
+// separators, UNA4 release character (a space: none), UNA6 terminator.
 func parseUNA(una []byte) (serviceChars, error) {
 	sc := serviceChars{component: una[3], element: una[4], terminator: una[8], release: una[6], hasRelease: una[6] != ' '}
 	type role struct {
