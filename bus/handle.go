@@ -13,6 +13,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/postroom/postroom/internal/idempotency"
 	"github.com/postroom/postroom/internal/uow"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
@@ -424,7 +425,7 @@ func (b *Bus) checkRetention(hc handlerConfig) error {
 	if hc.external != nil { // a copy may wait a lease before it is handled
 		horizon += cmp.Or(hc.external.Lease, inbox.LeaseDefault)
 	}
-	if err := inbox.CheckRetention(b.cfg.InboxRetention, horizon); err != nil {
+	if err := idempotency.CheckRetention(b.cfg.InboxRetention, horizon); err != nil {
 		return fmt.Errorf("bus: handler %s: %w", hc.name, err)
 	}
 	return nil

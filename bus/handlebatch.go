@@ -10,6 +10,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/postroom/postroom/internal/idempotency"
 	"github.com/postroom/postroom/internal/uow"
 	"github.com/postroom/postroom/middleware/inbox"
 )
@@ -94,7 +95,7 @@ func batched[T any](b *Bus, hc handlerConfig, fn BatchFunc[T]) (message.HandlerF
 	}
 	var claimer *inbox.Batch
 	if hc.inbox {
-		if err := inbox.CheckRetention(b.cfg.InboxRetention, b.keyHorizon(hc)); err != nil {
+		if err := idempotency.CheckRetention(b.cfg.InboxRetention, b.keyHorizon(hc)); err != nil {
 			return nil, fmt.Errorf("bus: handler %s: %w", hc.name, err)
 		}
 		var err error

@@ -8,9 +8,9 @@ import (
 	"strings"
 )
 
-// Namer is implemented by a message type that declares its stable name,
+// namer is implemented by a message type that declares its stable name,
 // which survives moving or renaming the Go type.
-type Namer interface {
+type namer interface {
 	MessageName() string
 }
 
@@ -20,10 +20,10 @@ type Namer interface {
 // the same name cannot share.
 func MessageName[T any]() string {
 	var zero T
-	if n, ok := any(zero).(Namer); ok {
+	if n, ok := any(zero).(namer); ok {
 		return n.MessageName()
 	}
-	if n, ok := any(&zero).(Namer); ok {
+	if n, ok := any(&zero).(namer); ok {
 		return n.MessageName()
 	}
 	t := reflect.TypeFor[T]()

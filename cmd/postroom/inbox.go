@@ -11,6 +11,7 @@ import (
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/handlers"
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/idempotency"
 	"github.com/postroom/postroom/internal/storeinfo"
 	"github.com/postroom/postroom/middleware/inbox"
 	"github.com/postroom/postroom/store"
@@ -91,7 +92,7 @@ yourself (the bus refuses an InboxRetention below it).`,
 			if olderThan < purgeHorizon && !force {
 				return fmt.Errorf("%w: --older-than %s would delete keys younger than %s, the redelivery horizon of a bus with the default settings, "+
 					"and a redelivery of their messages would be handled again: pass a longer --older-than, or --force once no message can come back",
-					inbox.ErrRetentionTooShort, olderThan, purgeHorizon)
+					idempotency.ErrRetentionTooShort, olderThan, purgeHorizon)
 			}
 			db, err := opts.open()
 			if err != nil {

@@ -12,10 +12,10 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/idempotency"
 	"github.com/postroom/postroom/internal/schedcontrol"
 	"github.com/postroom/postroom/internal/storeinfo"
 	"github.com/postroom/postroom/internal/testenv"
-	"github.com/postroom/postroom/middleware/inbox"
 	"github.com/postroom/postroom/scheduler"
 )
 
@@ -74,7 +74,7 @@ func TestInboxPurgeRefusesBelowTheHorizon(t *testing.T) {
 
 	for _, olderThan := range []string{"30m", "1h", (purgeHorizon - time.Millisecond).String()} {
 		_, err = run(t, "inbox", "purge", "--older-than", olderThan, "--dsn", dsn)
-		require.ErrorIs(t, err, inbox.ErrRetentionTooShort, olderThan)
+		require.ErrorIs(t, err, idempotency.ErrRetentionTooShort, olderThan)
 		require.ErrorContains(t, err, "a redelivery of their messages would be handled again")
 		require.ErrorContains(t, err, "--force")
 	}

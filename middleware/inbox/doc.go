@@ -36,7 +36,7 @@
 //
 // [Config.Checksum] records a SHA-256 of the payload with the key (and
 // [Config.StorePayload] the payload): a message that reuses a key with
-// another payload is a [*ReusedIDError], not a duplicate.
+// another payload is an error matching [ErrIDReused], not a duplicate.
 //
 // # Keys
 //
@@ -44,10 +44,12 @@
 // the Watermill UUID and the source the sending endpoint (metadata
 // "postroom-source-endpoint", empty when absent). [Config.Key] takes the
 // key from elsewhere (metadata, the payload). An empty or over-long ID is
-// a [*KeyError], which the bus sends to the error topic without retrying.
+// an error matching [ErrBadKey], which the bus sends to the error topic without retrying.
 //
 // # Retention
 //
-// The CleanupStore handler purges keys older than the retention;
-// [CheckRetention] refuses one shorter than the redelivery horizon.
+// The CleanupStore handler purges keys older than the retention; keep keys
+// longer than the longest time after which a message may be delivered
+// again (retries plus the broker's redelivery window), or a duplicate gets
+// through (the bus refuses a shorter retention).
 package inbox

@@ -86,7 +86,7 @@ type Config struct {
 	OnUnknown Policy
 	// Checksum records a SHA-256 of the payload with the key: a later
 	// message with the same key and another checksum is a reused ID
-	// ([*ReusedIDError]). Defaults to false.
+	// ([ErrIDReused]). Defaults to false.
 	Checksum bool
 	// StorePayload records the payload with the key, as a message log.
 	// Implies Checksum. Defaults to false.
@@ -248,7 +248,7 @@ func (c Config) keyOf(msg *message.Message) (string, Key, error) {
 	consumer := cmp.Or(c.Consumer, message.HandlerNameFromCtx(msg.Context()))
 	key, err := c.Key(msg)
 	if err != nil {
-		return "", Key{}, &KeyError{Reason: "key function failed", Err: err}
+		return "", Key{}, &keyError{Reason: "key function failed", Err: err}
 	}
 	if err := key.validate(consumer); err != nil {
 		return "", Key{}, err
@@ -271,7 +271,7 @@ func (c Config) checkReuse(consumer string, key Key, stored, got string) error {
 		return nil
 	}
 	c.Recorder.Record(consumer, metrics.Reused)
-	return &ReusedIDError{Consumer: consumer, Key: key, Stored: stored, Got: got}
+	return &reusedIDError{Consumer: consumer, Key: key, Stored: stored, Got: got}
 }
 
 // countDuplicate adds one to the key's duplicates on its row, in a
@@ -286,18 +286,4 @@ func (c Config) duplicate(ctx context.Context, consumer string, key Key) {
 	c.Recorder.Record(consumer, metrics.Duplicate)
 	c.Logger.DebugContext(ctx, "inbox: duplicate skipped",
 		"consumer", consumer, "source", key.Source, "message_id", key.MessageID)
-}
-
-// ErrRetentionTooShort is the sentinel of CheckRetention's error.
-var ErrRetentionTooShort = errors.New("inbox: retention is shorter than the redelivery horizon")
-
-// CheckRetention refuses a retention shorter than horizon, the longest time
-// after which a message may be delivered again (retries plus the broker's
-// redelivery window): a key purged earlier lets a duplicate through.
-func CheckRetention(retention, horizon time.Duration) error {
-	if retention < horizon {
-		return fmt.Errorf("%w: retention %s is shorter than the retry and redelivery horizon %s: raise the retention or lower the retries",
-			ErrRetentionTooShort, retention, horizon)
-	}
-	return nil
 }

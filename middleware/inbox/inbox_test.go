@@ -210,13 +210,6 @@ func TestConfigIsValidated(t *testing.T) {
 	require.ErrorContains(t, err, "bad table name")
 }
 
-func TestCheckRetention(t *testing.T) {
-	require.NoError(t, inbox.CheckRetention(240*60*60*1e9, 60*1e9))
-	err := inbox.CheckRetention(60*1e9, 3*60*60*1e9)
-	require.ErrorIs(t, err, inbox.ErrRetentionTooShort)
-	require.ErrorContains(t, err, "raise the retention")
-}
-
 func TestJoinsAnOuterUnitOfWork(t *testing.T) {
 	db := testenv.SQLite(t)
 	effects(t, db)

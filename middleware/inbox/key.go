@@ -43,18 +43,18 @@ func MetadataKey(idKey, sourceKey string) KeyFunc {
 	}
 }
 
-// ErrBadKey is the sentinel every [*KeyError] matches.
+// ErrBadKey is matched by the error of a key that cannot be stored.
 var ErrBadKey = errors.New("inbox: bad key")
 
-// KeyError says why a message's key cannot be stored. It is unrecoverable:
+// keyError says why a message's key cannot be stored. It is unrecoverable:
 // the bus moves the message to the error topic at once.
-type KeyError struct {
+type keyError struct {
 	Reason string
 	Err    error
 }
 
 // Error says why the key is bad.
-func (e *KeyError) Error() string {
+func (e *keyError) Error() string {
 	if e.Err != nil {
 		return "inbox: bad key: " + e.Reason + ": " + e.Err.Error()
 	}
@@ -62,22 +62,22 @@ func (e *KeyError) Error() string {
 }
 
 // Is makes errors.Is(err, ErrBadKey) true.
-func (e *KeyError) Is(target error) bool { return target == ErrBadKey }
+func (e *keyError) Is(target error) bool { return target == ErrBadKey }
 
 // Unwrap returns the key function's error, if any.
-func (e *KeyError) Unwrap() error { return e.Err }
+func (e *keyError) Unwrap() error { return e.Err }
 
 // Unrecoverable tells the bus not to retry.
-func (e *KeyError) Unrecoverable() bool { return true }
+func (e *keyError) Unrecoverable() bool { return true }
 
 func checkPart(name, v string, required bool) error {
 	switch {
 	case required && v == "":
-		return &KeyError{Reason: name + " is empty: set the message ID (Watermill UUID, or the field Config.Key reads)"}
+		return &keyError{Reason: name + " is empty: set the message ID (Watermill UUID, or the field Config.Key reads)"}
 	case len(v) > MaxKeyLength:
-		return &KeyError{Reason: fmt.Sprintf("%s is %d bytes, longer than %d", name, len(v), MaxKeyLength)}
+		return &keyError{Reason: fmt.Sprintf("%s is %d bytes, longer than %d", name, len(v), MaxKeyLength)}
 	case !dialect.ExactText(v):
-		return &KeyError{Reason: name + " is not valid UTF-8, or contains a NUL byte"}
+		return &keyError{Reason: name + " is not valid UTF-8, or contains a NUL byte"}
 	}
 	return nil
 }

@@ -90,12 +90,13 @@ func (e *OutcomeUnknownError) Unwrap() error { return e.Err }
 // Unrecoverable tells the bus not to retry.
 func (e *OutcomeUnknownError) Unrecoverable() bool { return true }
 
-// ErrIDReused is the sentinel every [*ReusedIDError] matches.
+// ErrIDReused is matched by the error of a message that reused a
+// recorded key with another payload checksum.
 var ErrIDReused = errors.New("inbox: message ID reused with different content")
 
-// ReusedIDError says that a message reused a recorded key with another
+// reusedIDError says that a message reused a recorded key with another
 // payload checksum: a producer bug, not a duplicate. It is unrecoverable.
-type ReusedIDError struct {
+type reusedIDError struct {
 	Consumer string
 	Key      Key
 	// Stored is the checksum recorded with the key; Got the message's.
@@ -103,13 +104,13 @@ type ReusedIDError struct {
 }
 
 // Error names the message and both checksums.
-func (e *ReusedIDError) Error() string {
+func (e *reusedIDError) Error() string {
 	return fmt.Sprintf("inbox: message ID reused with different content: consumer %s, source %q, message %s: stored checksum %s, this message %s: the producer reuses IDs; give each message its own",
 		e.Consumer, e.Key.Source, e.Key.MessageID, e.Stored, e.Got)
 }
 
 // Is makes errors.Is(err, ErrIDReused) true.
-func (e *ReusedIDError) Is(target error) bool { return target == ErrIDReused }
+func (e *reusedIDError) Is(target error) bool { return target == ErrIDReused }
 
 // Unrecoverable tells the bus not to retry.
-func (e *ReusedIDError) Unrecoverable() bool { return true }
+func (e *reusedIDError) Unrecoverable() bool { return true }

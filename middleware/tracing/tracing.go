@@ -11,8 +11,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// ScopeName is the instrumentation scope of postroom's spans.
-const ScopeName = "github.com/postroom/postroom"
+// scopeName is the instrumentation scope of postroom's spans.
+const scopeName = "github.com/postroom/postroom"
 
 // Config configures tracing.
 type Config struct {
@@ -47,7 +47,7 @@ func New(cfg Config) (message.HandlerMiddleware, error) {
 		return nil, ErrNoTracerProvider
 	}
 	cfg = cfg.withDefaults()
-	tracer := cfg.TracerProvider.Tracer(ScopeName)
+	tracer := cfg.TracerProvider.Tracer(scopeName)
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
 			parent := msg.Context()

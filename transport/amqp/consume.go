@@ -268,7 +268,7 @@ func settle(d amqp091.Delivery, ack bool) outcome {
 // giveBack nacks d back to the queue for a stopping subscription, logging
 // an error if that takes d past its quorum queue's delivery limit.
 func (s *subscriber) giveBack(d amqp091.Delivery, topic, queue string) {
-	if count, _ := HeaderString(d.Headers[deliveryCountHeader]); s.pastDeliveryLimit(count) {
+	if count, _ := headerString(d.Headers[deliveryCountHeader]); s.pastDeliveryLimit(count) {
 		id, _ := deliveryID(d)
 		s.log.Logger().Error("amqp: message returned while stopping at its queue's delivery limit; RabbitMQ drops it",
 			"message_id", id, "topic", topic, "queue", queue, "delivery_limit", s.cfg.DeliveryLimit)

@@ -14,7 +14,7 @@
 //
 // [Marshaler] reads any message a plain AMQP client publishes and never
 // fails (a nacked unreadable message would be redelivered forever). Each
-// header becomes a string by the rules of [HeaderString]; the content_type,
+// header becomes a string (the table in docs/transports-amqp-notes.md); the content_type,
 // correlation_id and type properties become [MetadataContentType],
 // [MetadataCorrelationID] and [MetadataType] unless a header of that name
 // is present. The message ID is the _watermill_message_uuid header if not

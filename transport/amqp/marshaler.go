@@ -67,7 +67,7 @@ func deliveryID(d amqp091.Delivery) (string, error) {
 	var err error
 	id := ""
 	if v, ok := d.Headers[uuidHeader]; ok {
-		id, err = HeaderString(v)
+		id, err = headerString(v)
 	}
 	if id == "" {
 		id = d.MessageId
@@ -89,7 +89,7 @@ func (Marshaler) Unmarshal(d amqp091.Delivery) (*message.Message, error) {
 		if k == idKey {
 			continue
 		}
-		s, err := HeaderString(d.Headers[k])
+		s, err := headerString(d.Headers[k])
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("header %s: %v", k, err))
 			continue
@@ -135,14 +135,14 @@ func (Marshaler) Unmarshal(d amqp091.Delivery) (*message.Message, error) {
 	return msg, nil
 }
 
-// HeaderString converts an AMQP header value, as amqp091-go decodes it, to
+// headerString converts an AMQP header value, as amqp091-go decodes it, to
 // the metadata string [Marshaler.Unmarshal] sets: strings as they are, nil
 // as "", booleans and integers as Go prints them, floats with strconv 'g',
 // decimals in plain notation, timestamps as RFC 3339 UTC, byte arrays as
 // text if valid UTF-8 else base64, tables and arrays as JSON (keys sorted;
 // NaN and infinities as strings). Any other type is an error. The table in
 // docs/transports-amqp-notes.md gives examples.
-func HeaderString(v any) (string, error) {
+func headerString(v any) (string, error) {
 	switch x := v.(type) {
 	case string:
 		return x, nil
@@ -177,7 +177,7 @@ func HeaderString(v any) (string, error) {
 }
 
 // jsonValue converts a value inside a table or array to one encoding/json
-// writes as HeaderString documents.
+// writes as headerString documents.
 func jsonValue(v any) (any, error) {
 	switch x := v.(type) {
 	case nil, string, bool, int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64:
