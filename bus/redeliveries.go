@@ -9,6 +9,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialects"
 	"github.com/postroom/postroom/metadata"
 )
 
@@ -36,7 +37,7 @@ func newRedeliveries(db *gorm.DB) (*redeliveries, error) {
 	if db == nil {
 		return nil, nil
 	}
-	d, err := dialect.Of(db)
+	d, err := dialects.Of(db)
 	if err != nil {
 		return nil, fmt.Errorf("bus: %w", err)
 	}

@@ -7,7 +7,7 @@ import (
 
 	"gorm.io/gorm"
 
-	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialects"
 )
 
 // ClockSkewWarning is the skew between a process's clock and its
@@ -22,19 +22,12 @@ const ClockSkewWarning = 30 * time.Second
 // instances should keep their clocks in sync (NTP) and the scheduler
 // warns at start when one is off.
 func ClockSkew(ctx context.Context, db *gorm.DB, now func() time.Time) (time.Duration, error) {
-	d, err := dialect.Of(db)
+	d, err := dialects.Of(db)
 	if err != nil {
 		return 0, err
 	}
-	var query string
-	switch d {
-	case dialect.Postgres:
-		query = "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)"
-	case dialect.MySQL:
-		// UTC_TIMESTAMP, no zone conversion: UNIX_TIMESTAMP(NOW()) is an hour
-		// off in the repeated hour of a named session zone.
-		query = "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))"
-	default: // SQLite runs in this process, on its clock
+	query := d.ClockQuery()
+	if query == "" {
 		return 0, nil
 	}
 	before := now()

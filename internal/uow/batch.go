@@ -11,7 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"gorm.io/gorm"
 
-	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialects"
 )
 
 // ErrBatchBroken wraps the error that left a batch's transaction unusable
@@ -444,7 +444,7 @@ func (u *unit) endSavepoint(conn gorm.ConnPool, commit bool) error {
 	if !commit {
 		return u.rollbackTo(ctx, conn)
 	}
-	if d, _ := dialect.Of(u.db); u.releaseLater && d == dialect.Postgres {
+	if d, err := dialects.Of(u.db); u.releaseLater && err == nil && d.ReleaseWithNext() {
 		// Released with the next member's SAVEPOINT, or before the COMMIT,
 		// in one round trip (one simple query: pgx without arguments).
 		u.parent.mu.Lock()
