@@ -20,7 +20,7 @@ import (
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/console"
 	"github.com/postroom/postroom/internal/amqptest"
-	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialects"
 	"github.com/postroom/postroom/internal/idempotency"
 	"github.com/postroom/postroom/internal/testbus"
 	"github.com/postroom/postroom/internal/testenv"
@@ -193,7 +193,7 @@ func TestConsoleInChromium(t *testing.T) {
 	require.Eventually(t, func() bool { return c.Total(metrics.Failed) == 3 }, 20*time.Second, 10*time.Millisecond)
 
 	// An external effect whose process stopped mid-call: lease run out.
-	d, err := dialect.Of(db)
+	d, err := dialects.Of(db)
 	require.NoError(t, err)
 	now := time.Now()
 	require.NoError(t, db.Exec(d.ClaimInsert(inbox.TableDefault), "payments/Capture", "shop", "pay-42", "test.Capture",

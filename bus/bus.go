@@ -17,6 +17,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialects"
 	"github.com/postroom/postroom/internal/logsink"
 	"github.com/postroom/postroom/internal/metricseries"
 	"github.com/postroom/postroom/metrics"
@@ -549,8 +550,8 @@ func (b *Bus) OutboxBacklog(ctx context.Context) (outbox.Backlog, error) {
 func (b *Bus) logRunning(ctx context.Context) {
 	db := "none (no inbox, stale check, outbox or delayed delivery)"
 	if b.cfg.DB != nil {
-		if d, err := dialect.Of(b.cfg.DB); err == nil {
-			db = string(d)
+		if d, err := dialects.Of(b.cfg.DB); err == nil {
+			db = d.String()
 		}
 	}
 	b.mu.Lock()

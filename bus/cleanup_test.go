@@ -12,7 +12,7 @@ import (
 
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/handlers"
-	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialects"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/store"
@@ -23,7 +23,7 @@ import (
 // expired inbox keys on its own once the cleanup slot comes.
 func TestCleanupIsScheduledWithTheInbox(t *testing.T) {
 	db := testenv.SQLite(t)
-	d, err := dialect.Of(db)
+	d, err := dialects.Of(db)
 	require.NoError(t, err)
 	var now atomic.Int64
 	t0 := time.Date(2026, 6, 1, 11, 30, 0, 0, time.UTC)
@@ -63,7 +63,7 @@ func TestCleanupIsScheduledWithTheInbox(t *testing.T) {
 // CleanupStore{} purges after 10 days under a 30-day retention.
 func TestACleanupStoreNeverPurgesInsideTheRetention(t *testing.T) {
 	db := testenv.SQLite(t)
-	d, err := dialect.Of(db)
+	d, err := dialects.Of(db)
 	require.NoError(t, err)
 	now := time.Now().UTC()
 	for id, age := range map[string]time.Duration{"10m": 10 * time.Minute, "15d": 15 * 24 * time.Hour, "31d": 31 * 24 * time.Hour} {

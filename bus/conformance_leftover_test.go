@@ -9,6 +9,7 @@ import (
 
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialects"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
@@ -24,7 +25,7 @@ import (
 // For each handler shape: one message per transaction, WithBatch, and
 // HandleBatch.
 func checkLeftoverClaims(t *testing.T, c *confCase) {
-	d, err := dialect.Of(c.db)
+	d, err := dialects.Of(c.db)
 	require.NoError(t, err)
 	record := func(ctx context.Context, shape string) error {
 		return unitofwork.Tx(ctx).Exec("INSERT INTO "+c.effects+" (consumer, id) VALUES (?, ?)", shape, bus.MessageID(ctx)).Error

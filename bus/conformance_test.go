@@ -19,6 +19,7 @@ import (
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/internal/amqptest"
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialects"
 	"github.com/postroom/postroom/internal/metricseries"
 	"github.com/postroom/postroom/internal/testbus"
 	"github.com/postroom/postroom/internal/testenv"
@@ -929,7 +930,7 @@ func checkDelayedRetryThatEndsItsProcess(t *testing.T, c *confCase) {
 	// counted, and its count is forgotten once it settled (a delayed retry
 	// scheduled): seeded before that, the seed went with it.
 	countsLeft(t, c, id)
-	d, err := dialect.Of(c.db)
+	d, err := dialects.Of(c.db)
 	require.NoError(t, err)
 	st, err := d.Deliveries(dialect.DeliveriesTableDefault)
 	require.NoError(t, err)

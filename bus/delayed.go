@@ -11,6 +11,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialects"
 	"github.com/postroom/postroom/internal/metricseries"
 	"github.com/postroom/postroom/internal/storeinfo"
 	"github.com/postroom/postroom/internal/uow"
@@ -81,9 +82,9 @@ func (b *Bus) delayedRelay() string {
 }
 
 func (b *Bus) delayedStatements(db *gorm.DB) (dialect.Dialect, dialect.DelayedStatements, error) {
-	d, err := dialect.Of(db)
+	d, err := dialects.Of(db)
 	if err != nil {
-		return "", dialect.DelayedStatements{}, fmt.Errorf("bus: %w", err)
+		return nil, dialect.DelayedStatements{}, fmt.Errorf("bus: %w", err)
 	}
 	stmts, err := d.Delayed(dialect.DelayedTableDefault)
 	return d, stmts, err

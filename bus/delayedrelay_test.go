@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postroom/postroom/bus"
-	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialect/sqlite"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
@@ -170,7 +170,7 @@ func TestADelayedRetryThatFailsAgainBecomesTheNext(t *testing.T) {
 		return false
 	})
 	require.Equal(t, first.ID, second.ID, "the same row, rescheduled in place")
-	due, err := dialect.SQLite.ParseTime(second.DueAt)
+	due, err := sqlite.Dialect{}.ParseTime(second.DueAt)
 	require.NoError(t, err)
 	require.False(t, due.Before(time.Now().Add(59*time.Minute)),
 		"the second delayed retry waits its own delay (1 h), not the first's: due at %s", due)

@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialects"
 	"github.com/postroom/postroom/internal/metricseries"
 	"github.com/postroom/postroom/internal/storeinfo"
 	"github.com/postroom/postroom/metrics"
@@ -114,7 +114,7 @@ func (b *Bus) reportTables(ctx context.Context, gauges metrics.GaugeSetter) {
 // range from "<endpoint>/" to "<endpoint>0" ('0' follows '/'), which the
 // primary key serves.
 func (b *Bus) oldestOwnKey(ctx context.Context) (time.Time, error) {
-	d, err := dialect.Of(b.cfg.DB)
+	d, err := dialects.Of(b.cfg.DB)
 	if err != nil {
 		return time.Time{}, err
 	}

@@ -9,6 +9,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialects"
 	"github.com/postroom/postroom/metadata"
 )
 
@@ -43,7 +44,7 @@ func newPoisonCount(db *gorm.DB, now func() time.Time, stopping <-chan struct{})
 	if db == nil {
 		return nil, nil
 	}
-	d, err := dialect.Of(db)
+	d, err := dialects.Of(db)
 	if err != nil {
 		return nil, fmt.Errorf("bus: %w", err)
 	}

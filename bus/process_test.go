@@ -21,6 +21,8 @@ import (
 	"github.com/postroom/postroom/bus"
 	"github.com/postroom/postroom/internal/amqptest"
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialect/mysql"
+	"github.com/postroom/postroom/internal/dialects"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/middleware/unitofwork"
@@ -273,10 +275,10 @@ func (p processSetup) errorTopicLength(t *testing.T, errorTopic string) int {
 	if p.transport != "sql" {
 		return errorQueueLength(t, p.url, errorTopic)
 	}
-	d, err := dialect.Of(p.db)
+	d, err := dialects.Of(p.db)
 	require.NoError(t, err)
 	table := watermillsql.DefaultPostgreSQLSchema{}.MessagesTable(errorTopic)
-	if d == dialect.MySQL {
+	if d == (mysql.Dialect{}) {
 		table = watermillsql.DefaultMySQLSchema{}.MessagesTable(errorTopic)
 	}
 	var n int

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/postroom/postroom/bus"
-	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialects"
 	"github.com/postroom/postroom/internal/storeinfo"
 	"github.com/postroom/postroom/metrics"
 )
@@ -74,7 +74,7 @@ func (a *activity) add(name string, e metrics.Event, t time.Time, n int64) {
 
 // inboxActivity counts the inbox keys done per consumer and bar.
 func (c *Console) inboxActivity(ctx context.Context, a *activity) error {
-	d, err := dialect.Of(c.cfg.DB)
+	d, err := dialects.Of(c.cfg.DB)
 	if err != nil {
 		return err
 	}

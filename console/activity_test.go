@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postroom/postroom/console"
-	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialects"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/middleware/inbox"
@@ -46,7 +46,7 @@ func TestChartsFromTheDatabase(t *testing.T) {
 	for _, store := range testenv.Databases {
 		t.Run(store.Name, func(t *testing.T) {
 			db := store.Open(t)
-			d, err := dialect.Of(db)
+			d, err := dialects.Of(db)
 			require.NoError(t, err)
 			now := time.Date(2026, 3, 1, 12, 30, 20, 0, time.UTC)
 			insert := func(consumer, id string, at time.Time) {

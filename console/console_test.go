@@ -21,6 +21,7 @@ import (
 	"github.com/postroom/postroom/console"
 	"github.com/postroom/postroom/internal/claims"
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialects"
 	"github.com/postroom/postroom/internal/idempotency"
 	"github.com/postroom/postroom/internal/schedcontrol"
 	"github.com/postroom/postroom/internal/testenv"
@@ -43,7 +44,7 @@ type fixture struct {
 
 func newFixture(t *testing.T, db *gorm.DB, cfg console.Config) *fixture {
 	t.Helper()
-	d, err := dialect.Of(db)
+	d, err := dialects.Of(db)
 	require.NoError(t, err)
 	st, err := d.Schedules(scheduler.TableDefault)
 	require.NoError(t, err)
@@ -369,7 +370,7 @@ func TestAStaleConfirmationResolvesNothing(t *testing.T) {
 	key := inbox.Key{MessageID: "m-1"}
 	now := time.Now()
 	require.NoError(t, claims.ResolveAttempt(context.Background(), f.db, "", "billing/Charge", key, 1, claims.DidNotHappen, now))
-	d, err := dialect.Of(f.db)
+	d, err := dialects.Of(f.db)
 	require.NoError(t, err)
 	res := f.db.Exec(d.ClaimTakeover(inbox.TableDefault), d.Time(now.Add(-time.Minute)), d.Time(now), "billing/Charge", "", "m-1",
 		dialect.StatusReleased, 1) // the next copy, whose process died too: attempt 2, its lease run out

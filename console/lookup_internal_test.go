@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialects"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/middleware/inbox"
 )
@@ -17,7 +17,7 @@ func TestLookupInbox(t *testing.T) {
 	for _, store := range testenv.Databases {
 		t.Run(store.Name, func(t *testing.T) {
 			db := store.Open(t)
-			d, err := dialect.Of(db)
+			d, err := dialects.Of(db)
 			require.NoError(t, err)
 			at := time.Now().Add(-time.Minute).Truncate(time.Second)
 			for _, consumer := range []string{"billing/Charge", "shipping/Ship"} {

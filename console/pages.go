@@ -10,6 +10,7 @@ import (
 
 	"github.com/postroom/postroom/internal/claims"
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialects"
 	"github.com/postroom/postroom/internal/idempotency"
 	"github.com/postroom/postroom/internal/schedcontrol"
 	"github.com/postroom/postroom/internal/storeinfo"
@@ -248,7 +249,7 @@ type inboxKey struct {
 // lookupInbox returns the keys of message id in the inbox table, for
 // consumer or (empty) every consumer, at most limit.
 func (c *Console) lookupInbox(ctx context.Context, id, consumer string, limit int) ([]inboxKey, error) {
-	d, err := dialect.Of(c.cfg.DB)
+	d, err := dialects.Of(c.cfg.DB)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/postroom/postroom/internal/amqpqueue"
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialects"
 	"github.com/postroom/postroom/metadata"
 )
 
@@ -45,7 +46,7 @@ type sqlErrorQueue struct {
 
 // openSQLErrors returns the error topic's table in db, or an error if none.
 func openSQLErrors(ctx context.Context, db *gorm.DB, topic, delayedTable string, now func() time.Time) (*sqlErrorQueue, error) {
-	d, err := dialect.Of(db)
+	d, err := dialects.Of(db)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialects"
 	"github.com/postroom/postroom/store"
 )
 
@@ -94,7 +95,7 @@ func NewCleanup(cfg CleanupConfig) (*Cleanup, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	d, err := dialect.Of(cfg.DB)
+	d, err := dialects.Of(cfg.DB)
 	if err != nil {
 		return nil, fmt.Errorf("handlers: %w", err)
 	}

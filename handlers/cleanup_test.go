@@ -14,6 +14,7 @@ import (
 
 	"github.com/postroom/postroom/handlers"
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialects"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/outbox"
 	"github.com/postroom/postroom/store"
@@ -25,7 +26,7 @@ func onEachDatabase(t *testing.T, test func(t *testing.T, db *gorm.DB, d dialect
 		t.Run(store.Name, func(t *testing.T) {
 			t.Parallel()
 			db := store.Open(t)
-			d, err := dialect.Of(db)
+			d, err := dialects.Of(db)
 			require.NoError(t, err)
 			test(t, db, d)
 		})
@@ -140,7 +141,7 @@ func TestCleanupKeepsAClaimUntilItsLeaseRanOut(t *testing.T) {
 func TestCleanupRestsBetweenBatches(t *testing.T) {
 	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
 	db := testenv.Databases[0].Open(t)
-	d, err := dialect.Of(db)
+	d, err := dialects.Of(db)
 	require.NoError(t, err)
 	for i := range 12 {
 		require.NoError(t, db.Exec(d.InboxInsert("postroom_inbox"), "c", "s", fmt.Sprint(i), "t", d.Time(now.Add(-300*time.Hour))).Error)

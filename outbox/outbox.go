@@ -16,6 +16,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialects"
 )
 
 // Defaults of Config.
@@ -127,7 +128,7 @@ func New(cfg Config) (*Outbox, error) {
 	if cfg.MaxRelayAttempts < 1 {
 		return nil, fmt.Errorf("outbox: Config.MaxRelayAttempts %d: must be at least 1", cfg.MaxRelayAttempts)
 	}
-	d, err := dialect.Of(cfg.DB)
+	d, err := dialects.Of(cfg.DB)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: %w", err)
 	}

@@ -16,6 +16,9 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialect/mysql"
+	"github.com/postroom/postroom/internal/dialect/postgres"
+	"github.com/postroom/postroom/internal/dialects"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/middleware/unitofwork"
 	"github.com/postroom/postroom/outbox"
@@ -128,7 +131,7 @@ func TestRunCreatesATopicsTablesAsMigrateDoes(t *testing.T) {
 	for _, db := range testenv.ServerDatabases {
 		t.Run(db.Name, func(t *testing.T) {
 			gdb := db.Open(t)
-			d, err := dialect.Of(gdb)
+			d, err := dialects.Of(gdb)
 			require.NoError(t, err)
 			const topic = "own_outbox"
 			broker := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
@@ -159,7 +162,7 @@ func TestRunCreatesATopicsTablesAsMigrateDoes(t *testing.T) {
 			require.NoError(t, <-done)
 			require.NoError(t, o.Close())
 
-			schema := map[dialect.Dialect]string{dialect.Postgres: "current_schema()", dialect.MySQL: "DATABASE()"}[d]
+			schema := map[dialect.Dialect]string{postgres.Dialect{}: "current_schema()", mysql.Dialect{}: "DATABASE()"}[d]
 			columns := func(table string) []string {
 				var out []string
 				require.NoError(t, gdb.Raw("SELECT CONCAT(column_name, ' ', data_type, ' ', is_nullable, ' ', COALESCE(character_maximum_length, 0))"+
@@ -169,7 +172,7 @@ func TestRunCreatesATopicsTablesAsMigrateDoes(t *testing.T) {
 			indexes := func(table string) []string {
 				var out []string
 				q := "SELECT DISTINCT CONCAT(index_name, ' ', column_name, ' ', seq_in_index) FROM information_schema.statistics WHERE table_schema = DATABASE() AND table_name = ? ORDER BY 1"
-				if d == dialect.Postgres {
+				if d == (postgres.Dialect{}) {
 					q = "SELECT replace(indexdef, indexname, '') FROM pg_indexes WHERE schemaname = current_schema() AND tablename = ? ORDER BY 1"
 				}
 				require.NoError(t, gdb.Raw(q, table).Scan(&out).Error)
@@ -180,14 +183,14 @@ func TestRunCreatesATopicsTablesAsMigrateDoes(t *testing.T) {
 			}
 			for _, table := range []string{"watermill_%s", "watermill_offsets_%s"} {
 				own, migrated := fmt.Sprintf(table, topic), fmt.Sprintf(table, dialect.OutboxTopicDefault)
-				if d == dialect.MySQL && table == "watermill_offsets_%s" {
+				if d == (mysql.Dialect{}) && table == "watermill_offsets_%s" {
 					continue // the relay acks row by row on MySQL: no offsets
 				}
 				require.NotEmpty(t, columns(migrated))
 				require.Equal(t, columns(migrated), columns(own), table)
 				require.Equal(t, indexes(migrated), indexes(own), table)
 			}
-			if d == dialect.MySQL {
+			if d == (mysql.Dialect{}) {
 				require.Contains(t, indexes("watermill_"+topic), "postroom_outbox_acked acked 1", "the index of the relay's query")
 			}
 		})

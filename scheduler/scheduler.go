@@ -13,6 +13,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialects"
 	"github.com/postroom/postroom/internal/storeinfo"
 	"github.com/postroom/postroom/store"
 )
@@ -98,7 +99,7 @@ func New(cfg Config) (*Scheduler, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	d, err := dialect.Of(cfg.DB)
+	d, err := dialects.Of(cfg.DB)
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}

@@ -1,10 +1,13 @@
 package store
 
-import "github.com/postroom/postroom/internal/dsnparse"
+import (
+	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dsnparse"
+)
 
 // ErrBadDSN is what the error of Open wraps for a DSN that names no
 // supported database.
-var ErrBadDSN = dsnparse.ErrBadDSN
+var ErrBadDSN = dialect.ErrBadDSN
 
 // Redact returns dsn with every password in it replaced by "xxxxx": the
 // password of a URL's user ("postgres://app:…@host/db", "amqp://…"), of

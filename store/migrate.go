@@ -8,6 +8,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialects"
 )
 
 // Tables names postroom's tables; an unset field takes its default. Each
@@ -119,12 +120,12 @@ func widenIDs(conn *gorm.DB, d dialect.Dialect) error {
 // prepare returns db's dialect and the validated table names, defaults
 // filled in.
 func prepare(db *gorm.DB, tables Tables) (dialect.Dialect, dialect.Tables, error) {
-	d, err := dialect.Of(db)
+	d, err := dialects.Of(db)
 	if err != nil {
-		return "", dialect.Tables{}, err
+		return nil, dialect.Tables{}, err
 	}
 	if err := tables.Validate(); err != nil {
-		return "", dialect.Tables{}, err
+		return nil, dialect.Tables{}, err
 	}
 	return d, dialect.Tables(tables.WithDefaults()), nil
 }

@@ -2,13 +2,13 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"gorm.io/gorm"
 
-	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialect/mysql"
+	"github.com/postroom/postroom/internal/dialects"
 )
 
 // ErrTimeZone is the error of a MySQL connection whose driver converts
@@ -20,24 +20,22 @@ import (
 // purges inbox keys early (a duplicate is then applied again), a delayed
 // message is delivered before its time, and a schedule loses a slot when
 // the clocks go back.
-var ErrTimeZone = errors.New("the MySQL connection converts times to a zone other than UTC (the DSN's loc): " +
-	"postroom keeps its times in UTC in DATETIME columns, so they would shift by the zone's offset; remove loc or set loc=UTC")
+var ErrTimeZone = mysql.ErrTimeZone
 
 // CheckTimeZone fails with ErrTimeZone when db, on MySQL/MariaDB, sends
 // times in a zone other than UTC (a *gorm.DB not opened by Open, whose
 // DSN set loc): it binds UTC times of winter and summer and compares them
 // with the same times written as text. Nothing to check on other databases.
 func CheckTimeZone(ctx context.Context, db *gorm.DB) error {
-	d, err := dialect.Of(db)
-	if err != nil || d != dialect.MySQL {
+	d, err := dialects.Of(db)
+	if err != nil || d.TimeZoneProbe() == "" {
 		return err
 	}
 	// A winter and a summer date: Europe/London is UTC in January only, so
 	// a January date alone would pass it.
 	winter, summer := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2000, 7, 1, 0, 0, 0, 0, time.UTC)
 	var same int
-	if err := db.WithContext(ctx).Raw("SELECT CAST(? AS DATETIME(6)) = CAST('2000-01-01 00:00:00' AS DATETIME(6)) AND "+
-		"CAST(? AS DATETIME(6)) = CAST('2000-07-01 00:00:00' AS DATETIME(6))", winter, summer).Scan(&same).Error; err != nil {
+	if err := db.WithContext(ctx).Raw(d.TimeZoneProbe(), winter, summer).Scan(&same).Error; err != nil {
 		return fmt.Errorf("store: check the connection's time zone: %w", err)
 	}
 	if same != 1 {

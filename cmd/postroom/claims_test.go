@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postroom/postroom/internal/claims"
-	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialects"
 	"github.com/postroom/postroom/internal/idempotency"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/middleware/inbox"
@@ -20,7 +20,7 @@ import (
 func TestInboxUnresolvedAndResolve(t *testing.T) {
 	dsn := testenv.PostgresSchemaDSN(t)
 	db := testenv.Migrated(t, dsn, "PostgreSQL")
-	d, err := dialect.Of(db)
+	d, err := dialects.Of(db)
 	require.NoError(t, err)
 	now := time.Now()
 	claim := func(id string, lease time.Time, status string) {
@@ -72,7 +72,7 @@ func TestInboxUnresolvedAndResolve(t *testing.T) {
 func TestInboxResolveAttempts(t *testing.T) {
 	dsn := testenv.PostgresSchemaDSN(t)
 	db := testenv.Migrated(t, dsn, "PostgreSQL")
-	d, err := dialect.Of(db)
+	d, err := dialects.Of(db)
 	require.NoError(t, err)
 	now := time.Now()
 	require.NoError(t, db.Exec(d.ClaimInsert("postroom_inbox"), "payments", "shop", "parked-2", "Charge", d.Time(now.Add(-time.Hour)),

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
-	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialects"
 	"github.com/postroom/postroom/internal/idempotency"
 	"github.com/postroom/postroom/internal/schedcontrol"
 	"github.com/postroom/postroom/internal/storeinfo"
@@ -22,7 +22,7 @@ import (
 func TestInboxStatsAndPurge(t *testing.T) {
 	dsn := testenv.PostgresSchemaDSN(t)
 	db := testenv.Migrated(t, dsn, "PostgreSQL")
-	d, err := dialect.Of(db)
+	d, err := dialects.Of(db)
 	require.NoError(t, err)
 	now := time.Now()
 	for i, at := range []time.Time{now.Add(-300 * time.Hour), now.Add(-250 * time.Hour), now.Add(-time.Hour)} {
@@ -64,7 +64,7 @@ func TestInboxStatsAndPurge(t *testing.T) {
 func TestInboxPurgeRefusesBelowTheHorizon(t *testing.T) {
 	dsn := testenv.PostgresSchemaDSN(t)
 	db := testenv.Migrated(t, dsn, "PostgreSQL")
-	d, err := dialect.Of(db)
+	d, err := dialects.Of(db)
 	require.NoError(t, err)
 	require.NoError(t, db.Exec(d.InboxInsert("postroom_inbox"), "billing/Charge", "", "recent", "t", d.Time(time.Now().Add(-45*time.Minute))).Error)
 	keys := func() (n int64) {

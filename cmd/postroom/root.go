@@ -138,7 +138,7 @@ func (o *options) openDB(create bool) (*gorm.DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	if file, ok := dsnparse.SQLiteFile(dsn); ok && !create {
+	if file, ok := dsnparse.LocalFile(dsn); ok && !create {
 		if _, err := os.Stat(file); errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("no SQLite database at %s: check the path, or create it with `postroom migrate --dsn %s`", file, store.Redact(dsn))
 		}

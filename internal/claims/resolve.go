@@ -11,6 +11,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialects"
 	"github.com/postroom/postroom/middleware/inbox"
 )
 
@@ -157,11 +158,11 @@ func resolve(ctx context.Context, db *gorm.DB, table, consumer string, key inbox
 func storeOf(db *gorm.DB, table string) (dialect.Dialect, string, error) {
 	table = cmp.Or(table, inbox.TableDefault)
 	if err := dialect.ValidateIdentifier(table); err != nil {
-		return "", "", fmt.Errorf("inbox: %w", err)
+		return nil, "", fmt.Errorf("inbox: %w", err)
 	}
-	d, err := dialect.Of(db)
+	d, err := dialects.Of(db)
 	if err != nil {
-		return "", "", fmt.Errorf("inbox: %w", err)
+		return nil, "", fmt.Errorf("inbox: %w", err)
 	}
 	return d, table, nil
 }

@@ -17,23 +17,11 @@ func InboxLookup(table string) (string, error) {
 		" WHERE message_id = ? AND (? = '' OR consumer = ?) ORDER BY consumer, source LIMIT ?", nil
 }
 
-// InboxActivity returns the query of the web console's "handled" charts:
-// the keys done per consumer and time bucket received since a time.
-// Arguments: the bucket width in seconds, the time. It returns consumer,
-// bucket (seconds since 1970 divided by the width, rounded down) and n.
-// The filter on received_at uses the inbox's index for cleanup.
-func (d Dialect) InboxActivity(table string) (string, error) {
+// ActivityOn returns Dialect.InboxActivity with bucket, the expression of
+// received_at's bucket of a width (the argument).
+func ActivityOn(table, bucket string) (string, error) {
 	if err := ValidateIdentifier(table); err != nil {
 		return "", err
-	}
-	var bucket string
-	switch d {
-	case Postgres:
-		bucket = "CAST(FLOOR(EXTRACT(EPOCH FROM received_at)) AS BIGINT) / ?"
-	case MySQL:
-		bucket = "TIMESTAMPDIFF(SECOND, '1970-01-01 00:00:00', received_at) DIV ?"
-	default:
-		bucket = "CAST(strftime('%s', received_at) AS INTEGER) / ?"
 	}
 	return "SELECT consumer, " + bucket + " AS bucket, COUNT(*) AS n FROM " + table +
 		" WHERE received_at >= ? AND status = '" + StatusDone + "' GROUP BY consumer, bucket", nil
@@ -55,24 +43,20 @@ type ErrorTopicStatements struct {
 	Delete string
 }
 
-// ErrorTopic returns the statements on the message table of topic. The
-// SQL transport needs PostgreSQL or MySQL/MariaDB.
-func (d Dialect) ErrorTopic(topic string) (ErrorTopicStatements, error) {
+// ErrorTopicOn returns d's statements on the message table of topic:
+// table returns the quoted table's name (nil: d has no SQL transport),
+// offset is the quoted offset column.
+func ErrorTopicOn(d Dialect, topic string, table func(topic string) string, offset string) (ErrorTopicStatements, error) {
 	if !validTopic(topic) {
 		return ErrorTopicStatements{}, fmt.Errorf("dialect: topic %q: watermill-sql allows only letters, digits and - $ : . _", topic)
 	}
-	table, _ := d.messageTables(topic)
-	if table == "" {
+	if table == nil {
 		return ErrorTopicStatements{}, fmt.Errorf("%w: the SQL transport has no %s tables (use PostgreSQL or MySQL/MariaDB)", ErrUnsupported, d)
 	}
-	offset := `"offset"`
-	if d == MySQL {
-		offset = "`offset`"
-	}
 	return ErrorTopicStatements{
-		Exists: "SELECT 1 FROM " + table + " WHERE 1 = 0",
-		List:   "SELECT " + offset + ", uuid, payload, metadata FROM " + table + " ORDER BY " + offset + " LIMIT ? FOR UPDATE",
-		Delete: "DELETE FROM " + table + " WHERE " + offset + " = ?",
+		Exists: "SELECT 1 FROM " + table(topic) + " WHERE 1 = 0",
+		List:   "SELECT " + offset + ", uuid, payload, metadata FROM " + table(topic) + " ORDER BY " + offset + " LIMIT ? FOR UPDATE",
+		Delete: "DELETE FROM " + table(topic) + " WHERE " + offset + " = ?",
 	}, nil
 }
 

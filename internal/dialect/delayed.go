@@ -90,14 +90,11 @@ func DelayedRelay(group string) (relay string, ok bool) {
 	return "", false
 }
 
-// Delayed returns the statements on table, after checking its name.
-func (d Dialect) Delayed(table string) (DelayedStatements, error) {
+// DelayedOn returns the statements on table, after checking its name;
+// lock ends Due.
+func DelayedOn(table, lock string) (DelayedStatements, error) {
 	if err := ValidateIdentifier(table); err != nil {
 		return DelayedStatements{}, err
-	}
-	lock := " FOR UPDATE SKIP LOCKED"
-	if d != Postgres && d != MySQL {
-		lock = ""
 	}
 	return DelayedStatements{
 		Insert:     "INSERT INTO " + table + " (due_at, topic, target_group, message_id, payload, metadata, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",

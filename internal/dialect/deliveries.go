@@ -13,19 +13,14 @@ type DeliveriesStatements struct {
 	Forget string
 }
 
-// Deliveries returns the statements of the deliveries table.
-func (d Dialect) Deliveries(table string) (DeliveriesStatements, error) {
+// DeliveriesOn returns the statements of the deliveries table; upsert
+// ends Count's insert, adding one to a count that exists.
+func DeliveriesOn(table, upsert string) (DeliveriesStatements, error) {
 	if err := ValidateIdentifier(table); err != nil {
 		return DeliveriesStatements{}, err
 	}
-	count := "INSERT INTO " + table + " (consumer, message_id, deliveries, updated_at) VALUES (?, ?, 1, ?)"
-	if d == MySQL {
-		count += " ON DUPLICATE KEY UPDATE deliveries = deliveries + 1, updated_at = VALUES(updated_at)"
-	} else {
-		count += " ON CONFLICT (consumer, message_id) DO UPDATE SET deliveries = " + table + ".deliveries + 1, updated_at = excluded.updated_at"
-	}
 	return DeliveriesStatements{
-		Count:  count,
+		Count:  "INSERT INTO " + table + " (consumer, message_id, deliveries, updated_at) VALUES (?, ?, 1, ?)" + upsert,
 		Read:   "SELECT deliveries FROM " + table + " WHERE consumer = ? AND message_id = ?",
 		Forget: "DELETE FROM " + table + " WHERE consumer = ? AND message_id = ?",
 	}, nil

@@ -13,26 +13,16 @@ import (
 	"github.com/postroom/postroom/transport"
 )
 
-// UnmarshalMessage reads a row of a message table, also one another
-// program inserted: metadata must be a JSON object; a string value is
-// taken as it is, null as "", any other value (number, boolean, object,
-// array) as its JSON text. watermill-sql's own adapters fail on anything
-// but string values, and a row that fails to read is fetched again at
-// every poll, forever, holding up every row behind it. Metadata that is
-// not a JSON object (or not JSON) leaves the message with
+// ReadMessage completes r, a row of a message table scanned with err,
+// also one another program inserted: metadata must be a JSON object; a
+// string value is taken as it is, null as "", any other value (number,
+// boolean, object, array) as its JSON text. watermill-sql's own adapters
+// fail on anything but string values, and a row that fails to read is
+// fetched again at every poll, forever, holding up every row behind it.
+// Metadata that is not a JSON object (or not JSON) leaves the message with
 // metadata.TransportError set to the reason, so the bus moves it to the
 // error topic.
-func (s wideSchema) UnmarshalMessage(params wsql.UnmarshalMessageParams) (wsql.Row, error) {
-	r := wsql.Row{}
-	var err error
-	switch s.d {
-	case Postgres:
-		var transactionID wsql.XID8
-		err = params.Row.Scan(&r.Offset, &transactionID, &r.UUID, &r.Payload, &r.Metadata)
-		r.ExtraData = map[string]any{"transaction_id": transactionID}
-	default:
-		err = params.Row.Scan(&r.Offset, &r.UUID, &r.Payload, &r.Metadata)
-	}
+func ReadMessage(r wsql.Row, err error) (wsql.Row, error) {
 	if err != nil {
 		return wsql.Row{}, fmt.Errorf("could not scan message row: %w", err)
 	}
@@ -51,7 +41,7 @@ func (s wideSchema) UnmarshalMessage(params wsql.UnmarshalMessageParams) (wsql.R
 }
 
 // ForeignMetadata reads the metadata column of a message row by the rule
-// of UnmarshalMessage. Empty (NULL) is no metadata.
+// of ReadMessage. Empty (NULL) is no metadata.
 func ForeignMetadata(raw []byte) (message.Metadata, error) {
 	md := message.Metadata{}
 	if len(bytes.TrimSpace(raw)) == 0 {

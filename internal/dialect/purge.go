@@ -36,30 +36,35 @@ type CleanupStatements struct {
 	Outbox PurgeTarget
 }
 
-// Cleanup validates the table names and the outbox topic ("": no outbox)
-// and returns the statements of cleanup.
-func (d Dialect) Cleanup(t Tables, outboxTopic string) (CleanupStatements, error) {
+// CleanupOn validates the table names and the outbox topic ("": no
+// outbox) and returns d's statements of cleanup: purge deletes at most a
+// limit of the rows of table matching where (the limit its last
+// argument); outbox returns the outbox's table and the condition of its
+// rows cleanup deletes (nil: d has no outbox).
+func CleanupOn(d Dialect, t Tables, outboxTopic string, purge func(table, where string) string, outbox func(topic string) (table, where string)) (CleanupStatements, error) {
 	if err := t.Validate(); err != nil {
 		return CleanupStatements{}, err
 	}
 	t = t.WithDefaults()
+	target := func(table, where string) PurgeTarget {
+		return PurgeTarget{Table: table, Count: "SELECT COUNT(*) FROM " + table + " WHERE " + where, Delete: purge(table, where)}
+	}
 	c := CleanupStatements{
-		Inbox:        d.purgeTarget(t.Inbox, inboxExpired),
-		Watermarks:   d.purgeTarget(t.Watermarks, "updated_at < ?"),
-		InboxOf:      d.purgeTarget(t.Inbox, inboxExpired+consumerPrefix),
-		WatermarksOf: d.purgeTarget(t.Watermarks, "updated_at < ?"+consumerPrefix),
-		Deliveries:   d.purgeTarget(DeliveriesTableDefault, "updated_at < ?"),
-		DeliveriesOf: d.purgeTarget(DeliveriesTableDefault, "updated_at < ?"+consumerPrefix),
+		Inbox:        target(t.Inbox, inboxExpired),
+		Watermarks:   target(t.Watermarks, "updated_at < ?"),
+		InboxOf:      target(t.Inbox, inboxExpired+consumerPrefix),
+		WatermarksOf: target(t.Watermarks, "updated_at < ?"+consumerPrefix),
+		Deliveries:   target(DeliveriesTableDefault, "updated_at < ?"),
+		DeliveriesOf: target(DeliveriesTableDefault, "updated_at < ?"+consumerPrefix),
 	}
 	if outboxTopic != "" {
 		if err := ValidateIdentifier(outboxTopic); err != nil {
 			return CleanupStatements{}, fmt.Errorf("outbox topic: %w", err)
 		}
-		table, where := d.outboxPurgeWhere(outboxTopic)
-		if table == "" {
+		if outbox == nil {
 			return CleanupStatements{}, fmt.Errorf("%w: %s has no outbox", ErrUnsupported, d)
 		}
-		c.Outbox = d.purgeTarget(table, where)
+		c.Outbox = target(outbox(outboxTopic))
 	}
 	return c, nil
 }
@@ -69,20 +74,3 @@ func (d Dialect) Cleanup(t Tables, outboxTopic string) (CleanupStatements, error
 // endpoint's name may hold '_', a LIKE wildcard; it is ASCII, so characters
 // and bytes count alike.
 const consumerPrefix = " AND SUBSTR(consumer, 1, ?) = ?"
-
-func (d Dialect) purgeTarget(table, where string) PurgeTarget {
-	return PurgeTarget{Table: table, Count: "SELECT COUNT(*) FROM " + table + " WHERE " + where, Delete: d.purgeWhere(table, where)}
-}
-
-// purgeWhere deletes at most limit rows matching where; the limit is the
-// last argument.
-func (d Dialect) purgeWhere(table, where string) string {
-	switch d {
-	case MySQL:
-		return "DELETE FROM " + table + " WHERE " + where + " LIMIT ?"
-	case Postgres:
-		return "DELETE FROM " + table + " WHERE ctid IN (SELECT ctid FROM " + table + " WHERE " + where + " LIMIT ?)"
-	default:
-		return "DELETE FROM " + table + " WHERE rowid IN (SELECT rowid FROM " + table + " WHERE " + where + " LIMIT ?)"
-	}
-}

@@ -39,23 +39,18 @@ type ScheduleStatements struct {
 	List string
 }
 
-// Schedules validates table and returns the statements on it.
-func (d Dialect) Schedules(table string) (ScheduleStatements, error) {
+// SchedulesOn validates table and returns the statements on it: skip ends
+// Insert, making it affect no row for a name that exists; lock ends Lock's
+// read ("": no Lock).
+func SchedulesOn(table, skip, lock string) (ScheduleStatements, error) {
 	if err := ValidateIdentifier(table); err != nil {
 		return ScheduleStatements{}, err
 	}
-	insert := "INSERT INTO " + table + " (name, spec, next_run_at, updated_at) VALUES (?, ?, ?, ?)"
-	if d == MySQL {
-		insert += " ON DUPLICATE KEY UPDATE name = name"
-	} else {
-		insert += " ON CONFLICT DO NOTHING"
-	}
-	lock := "SELECT name FROM " + table + " WHERE name = ? AND next_run_at = ? AND paused = FALSE FOR UPDATE SKIP LOCKED"
-	if d != Postgres && d != MySQL {
-		lock = ""
+	if lock != "" {
+		lock = "SELECT name FROM " + table + " WHERE name = ? AND next_run_at = ? AND paused = FALSE" + lock
 	}
 	return ScheduleStatements{
-		Insert:    insert,
+		Insert:    "INSERT INTO " + table + " (name, spec, next_run_at, updated_at) VALUES (?, ?, ?, ?)" + skip,
 		Lock:      lock,
 		Redefine:  "UPDATE " + table + " SET spec = ?, next_run_at = ?, updated_at = ? WHERE name = ? AND spec <> ?",
 		Claim:     "UPDATE " + table + " SET next_run_at = ?, last_run_at = ?, last_fired_by = ?, updated_at = ? WHERE name = ? AND next_run_at = ? AND paused = FALSE",

@@ -9,6 +9,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialect/sqlite"
 )
 
 func (e *env) delayed() dialect.DelayedStatements {
@@ -78,7 +79,7 @@ func TestStatementsDelayedDueSelectsWhatIsDue(t *testing.T) {
 // transaction's Due skips them instead of waiting (SQLite has one writer).
 func TestStatementsDelayedDueSkipsLockedRows(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
-		if e.d == dialect.SQLite {
+		if e.d == (sqlite.Dialect{}) {
 			t.Skip("SQLite has one writer: nothing to skip")
 		}
 		s := e.delayed()

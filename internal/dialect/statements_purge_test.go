@@ -8,6 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialect/mysql"
+	"github.com/postroom/postroom/internal/dialect/postgres"
 )
 
 func (e *env) cleanup(outboxTopic string) dialect.CleanupStatements {
@@ -129,23 +131,23 @@ func TestStatementsPurgeOutbox(t *testing.T) {
 		require.NoError(t, e.db.Exec(e.d.OutboxTablesExist(dialect.OutboxTopicDefault)).Error, "migrated")
 		table := c.Outbox.Table
 		insert := "INSERT INTO " + table + " (uuid, payload, metadata) VALUES (?, ?, '{}')"
-		if e.d == dialect.Postgres {
+		if e.d == (postgres.Dialect{}) {
 			insert = "INSERT INTO " + table + " (uuid, payload, metadata, transaction_id) VALUES (?, ?, '{}', pg_current_xact_id())"
 		}
 		for _, id := range []string{"recent-relayed", "old-relayed", "old-waiting"} {
 			require.EqualValues(t, 1, e.exec(e.db, insert, id, []byte(id)))
 		}
 		backdate := "UPDATE " + table + " SET created_at = created_at - INTERVAL '1 hour' WHERE uuid <> 'recent-relayed'"
-		if e.d == dialect.MySQL {
+		if e.d == (mysql.Dialect{}) {
 			backdate = "UPDATE " + table + " SET created_at = created_at - INTERVAL 1 HOUR WHERE uuid <> 'recent-relayed'"
 		}
 		e.exec(e.db, backdate)
 		// The relay published the first two.
 		switch e.d {
-		case dialect.Postgres:
+		case postgres.Dialect{}:
 			e.exec(e.db, `INSERT INTO "watermill_offsets_postroom_outbox"`+" (consumer_group, offset_acked, last_processed_transaction_id)"+
 				" SELECT ?, \"offset\", transaction_id FROM "+table+" WHERE uuid = 'old-relayed'", dialect.OutboxRelayGroup)
-		case dialect.MySQL:
+		case mysql.Dialect{}:
 			e.exec(e.db, "UPDATE "+table+" SET `acked` = TRUE WHERE uuid <> 'old-waiting'")
 		}
 		backlog, args := e.d.OutboxBacklog(dialect.OutboxTopicDefault)

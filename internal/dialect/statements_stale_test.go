@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialect/sqlite"
 )
 
 // watermark is a stale-update watermark's version and message ID.
@@ -151,7 +152,7 @@ func TestStatementsWatermarkKeys(t *testing.T) {
 // another instance stored a newer one.
 func TestStatementsWatermarkReadSeesTheLatest(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
-		if e.d == dialect.SQLite {
+		if e.d == (sqlite.Dialect{}) {
 			t.Skip("SQLite has one connection, one writer: no other transaction can write meanwhile")
 		}
 		require.True(t, e.upsert("c", "e", watermark{1, "a"}, t0))

@@ -10,6 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialect/mysql"
+	"github.com/postroom/postroom/internal/dialect/postgres"
+	"github.com/postroom/postroom/internal/dialect/sqlite"
 )
 
 // Time binds an instant in UTC with microseconds on every store: what is
@@ -68,7 +71,7 @@ func TestStatementsMigrationsTable(t *testing.T) {
 // Migrations are numbered from 1 without a gap, each named and with
 // statements, on every dialect: a new one is the next number.
 func TestMigrationsAreNumberedFromOne(t *testing.T) {
-	for _, d := range []dialect.Dialect{dialect.Postgres, dialect.MySQL, dialect.SQLite} {
+	for _, d := range []dialect.Dialect{postgres.Dialect{}, mysql.Dialect{}, sqlite.Dialect{}} {
 		steps := d.Migrations(dialect.Tables{})
 		require.NotEmpty(t, steps, d)
 		for i, m := range steps {
@@ -87,7 +90,7 @@ func TestMigrationsAreNumberedFromOne(t *testing.T) {
 func TestStatementsMigrationLock(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		lock, unlock := e.d.MigrationLock()
-		if e.d == dialect.SQLite {
+		if e.d == (sqlite.Dialect{}) {
 			require.Empty(t, lock+unlock, "SQLite has one writer")
 			t.Skip("SQLite needs no migration lock")
 		}
@@ -104,12 +107,12 @@ func TestStatementsMigrationLock(t *testing.T) {
 		var taken any
 		require.NoError(t, holder.QueryRowContext(ctx, lock).Scan(&taken))
 		try := map[dialect.Dialect]string{
-			dialect.Postgres: "SELECT pg_try_advisory_lock(7436180)",
-			dialect.MySQL:    "SELECT IS_FREE_LOCK('postroom_migrate')",
+			postgres.Dialect{}: "SELECT pg_try_advisory_lock(7436180)",
+			mysql.Dialect{}:    "SELECT IS_FREE_LOCK('postroom_migrate')",
 		}[e.d]
 		var free bool
 		require.NoError(t, other.QueryRowContext(ctx, try).Scan(&free))
-		if free && e.d == dialect.Postgres { // taken by the try: give it back before the connection returns to the pool
+		if free && e.d == (postgres.Dialect{}) { // taken by the try: give it back before the connection returns to the pool
 			_, _ = other.ExecContext(ctx, unlock)
 		}
 		require.False(t, free, "held by the other session")
@@ -149,12 +152,12 @@ func TestStatementsStats(t *testing.T) {
 			e.scan(q.OldestBelow, []any{e.tm(t0.Add(-10 * time.Minute))}, &oldest)
 			require.Nil(t, oldest, "none below")
 			if q.Estimate == "" {
-				require.Equal(t, dialect.SQLite, e.d, "only SQLite keeps no estimate")
+				require.Equal(t, sqlite.Dialect{}, e.d, "only SQLite keeps no estimate")
 				continue
 			}
 			require.GreaterOrEqual(t, e.count(q.Estimate, q.EstimateArgs...), int64(-1))
 		}
-		if e.d == dialect.Postgres {
+		if e.d == (postgres.Dialect{}) {
 			sample := inbox.OldestSample(10)
 			require.NotEmpty(t, sample, "the inbox's time index is BRIN on PostgreSQL")
 			e.scan(sample, nil, &oldest)

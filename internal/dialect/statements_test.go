@@ -10,6 +10,10 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialect/mysql"
+	"github.com/postroom/postroom/internal/dialect/postgres"
+	"github.com/postroom/postroom/internal/dialect/sqlite"
+	"github.com/postroom/postroom/internal/dialects"
 	"github.com/postroom/postroom/internal/testenv"
 )
 
@@ -33,9 +37,9 @@ type database struct {
 }
 
 var databases = []database{
-	{name: "postgres", dialect: dialect.Postgres, open: testenv.Postgres, server: true},
-	{name: "mariadb", dialect: dialect.MySQL, open: testenv.MySQL, server: true},
-	{name: "sqlite", dialect: dialect.SQLite, open: testenv.SQLite},
+	{name: "postgres", dialect: postgres.Dialect{}, open: testenv.Postgres, server: true},
+	{name: "mariadb", dialect: mysql.Dialect{}, open: testenv.MySQL, server: true},
+	{name: "sqlite", dialect: sqlite.Dialect{}, open: testenv.SQLite},
 }
 
 // env is one test's database.
@@ -56,7 +60,7 @@ func each(t *testing.T, test func(t *testing.T, e *env)) {
 		t.Run(database.name, func(t *testing.T) {
 			t.Parallel()
 			db := database.open(t)
-			d, err := dialect.Of(db)
+			d, err := dialects.Of(db)
 			require.NoError(t, err)
 			require.Equal(t, database.dialect, d)
 			test(t, &env{t: t, d: d, db: db, tables: dialect.Tables{}.WithDefaults(), server: database.server})

@@ -8,6 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialect/mysql"
+	"github.com/postroom/postroom/internal/dialect/postgres"
 )
 
 // topicTables creates a watermill-sql topic's message and offsets tables
@@ -24,9 +26,9 @@ func (e *env) topicTables(topic string) (messages string, publish func(id string
 	for _, q := range append(qs, oqs...) {
 		e.exec(e.db, q.Query, q.Args...)
 	}
-	messages = map[dialect.Dialect]string{dialect.Postgres: `"watermill_` + topic + `"`, dialect.MySQL: "`watermill_" + topic + "`"}[e.d]
+	messages = map[dialect.Dialect]string{postgres.Dialect{}: `"watermill_` + topic + `"`, mysql.Dialect{}: "`watermill_" + topic + "`"}[e.d]
 	insert := "INSERT INTO " + messages + " (uuid, payload, metadata) VALUES (?, ?, '{}')"
-	if e.d == dialect.Postgres {
+	if e.d == (postgres.Dialect{}) {
 		insert = "INSERT INTO " + messages + " (uuid, payload, metadata, transaction_id) VALUES (?, ?, '{}', pg_current_xact_id())"
 	}
 	return messages, func(id string) { e.exec(e.db, insert, id, []byte(id)) }
@@ -41,9 +43,9 @@ func TestStatementsGroupStarts(t *testing.T) {
 		publish("1")
 		publish("2")
 		q := e.d.GroupStarts("orders")
-		offsets := map[dialect.Dialect]string{dialect.Postgres: `"watermill_offsets_orders"`, dialect.MySQL: "`watermill_offsets_orders`"}[e.d]
+		offsets := map[dialect.Dialect]string{postgres.Dialect{}: `"watermill_offsets_orders"`, mysql.Dialect{}: "`watermill_offsets_orders`"}[e.d]
 		unread := func(group string) int64 {
-			if e.d == dialect.Postgres {
+			if e.d == (postgres.Dialect{}) {
 				return e.count(`SELECT COUNT(*) FROM `+messages+` m, `+offsets+` o WHERE o.consumer_group = ?`+
 					` AND (m.transaction_id, m."offset") > (o.last_processed_transaction_id, o.offset_acked)`, group)
 			}
@@ -65,12 +67,12 @@ func TestStatementsGroupStarts(t *testing.T) {
 
 		require.False(t, exists("audit"))
 		var oldest int64 // PostgreSQL: the oldest transaction running before the group starts
-		if e.d == dialect.Postgres {
+		if e.d == (postgres.Dialect{}) {
 			e.scan("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint", nil, &oldest)
 		}
 		atEnd("audit")
 		require.True(t, exists("audit"))
-		if e.d == dialect.Postgres {
+		if e.d == (postgres.Dialect{}) {
 			// The group starts at the oldest transaction still running, so
 			// that a message whose transaction commits later is not
 			// skipped: what was committed before that transaction began is
@@ -104,7 +106,7 @@ func TestStatementsGroupStarts(t *testing.T) {
 func TestStatementsGroupsBinary(t *testing.T) {
 	eachServer(t, func(t *testing.T, e *env) {
 		up := e.d.GroupsBinary("legacy")
-		if e.d != dialect.MySQL {
+		if e.d != (mysql.Dialect{}) {
 			require.Equal(t, dialect.GroupsBinaryUpgrade{}, up)
 			t.Skipf("%s's group column compares bytes already", e.d)
 		}
@@ -183,11 +185,11 @@ func TestStatementsWidenID(t *testing.T) {
 		e.topicTables("wide")
 		width := func(table string) int64 {
 			return e.count("SELECT character_maximum_length FROM information_schema.columns WHERE table_schema = "+
-				map[dialect.Dialect]string{dialect.Postgres: "current_schema()", dialect.MySQL: "DATABASE()"}[e.d]+
+				map[dialect.Dialect]string{postgres.Dialect{}: "current_schema()", mysql.Dialect{}: "DATABASE()"}[e.d]+
 				" AND table_name = ? AND column_name = 'uuid'", table)
 		}
 		require.EqualValues(t, dialect.MessageIDColumnLength, width("watermill_wide"))
-		if e.d == dialect.MySQL {
+		if e.d == (mysql.Dialect{}) {
 			require.Equal(t, []string{"watermill_narrow"}, e.strings(e.d.NarrowIDTables()))
 		} else {
 			require.Empty(t, e.d.NarrowIDTables(), "PostgreSQL widens a topic's table when it is initialised")
@@ -195,7 +197,7 @@ func TestStatementsWidenID(t *testing.T) {
 		e.exec(e.db, e.d.WidenID("watermill_narrow"))
 		require.EqualValues(t, dialect.MessageIDColumnLength, width("watermill_narrow"))
 		e.exec(e.db, e.d.WidenID("watermill_narrow")) // again: no error
-		if e.d == dialect.MySQL {
+		if e.d == (mysql.Dialect{}) {
 			require.Empty(t, e.strings(e.d.NarrowIDTables()))
 		}
 	})

@@ -1,9 +1,6 @@
 package dialect
 
-import (
-	"fmt"
-	"strings"
-)
+import "fmt"
 
 // StatsQueries are the queries that describe one of postroom's tables: its
 // rows and its oldest row. [Dialect.Stats] builds them.
@@ -27,20 +24,19 @@ type StatsQueries struct {
 	brin   bool // the time column's index is BRIN, which cannot answer MIN
 }
 
-// Stats validates the names of the inbox and watermark tables and returns
-// the queries that describe them, inbox first.
-func (d Dialect) Stats(t Tables) ([]StatsQueries, error) {
+// StatsOn validates the names of the inbox and watermark tables and
+// returns the queries that describe them, inbox first: estimate returns a
+// table's Estimate and its arguments, nil for none; inboxBRIN says the
+// inbox's time index is BRIN.
+func StatsOn(t Tables, estimate func(table string) (string, []any), inboxBRIN bool) ([]StatsQueries, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
 	t = t.WithDefaults()
-	return []StatsQueries{
-		d.statsQueries(t.Inbox, "received_at", d == Postgres), // see Migrations: the inbox is append-only
-		d.statsQueries(t.Watermarks, "updated_at", false),
-	}, nil
+	return []StatsQueries{statsQueries(t.Inbox, "received_at", inboxBRIN, estimate), statsQueries(t.Watermarks, "updated_at", false, estimate)}, nil
 }
 
-func (d Dialect) statsQueries(table, column string, brin bool) StatsQueries {
+func statsQueries(table, column string, brin bool, estimate func(table string) (string, []any)) StatsQueries {
 	q := StatsQueries{
 		Table:       table,
 		Count:       "SELECT COUNT(*) FROM " + table,
@@ -49,15 +45,8 @@ func (d Dialect) statsQueries(table, column string, brin bool) StatsQueries {
 		column:      column,
 		brin:        brin,
 	}
-	switch d {
-	case Postgres:
-		q.Estimate, q.EstimateArgs = "SELECT COALESCE(MAX(reltuples), -1)::BIGINT FROM pg_class WHERE oid = to_regclass(?)", []any{table}
-	case MySQL:
-		if schema, name, ok := strings.Cut(table, "."); ok {
-			q.Estimate, q.EstimateArgs = "SELECT COALESCE(MAX(TABLE_ROWS), -1) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?", []any{schema, name}
-		} else {
-			q.Estimate, q.EstimateArgs = "SELECT COALESCE(MAX(TABLE_ROWS), -1) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?", []any{table}
-		}
+	if estimate != nil {
+		q.Estimate, q.EstimateArgs = estimate(table)
 	}
 	return q
 }

@@ -12,16 +12,10 @@ import (
 	"strings"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialect/mysql"
+	"github.com/postroom/postroom/internal/dialect/postgres"
+	"github.com/postroom/postroom/internal/dialect/sqlite"
 )
-
-// ErrBadDSN is returned for a DSN that names no supported database
-// (store.ErrBadDSN).
-var ErrBadDSN = errors.New("store: bad DSN")
-
-// Forms lists the DSNs store.Open takes, for its errors.
-const Forms = "postgres://user:pass@host:5432/db (or postgresql://…, or host=… dbname=…), " +
-	"mysql://user:pass@tcp(host:3306)/db (or user:pass@tcp(host:3306)/db), " +
-	"sqlite:path, sqlite://path, file:path, :memory:, or a path ending in .db, .sqlite or .sqlite3"
 
 var (
 	// pgKeywords is PostgreSQL's keyword/value form: key=value pairs, one
@@ -38,42 +32,34 @@ func Dialect(dsn string) (dialect.Dialect, error) {
 	s := strings.TrimSpace(dsn)
 	switch {
 	case s == "":
-		return "", fmt.Errorf("%w: empty: use %s", ErrBadDSN, Forms)
+		return nil, fmt.Errorf("%w: empty: use %s", dialect.ErrBadDSN, dialect.DSNForms)
 	case strings.HasPrefix(s, "postgres://"), strings.HasPrefix(s, "postgresql://"):
-		return dialect.Postgres, nil
+		return postgres.Dialect{}, nil
 	case strings.HasPrefix(s, "mysql://"), strings.Contains(s, "@tcp("), strings.Contains(s, "@unix("):
-		return dialect.MySQL, nil
+		return mysql.Dialect{}, nil
 	case strings.HasPrefix(s, "sqlite:"), strings.HasPrefix(s, "file:"), s == ":memory:":
-		return dialect.SQLite, nil
+		return sqlite.Dialect{}, nil
 	case pgKeywords.MatchString(s) && pgConnection.MatchString(s):
-		return dialect.Postgres, nil
+		return postgres.Dialect{}, nil
 	}
 	if scheme, _, ok := strings.Cut(s, "://"); ok {
-		return "", fmt.Errorf("%w %s: unknown scheme %q: use %s", ErrBadDSN, Redact(dsn), scheme, Forms)
+		return nil, fmt.Errorf("%w %s: unknown scheme %q: use %s", dialect.ErrBadDSN, Redact(dsn), scheme, dialect.DSNForms)
 	}
 	file, _, _ := strings.Cut(s, "?")
 	if slices.Contains(sqliteFile, strings.ToLower(path.Ext(file))) {
-		return dialect.SQLite, nil
+		return sqlite.Dialect{}, nil
 	}
-	return "", fmt.Errorf("%w %s: not a PostgreSQL, MySQL or SQLite DSN (a SQLite file needs the sqlite: scheme or a name ending in .db, .sqlite or .sqlite3): use %s",
-		ErrBadDSN, Redact(dsn), Forms)
+	return nil, fmt.Errorf("%w %s: not a PostgreSQL, MySQL or SQLite DSN (a SQLite file needs the sqlite: scheme or a name ending in .db, .sqlite or .sqlite3): use %s",
+		dialect.ErrBadDSN, Redact(dsn), dialect.DSNForms)
 }
 
-// SQLiteFile returns the file a SQLite DSN names, and false for a DSN of
-// another database or an in-memory SQLite one.
-func SQLiteFile(dsn string) (string, bool) {
-	if d, err := Dialect(dsn); err != nil || d != dialect.SQLite {
-		return "", false
+// LocalFile returns the file a DSN names (SQLite's), and false for a DSN
+// of a server or of an in-memory database.
+func LocalFile(dsn string) (string, bool) {
+	if d, err := Dialect(dsn); err == nil {
+		return d.LocalFile(dsn)
 	}
-	s := strings.TrimSpace(dsn)
-	for _, prefix := range []string{"sqlite://", "sqlite:", "file:"} {
-		s = strings.TrimPrefix(s, prefix)
-	}
-	file, _, _ := strings.Cut(s, "?")
-	if file == "" || strings.Contains(file, ":memory:") {
-		return "", false
-	}
-	return file, true
+	return "", false
 }
 
 // Plan returns, in order, the SQL statements that store.Migrate would run

@@ -13,6 +13,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialects"
 )
 
 // Control lists, pauses, resumes and triggers stored schedules; the
@@ -28,7 +29,7 @@ func New(db *gorm.DB, table string) (*Control, error) {
 	if table == "" {
 		table = dialect.SchedulesTableDefault
 	}
-	d, err := dialect.Of(db)
+	d, err := dialects.Of(db)
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}

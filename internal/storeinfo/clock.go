@@ -7,7 +7,7 @@ import (
 
 	"gorm.io/gorm"
 
-	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialects"
 )
 
 // ClockSkewWarning is the skew between a process's clock and its
@@ -18,18 +18,12 @@ const ClockSkewWarning = 30 * time.Second
 // database server's (negative: behind), give or take the round trip. See
 // the scheduler's package doc, Clocks, for why it matters.
 func ClockSkew(ctx context.Context, db *gorm.DB, now func() time.Time) (time.Duration, error) {
-	d, err := dialect.Of(db)
+	d, err := dialects.Of(db)
 	if err != nil {
 		return 0, err
 	}
-	var query string
-	switch d {
-	case dialect.Postgres:
-		query = "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)"
-	case dialect.MySQL:
-		// Not UNIX_TIMESTAMP(NOW()): an hour off in a zone's repeated hour.
-		query = "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))"
-	default: // SQLite runs in this process, on its clock
+	query := d.ClockQuery()
+	if query == "" {
 		return 0, nil
 	}
 	before := now()

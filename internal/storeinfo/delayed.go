@@ -8,6 +8,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialects"
 )
 
 // Delayed is a message waiting in the delayed table (bus.DeliverAt, or a
@@ -74,9 +75,9 @@ func DelayedSummary(ctx context.Context, db *gorm.DB) (int64, time.Time, error) 
 // delayedStatements returns db's dialect and the statements of its
 // delayed table.
 func delayedStatements(db *gorm.DB) (dialect.Dialect, dialect.DelayedStatements, error) {
-	d, err := dialect.Of(db)
+	d, err := dialects.Of(db)
 	if err != nil {
-		return "", dialect.DelayedStatements{}, err
+		return nil, dialect.DelayedStatements{}, err
 	}
 	stmts, err := d.Delayed(dialect.DelayedTableDefault)
 	return d, stmts, err

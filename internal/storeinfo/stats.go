@@ -8,6 +8,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialects"
 	"github.com/postroom/postroom/store"
 )
 
@@ -30,7 +31,7 @@ type TableStats struct {
 // and samples (exact counts under ExactCountBelow): call it every minute
 // or so, not per message.
 func Stats(ctx context.Context, db *gorm.DB, tables store.Tables) ([]TableStats, error) {
-	d, err := dialect.Of(db)
+	d, err := dialects.Of(db)
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +100,7 @@ type ConsumerSummary struct {
 // InboxSummary describes the inbox per consumer, by consumer. It reads the
 // whole table: an operator's query, not a gauge.
 func InboxSummary(ctx context.Context, db *gorm.DB, tables store.Tables) ([]ConsumerSummary, error) {
-	d, err := dialect.Of(db)
+	d, err := dialects.Of(db)
 	if err != nil {
 		return nil, err
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
-	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialects"
 	"github.com/postroom/postroom/internal/storeinfo"
 	"github.com/postroom/postroom/internal/testenv"
 	"github.com/postroom/postroom/store"
@@ -71,7 +71,7 @@ func TestInboxSummaryPerConsumer(t *testing.T) {
 		t.Run(s.Name, func(t *testing.T) {
 			t.Parallel()
 			db := s.Open(t)
-			d, err := dialect.Of(db)
+			d, err := dialects.Of(db)
 			require.NoError(t, err)
 			base := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
 			for i, k := range []struct {

@@ -11,7 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"gorm.io/gorm"
 
-	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialects"
 )
 
 // ErrBatchBroken wraps the error that left a batch's transaction unusable
@@ -395,8 +395,9 @@ func (u *unit) endSavepoint(conn gorm.ConnPool, commit bool) error {
 	if !commit {
 		return u.rollbackTo(ctx, conn)
 	}
-	if d, _ := dialect.Of(u.db); u.releaseLater && d == dialect.Postgres {
-		// Released with the next SAVEPOINT or before COMMIT, in one round trip.
+	if d, err := dialects.Of(u.db); u.releaseLater && err == nil && d.ReleaseWithNext() {
+		// Released with the next member's SAVEPOINT, or before the COMMIT,
+		// in one round trip (one simple query: pgx without arguments).
 		u.parent.mu.Lock()
 		u.parent.pending = u
 		u.parent.mu.Unlock()

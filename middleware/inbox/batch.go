@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialects"
 	"github.com/postroom/postroom/internal/uow"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
@@ -48,7 +49,7 @@ func NewBatch(cfg Config) (*Batch, error) {
 	if cfg.Mode != Transactional || cfg.Checksum {
 		return nil, errors.New("inbox: a batch claims keys in the Transactional mode, without checksums")
 	}
-	d, err := dialect.Of(cfg.DB)
+	d, err := dialects.Of(cfg.DB)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialects"
 	"github.com/postroom/postroom/internal/uow"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/metrics"
@@ -87,7 +88,7 @@ func New(cfg Config) (message.HandlerMiddleware, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	d, err := dialect.Of(cfg.DB)
+	d, err := dialects.Of(cfg.DB)
 	if err != nil {
 		return nil, fmt.Errorf("stale: %w", err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/postroom/postroom/internal/closers"
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/dialects"
 	"github.com/postroom/postroom/internal/logsink"
 	"github.com/postroom/postroom/transport"
 )
@@ -73,7 +74,7 @@ func New(cfg Config) (*Transport, error) {
 	if cfg.AckDeadline == 0 {
 		cfg.AckDeadline = AckDeadlineDefault
 	}
-	d, err := dialect.Of(cfg.DB)
+	d, err := dialects.Of(cfg.DB)
 	if err != nil {
 		return nil, fmt.Errorf("sql: %w", err)
 	}

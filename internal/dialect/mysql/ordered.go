@@ -1,4 +1,4 @@
-package dialect
+package mysql
 
 import (
 	"context"
@@ -8,31 +8,26 @@ import (
 	"time"
 
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+
+	"github.com/postroom/postroom/internal/dialect"
 )
 
-// GapWait is how long a consumer group of the SQL transport on
-// MySQL/MariaDB waits before it reads past a missing offset: the time it
-// gives an insert that AUTO_INCREMENT numbered before the row it sees to
-// land in the table. A gap is timed from when this process first saw it,
+// GapWait is how long a consumer group of the SQL transport waits before
+// it reads past a missing offset: the time it gives an insert that
+// AUTO_INCREMENT numbered before the row it sees to land in the table. A gap is timed from when this process first saw it,
 // not from the row's created_at (which another program can set, and which
 // is when the statement began).
 const GapWait = 2 * time.Second
 
-// TransportSchema returns the schema and offsets adapters of the SQL
-// transport's topics: MessageSchema's, one message a query; on MySQL with
-// reads that do not skip a row that lands late (orderedMySQLSchema),
-// observing gaps through db.
+// TransportSchema reads with orderedSchema, observing gaps through db.
 func (d Dialect) TransportSchema(db *sql.DB) (wsql.SchemaAdapter, wsql.OffsetsAdapter, error) {
 	schema, offsets, err := d.MessageSchema(1)
-	if err != nil || d != MySQL {
-		return schema, offsets, err
-	}
-	return orderedMySQLSchema{schema.(wideSchema), &gapClock{db: db, seen: map[string]gapSeen{}}}, offsets, nil
+	return orderedSchema{schema.(dialect.WideSchema), &gapClock{db: db, seen: map[string]gapSeen{}}}, offsets, err
 }
 
-// orderedMySQLSchema is the message schema of the SQL transport on
-// MySQL/MariaDB. A group reads the rows past the highest offset it acked,
-// as watermill-sql's adapter does (its SERIALIZABLE transaction, the
+// orderedSchema is the message schema of the SQL transport. A group reads
+// the rows past the highest offset it acked, as watermill-sql's adapter
+// does (its SERIALIZABLE transaction, the
 // group's offsets row locked), but never past a row below which another
 // may still land. MySQL numbers a row (AUTO_INCREMENT) a moment before the
 // row is in the table, and commits in any order; a row that lands below
@@ -46,20 +41,20 @@ func (d Dialect) TransportSchema(db *sql.DB) (wsql.SchemaAdapter, wsql.OffsetsAd
 //
 // It reads one row at a time: the rule looks at the first row past the
 // acked offset.
-type orderedMySQLSchema struct {
-	wideSchema
+type orderedSchema struct {
+	dialect.WideSchema
 	gaps *gapClock
 }
 
 // SelectQuery reads the first row past the group's acked offset, waiting
 // for an uncommitted one, and returns it if it follows the acked offset
 // or stands after a gap seen for GapWait.
-func (s orderedMySQLSchema) SelectQuery(params wsql.SelectQueryParams) (wsql.Query, error) {
+func (s orderedSchema) SelectQuery(params wsql.SelectQueryParams) (wsql.Query, error) {
 	next, err := params.OffsetsAdapter.NextOffsetQuery(wsql.NextOffsetQueryParams{Topic: params.Topic, ConsumerGroup: params.ConsumerGroup})
 	if err != nil {
 		return wsql.Query{}, err
 	}
-	messages, offsets := s.d.messageTables(params.Topic)
+	messages, offsets := messageTables(params.Topic)
 	acked, row, err := s.gaps.passable(messages, offsets, params.ConsumerGroup)
 	if err != nil {
 		return wsql.Query{}, fmt.Errorf("observe the group's next row: %w", err)

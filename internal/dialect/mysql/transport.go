@@ -1,0 +1,180 @@
+package mysql
+
+import (
+	"database/sql"
+	"fmt"
+	"strconv"
+	"strings"
+
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+
+	"github.com/postroom/postroom/internal/dialect"
+)
+
+// messageTables returns the quoted names of watermill-sql's tables for
+// topic: its messages, and its consumer groups' offsets.
+func messageTables(topic string) (messages, offsets string) {
+	return wsql.DefaultMySQLSchema{}.MessagesTable(topic), wsql.DefaultMySQLOffsetsAdapter{}.MessagesOffsetsTable(topic)
+}
+
+func wideSchema(s wsql.SchemaAdapter) dialect.WideSchema { return dialect.WideSchema{SchemaAdapter: s} }
+
+// MessageSchema: the SQL transport's groups read with TransportSchema's.
+func (Dialect) MessageSchema(batch int) (wsql.SchemaAdapter, wsql.OffsetsAdapter, error) {
+	return wideSchema(wsql.DefaultMySQLSchema{GeneratePayloadType: dialect.ColumnType("LONGBLOB"), SubscribeBatchSize: batch}), binaryGroups{}, nil
+}
+
+// OutboxSchema: the relay acks row by row (watermill-sql's queue schema:
+// an acked column, the rows not yet acked read in offset order). Reading
+// past the highest acked offset, as the offsets of a consumer group do,
+// loses a row: handlers commit their outbox rows in another order than
+// AUTO_INCREMENT handed out the offsets, so a row can commit after the
+// relay acked a higher one (bus TestOutboxRelaysEveryCommit).
+//
+// The relay reads at READ COMMITTED (readCommitted): its locking read of
+// the rows not acked then locks those rows only. At watermill-sql's
+// REPEATABLE READ it would also lock the gap after them, where every new
+// outbox row goes, for as long as its batch's publishes take: while a
+// broker takes publishes without confirming them (a memory alarm), every
+// handler sending through the outbox would wait up to the ack deadline
+// (30 s) and, with a lower innodb_lock_wait_timeout, fail to the error
+// topic.
+func (Dialect) OutboxSchema(batch int) (wsql.SchemaAdapter, wsql.OffsetsAdapter, string, error) {
+	return readCommitted{wideSchema(wsql.MySQLQueueSchema{GeneratePayloadType: dialect.ColumnType("LONGBLOB"), SubscribeBatchSize: batch})},
+		queueOffsets{}, "", nil // the queue schema has no consumer groups
+}
+
+// readCommitted reads at READ COMMITTED (see OutboxSchema), and creates
+// the outbox's table as the migration does (outboxTable).
+type readCommitted struct{ dialect.WideSchema }
+
+func (readCommitted) SubscribeIsolationLevel() sql.IsolationLevel { return sql.LevelReadCommitted }
+
+func (readCommitted) SchemaInitializingQueries(params wsql.SchemaInitializingQueriesParams) ([]wsql.Query, error) {
+	return []wsql.Query{{Query: outboxTable(params.Topic)}}, nil
+}
+
+// queueOffsets is watermill-sql's MySQLQueueOffsetsAdapter acking only the
+// rows of a batch up to the last one handled. Its own AckMessageQuery marks
+// every row the relay read: a row still unpublished when its ack deadline
+// (30 s) runs out, as in a broker outage in the middle of a batch, would
+// be marked acked with every row behind it and never relayed, without a
+// log line (outbox TestAnOutageMidBatchLosesNothing).
+type queueOffsets struct{ wsql.MySQLQueueOffsetsAdapter }
+
+func (a queueOffsets) AckMessageQuery(p wsql.AckMessageQueryParams) (wsql.Query, error) {
+	handled := make([]wsql.Row, 0, len(p.Rows))
+	for _, r := range p.Rows { // in offset order; handling stopped at the first not acked
+		if r.Offset <= p.LastRow.Offset {
+			handled = append(handled, r)
+		}
+	}
+	p.Rows = handled
+	return a.MySQLQueueOffsetsAdapter.AckMessageQuery(p)
+}
+
+// outboxTable creates the outbox's message table: watermill-sql's with the
+// wide ID column, the acked column and the index of the relay's query (the
+// rows not acked, in offset order).
+func outboxTable(topic string) string {
+	messages, _ := messageTables(topic)
+	return "CREATE TABLE IF NOT EXISTS " + messages + " (`offset` BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, `uuid` VARCHAR(" + strconv.Itoa(dialect.MessageIDColumnLength) + ") NOT NULL," +
+		" `created_at` TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, `payload` LONGBLOB DEFAULT NULL, `metadata` JSON DEFAULT NULL," +
+		" `acked` BOOLEAN NOT NULL DEFAULT FALSE, INDEX postroom_outbox_acked (`acked`, `offset`))"
+}
+
+// NarrowIDTables lists the tables an older postroom or watermill-sql
+// created, which the schema adapter does not widen: MySQL has no
+// conditional DDL, and an ALTER at each subscribe would wait for every
+// open transaction on the table.
+func (Dialect) NarrowIDTables() string {
+	return fmt.Sprintf("SELECT table_name FROM information_schema.columns WHERE table_schema = DATABASE()"+
+		" AND column_name = 'uuid' AND table_name LIKE 'watermill\\_%%' AND character_maximum_length < %d ORDER BY table_name",
+		dialect.MessageIDColumnLength)
+}
+
+func (Dialect) WidenID(table string) string {
+	return fmt.Sprintf("ALTER TABLE %s MODIFY `uuid` VARCHAR(%d) NOT NULL", "`"+strings.ReplaceAll(table, "`", "``")+"`", dialect.MessageIDColumnLength)
+}
+
+// OutboxTables: the message table has the acked column of per-row acks
+// (OutboxSchema) and its index.
+func (Dialect) OutboxTables(topic string) []string {
+	oqs, _ := binaryGroups{}.SchemaInitializingQueries(wsql.OffsetsSchemaInitializingQueriesParams{Topic: topic})
+	return dialect.Statements(append([]wsql.Query{{Query: outboxTable(topic)}}, oqs...))
+}
+
+// OutboxTablesExist: the messages, the only one its relay reads.
+func (Dialect) OutboxTablesExist(topic string) string {
+	messages, _ := messageTables(topic)
+	return "SELECT 1 FROM " + messages + " WHERE 1 = 0"
+}
+
+func (Dialect) OutboxBacklog(topic string) (string, []any) {
+	messages, _ := messageTables(topic)
+	return "SELECT COUNT(*), COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(created_at), CURRENT_TIMESTAMP) / 1000000, 0)" +
+		" FROM " + messages + " WHERE NOT `acked`", nil
+}
+
+// GroupStarts: the adapter orders by offset alone, so the start is the
+// greatest offset, read before the insert so that the insert locks no row
+// of the message table.
+func (Dialect) GroupStarts(topic string) dialect.GroupStart {
+	messages, offsets := messageTables(topic)
+	return dialect.GroupStart{
+		Exists:        "SELECT 1 FROM " + offsets + " WHERE consumer_group = ?",
+		End:           "SELECT COALESCE(MAX(`offset`), 0) FROM " + messages,
+		Insert:        "INSERT IGNORE INTO " + offsets + " (consumer_group, offset_acked, offset_consumed) VALUES (?, ?, ?)",
+		InsertAtStart: "INSERT IGNORE INTO " + offsets + " (consumer_group, offset_acked, offset_consumed) VALUES (?, 0, 0)",
+	}
+}
+
+// groupColumn is the consumer group column as watermill-sql's offsets
+// adapter creates it, and binaryGroupColumn what postroom makes of it.
+const (
+	groupColumn       = "consumer_group VARCHAR(255) NOT NULL"
+	binaryGroupColumn = "consumer_group VARBINARY(255) NOT NULL"
+)
+
+// binaryGroups is watermill-sql's offsets adapter with the consumer group
+// compared byte for byte. Its column is VARCHAR under the database's
+// default collation, which on MySQL and MariaDB ignores case (and trailing
+// spaces): two groups named alike but for case ("audit", "Audit": two
+// handlers, two endpoints) would share one offsets row, and each get a
+// part of the topic's messages, the rest acked by the other. Every other key
+// postroom keeps is binary too (schema).
+type binaryGroups struct {
+	wsql.DefaultMySQLOffsetsAdapter
+}
+
+// SchemaInitializingQueries creates the offsets table with a binary group
+// column.
+func (a binaryGroups) SchemaInitializingQueries(params wsql.OffsetsSchemaInitializingQueriesParams) ([]wsql.Query, error) {
+	qs, err := a.DefaultMySQLOffsetsAdapter.SchemaInitializingQueries(params)
+	if err != nil {
+		return nil, err
+	}
+	for i := range qs {
+		if !strings.Contains(qs[i].Query, groupColumn) {
+			return nil, fmt.Errorf("dialect: watermill-sql's MySQL offsets table has no %q column to make binary: %s", groupColumn, qs[i].Query)
+		}
+		qs[i].Query = strings.Replace(qs[i].Query, groupColumn, binaryGroupColumn, 1)
+	}
+	return qs, nil
+}
+
+func (Dialect) GroupsBinary(topic string) dialect.GroupsBinaryUpgrade {
+	_, offsets := messageTables(topic)
+	return dialect.GroupsBinaryUpgrade{
+		Check: "SELECT LOWER(DATA_TYPE) FROM information_schema.COLUMNS" +
+			" WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'consumer_group'",
+		Table:   strings.Trim(offsets, "`"),
+		Wait:    "SELECT @@SESSION.lock_wait_timeout",
+		SetWait: "SET SESSION lock_wait_timeout = %d",
+		Alter:   "ALTER TABLE " + offsets + " MODIFY " + binaryGroupColumn,
+	}
+}
+
+func (d Dialect) ErrorTopic(topic string) (dialect.ErrorTopicStatements, error) {
+	return dialect.ErrorTopicOn(d, topic, func(topic string) string { t, _ := messageTables(topic); return t }, "`offset`")
+}
