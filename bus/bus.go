@@ -20,6 +20,7 @@ import (
 	"github.com/postroom/postroom/internal/dialects"
 	"github.com/postroom/postroom/internal/logsink"
 	"github.com/postroom/postroom/internal/metricseries"
+	"github.com/postroom/postroom/internal/storeinfo"
 	"github.com/postroom/postroom/metrics"
 	"github.com/postroom/postroom/middleware/tracing"
 	"github.com/postroom/postroom/outbox"
@@ -204,7 +205,7 @@ func (b *Bus) Run(ctx context.Context) error {
 		if err := store.CheckTimeZone(ctx, b.cfg.DB); err != nil {
 			return fmt.Errorf("bus: %w", err)
 		}
-		if warning := store.SQLiteCommitWarning(b.cfg.DB); warning != "" {
+		if warning := storeinfo.PoolWarning(b.cfg.DB); warning != "" {
 			b.cfg.Logger.WarnContext(ctx, "bus: "+warning)
 		}
 	}
