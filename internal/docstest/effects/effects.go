@@ -42,6 +42,7 @@ func registerInvoices(b *bus.Bus) error {
 	}, bus.WithInbox())
 }
 
+// jsonBody (in internal/docstest/effects/effects.go) returns m as JSON.
 func registerCharges(b *bus.Bus, psp string) error {
 	return bus.Handle(b, func(ctx context.Context, m *ChargeCard) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, psp+"/charges", jsonBody(m))
