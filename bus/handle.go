@@ -56,11 +56,10 @@ func Named(name string) HandlerOption { return func(c *handlerConfig) { c.name =
 // unitofwork.Tx(ctx) returns; it commits when the handler returns nil.
 func WithTransaction() HandlerOption { return func(c *handlerConfig) { c.transaction = true } }
 
-// WithInbox makes the handler's effects happen once per message: the
-// inbox key commits with the handler's transaction, and a duplicate is
-// acked without calling the handler. Implies WithTransaction. Without an
-// argument the key is the message's ID and source endpoint; at most one
-// Inbox sets the key, the message log or the external-effects mode.
+// WithInbox makes the handler's effects happen once per message: the inbox
+// key commits with the handler's transaction, and a duplicate is acked
+// without calling the handler. Implies WithTransaction. The key defaults to
+// the message's ID and source endpoint; at most one Inbox may be given.
 func WithInbox(in ...Inbox) HandlerOption {
 	return func(c *handlerConfig) {
 		c.inbox = true
@@ -91,13 +90,11 @@ type Inbox struct {
 	// StorePayload keeps the payload with the key too (and implies
 	// MessageLog).
 	StorePayload bool
-	// ExternalEffects, when set, puts the inbox in its External mode: the
-	// key is claimed and committed before the handler runs, the handler
-	// passes inbox.IdempotencyKey(ctx) to the external system, and the key is
-	// marked done with the handler's database writes. A copy that finds a
-	// live claim waits for it; an attempt that ended without a known
+	// ExternalEffects, when set, selects the External mode: the key is
+	// claimed and committed before the handler runs, which passes
+	// inbox.IdempotencyKey(ctx) on; an attempt that ended without a known
 	// outcome follows OnUnknown. Return inbox.NotDone(err) when the effect
-	// certainly did not happen.
+	// certainly did not happen. See docs/effects.md.
 	ExternalEffects *ExternalEffects
 }
 
@@ -135,20 +132,13 @@ func WithDelayedRetries(delays ...time.Duration) HandlerOption {
 }
 
 // WithBatch commits the handler's messages in batches: up to size messages
-// handled at the same time share one database transaction, each in a
-// savepoint of its own, and each is acked once the batch has committed. A
-// batch commits when it has size messages, or maxWait after its first
-// (10ms when maxWait is 0). A message whose
-// handler fails rolls back to its savepoint alone and is retried alone
-// while the others commit; the inbox, the stale check, DeliverAt and the
-// outbox work per message as they do without a batch. The handler then
-// takes size messages at once per Config.Concurrency (or WithConcurrency),
-// which becomes the number of batches in flight. Batches of competing
-// processes that hold copies of the same messages can deadlock (each
-// claims its members' keys as they arrive); the database ends one, and its
-// members are retried without spending retries (docs/recoverability.md).
-// Implies WithTransaction; not with Inbox.ExternalEffects, whose claim
-// commits before its handler runs.
+// handled at the same time share one transaction, each in a savepoint of
+// its own, and each is acked once the batch has committed. A batch commits
+// at size messages, or maxWait after its first (10ms when maxWait is 0). A
+// failing message rolls back to its savepoint and is retried alone.
+// Config.Concurrency (or WithConcurrency) becomes the number of batches in
+// flight. Implies WithTransaction; not with Inbox.ExternalEffects. See
+// docs/batching.md.
 func WithBatch(size int, maxWait time.Duration) HandlerOption {
 	return func(c *handlerConfig) { c.transaction, c.batched, c.batchSize, c.batchWait = true, true, size, maxWait }
 }
@@ -225,9 +215,8 @@ func (b *Bus) register(name string, byRun bool, opts []HandlerOption, build func
 		b.mu.Unlock()
 	}
 	lim := newLimiter(hc.name, b.cfg.RateLimit, b.cfg.Logger, b.cfg.Metrics.Recorder)
-	// One subscription per topic holds the handler's messages in flight,
-	// each run by the router on a goroutine of its own: a batch fills with
-	// messages handled at the same time.
+	// inFlight covers every batch: a batch fills with the messages
+	// the router runs at the same time.
 	plain, err := b.cfg.Transport.Subscriber(group, max(hc.concurrency, 1)*max(hc.batchSize, 1))
 	if err != nil {
 		return fmt.Errorf("bus: handler %s: %w", hc.name, err)
@@ -242,10 +231,8 @@ func (b *Bus) register(name string, byRun bool, opts []HandlerOption, build func
 			return fmt.Errorf("bus: handler %s: %w", hc.name, err)
 		}
 	}
-	// chain is the handler's delivery of a message of topic, in its span
-	// and Config.Middleware: for the router, and for a delayed retry run
-	// from the database alike: outside them a retry's trace would end, its
-	// sends would start new ones, and no Middleware would see it.
+	// chain is the delivery in its span and Config.Middleware, for the
+	// router and a delayed retry alike, so a retry keeps its trace.
 	chain := func(topic string) message.HandlerFunc {
 		var delivery message.HandlerFunc = func(msg *message.Message) ([]*message.Message, error) {
 			return nil, b.deliver(hc.name, topic, msg, h, lim)
@@ -260,25 +247,21 @@ func (b *Bus) register(name string, byRun bool, opts []HandlerOption, build func
 	}
 	b.mu.Lock()
 	b.retryTargets[group] = func(topic string, msg *message.Message) error {
-		// A delayed retry whose run ended its process runs again when
-		// its lease ends: counted as a first read, it reaches the error
-		// topic after MaxDeliveries instead of running after each lease
-		// for ever.
+		// Counted as a first read, a retry that kills its process reaches
+		// the error topic after MaxDeliveries, not rerun after each lease.
 		msg.Metadata.Set(metadata.Redelivered, metadata.RedeliveredFirstRead)
 		return b.guarded(hc.name, topic, b.delayedRetryCounter(), chain(topic))(msg)
 	}
 	b.mu.Unlock()
 	for _, topic := range []string{commandTopic(b.cfg.Endpoint, name), eventTopic(name)} {
-		// The handler's queue exists from now on: a message sent before
-		// Run waits in it instead of being dropped.
+		// Declared now, so a message sent before Run waits in the queue.
 		if err := declare(plain, topic, topic == eventTopic(name)); err != nil {
 			return fmt.Errorf("bus: handler %s: declare its queue for %s: %w", hc.name, topic, err)
 		}
 		guarded := b.guarded(hc.name, topic, b.counterFor(caps), chain(topic))
 		b.router.AddConsumerHandler(hc.name+"@"+topic, topic, sub, func(msg *message.Message) error {
 			growStack()
-			// Only a batch asks; a redelivery, handled alone, is
-			// not for the open batch to wait for.
+			// Only a batch waits for these; a redelivery runs alone.
 			if hc.batchSize > 1 && !b.redelivery(group, msg) {
 				inFlight.Add(1)
 				defer func() {
@@ -292,13 +275,11 @@ func (b *Bus) register(name string, byRun bool, opts []HandlerOption, build func
 			defer b.handling.done()
 			defer b.outliveStop(msg)()
 			err := guarded(msg)
-			// Settled here, before the delivery stops counting as
-			// held (drainingSubscriber); Watermill's own Ack or Nack
-			// after this does nothing more.
+			// Settled before the delivery stops counting as held
+			// (drainingSubscriber); Watermill's Ack or Nack is then a no-op.
 			switch {
 			case errors.Is(err, errStopping):
-				// Given back because the bus stops, said at info by
-				// deliver; Watermill would log it at error.
+				// deliver logged it at info; Watermill would say error.
 				msg.Nack()
 				return nil
 			case err != nil:
@@ -325,10 +306,9 @@ func declare(sub message.Subscriber, topic string, event bool) error {
 	return nil
 }
 
-// consumer names a handler in its inbox keys and watermarks: the endpoint
-// and the handler, so that two handlers of one message type, or one handler
-// in two endpoints sharing a database, each handle every message once.
-// Endpoint names have no '/', so the two parts never run together.
+// consumer names a handler in its inbox keys and watermarks, unique per
+// endpoint and handler. Endpoint names have no '/', so the parts never
+// run together.
 func (b *Bus) consumer(handler string) string { return b.cfg.Endpoint + "/" + handler }
 
 // group is the subscriber group of a handler: one queue per handler.
@@ -339,8 +319,7 @@ func (b *Bus) reserve(name string, byRun bool) error {
 	defer b.mu.Unlock()
 	switch {
 	case name == "" || !utf8.ValidString(name) || strings.ContainsRune(name, 0):
-		// It names the handler's consumer in the inbox and the watermarks:
-		// such a name would fail every message on the database.
+		// It names the consumer in the database, where it would fail.
 		if name == "" {
 			return errors.New("bus: handler name is empty: name it with bus.Named (it defaults to its message's name, which is empty too if MessageName returns \"\")")
 		}
@@ -375,8 +354,8 @@ func (b *Bus) chain(hc handlerConfig, h message.HandlerFunc) (message.HandlerFun
 		return nil, err
 	}
 	if hc.stale {
-		// The watermark's type is the handler's message type: a foreign
-		// producer need not set postroom-message-type (docs/foreign-producers.md).
+		// The handler's message type, not metadata's: a foreign producer
+		// need not set it (docs/foreign-producers.md).
 		mw, err := stale.New(stale.Config{DB: b.cfg.DB, Consumer: consumer, MessageType: hc.messageName, Version: hc.version,
 			Recorder: rec, Logger: b.cfg.Logger, Now: b.cfg.Now})
 		if err != nil {
@@ -390,17 +369,15 @@ func (b *Bus) chain(hc handlerConfig, h message.HandlerFunc) (message.HandlerFun
 	icfg := inbox.Config{DB: b.cfg.DB, Consumer: consumer, Key: hc.inboxKey, Recorder: rec, Logger: b.cfg.Logger, Now: b.cfg.Now,
 		Checksum: hc.checksum, StorePayload: hc.payload}
 	if hc.external != nil {
-		// The claim commits before the handler runs, so the External mode
-		// opens the handler's unit of work itself.
+		// The External mode opens the unit of work itself, after the claim.
 		icfg.Mode, icfg.OnUnknown, icfg.Lease = inbox.External, hc.external.OnUnknown, cmp.Or(hc.external.Lease, inbox.LeaseDefault)
 	}
 	mw, err := inbox.New(icfg)
 	if err != nil {
 		return nil, fmt.Errorf("bus: handler %s: %w", hc.name, err)
 	}
-	// Both modes open the handler's unit of work themselves; the
-	// Transactional mode then counts a duplicate after its rollback. In a
-	// batch they join the member's unit of work instead.
+	// Both modes open the unit of work themselves (a duplicate is counted
+	// after the rollback); in a batch they join the member's instead.
 	h = mw(h)
 	if hc.batchSize > 1 {
 		return b.inUnitOfWork(hc, h)
@@ -408,14 +385,10 @@ func (b *Bus) chain(hc handlerConfig, h message.HandlerFunc) (message.HandlerFun
 	return h, nil
 }
 
-// checkRetention refuses an InboxRetention shorter than the time after
-// which a message of hc may still arrive, for a handler that keeps inbox
-// keys or watermarks: cleanup purges both after the retention, and a copy
-// arriving after its key or watermark is gone would be applied again (a
-// duplicate), or applied over a newer update (a stale one). A handler
-// WithStale alone is checked too: were its watermark purged while an
-// older update waits in a delayed retry, that update would be applied
-// after the newer one.
+// checkRetention refuses an InboxRetention shorter than the time a copy of
+// hc's messages may still arrive: one arriving after cleanup purged its key
+// or watermark would be applied again, or over a newer update (also for
+// WithStale alone, with an older update waiting in a delayed retry).
 func (b *Bus) checkRetention(hc handlerConfig) error {
 	if !hc.inbox && !hc.stale {
 		return nil
@@ -500,13 +473,9 @@ func (hc handlerConfig) validateBatch() error {
 }
 
 // decoded checks and decodes each message before h, the handler's chain,
-// and passes the decoded message on in its context. Input no attempt can
-// handle (a malformed payload, an unknown type, metadata that is not
-// UTF-8) then fails before the inbox writes its key and before the stale
-// check: it goes to the error topic at once with its reason, not after
-// retries with the database's complaint about the key's type, nor parked
-// as "outcome unknown" by the external-effects mode when the handler never
-// ran.
+// and passes it on in its context: bad input goes to the error topic at
+// once with its reason, before the inbox or the stale check touch the
+// database (no retries, no "outcome unknown" for a handler that never ran).
 func decoded[T any](b *Bus, h message.HandlerFunc) message.HandlerFunc {
 	name := MessageName[T]()
 	return func(msg *message.Message) ([]*message.Message, error) {
@@ -544,9 +513,7 @@ func typed[T any](fn HandlerFunc[T]) message.HandlerFunc {
 }
 
 // hintNoTx, deferred in a handler without a transaction, adds to a nil
-// dereference panic its likeliest cause: Tx(ctx) is nil there. Without
-// it the error topic says only "invalid memory address or nil pointer
-// dereference", and names no option.
+// dereference panic its likeliest cause: Tx(ctx) is nil there.
 func hintNoTx() {
 	r := recover()
 	if r == nil {
@@ -656,12 +623,9 @@ func IsUnrecoverable(err error) bool {
 	return errors.As(err, &u) && u.Unrecoverable()
 }
 
-// growStack grows the calling goroutine's stack in one step, while it is
-// still shallow. Watermill runs every message on a new goroutine, which
-// starts with a small stack; the database driver's depth then grows it by
-// doubling, each time copying the frames above. Growing it first costs one
-// copy of a few frames instead. (In a CPU profile of the inbox benchmark
-// the doubling is 9% of a message's handling.)
+// growStack grows the stack of the new goroutine Watermill runs each
+// message on in one step, while it is shallow, instead of by repeated
+// doubling in the database driver (9% of a message in the inbox benchmark).
 //
 //go:noinline
 func growStack() {
