@@ -31,10 +31,8 @@ const (
 	maxDeliveriesDefault    = 10
 	stopTimeoutDefault      = 20 * time.Second
 	// deliveryLimitMargin is how far a broker's delivery limit must lie
-	// above MaxDeliveries at least: RabbitMQ 3.x adds to a quorum queue's
-	// delivery count at each restart of a consumer holding the message,
-	// and a stop under a backlog can add up to one per subscription of the
-	// process (docs/guarantees.md, "What is not guaranteed yet").
+	// above MaxDeliveries: RabbitMQ 3.x counts consumer restarts too (see
+	// docs/guarantees.md, "What is not guaranteed yet").
 	deliveryLimitMargin       = 5
 	gaugeIntervalDefault      = 5 * time.Second
 	tableGaugeIntervalDefault = time.Minute
@@ -100,10 +98,8 @@ type Config struct {
 	// letter or digit, '-', '_' or '.', the first a letter or digit.
 	Endpoint string
 	// Transport carries the messages. Defaults to an in-memory gochannel
-	// transport. New hands a transport that logs its Logger
-	// (transport.LoggerSetter): a transport shared by several buses logs
-	// through the last one's, so its lines name that bus; give each bus a
-	// transport of its own to tell them apart.
+	// transport. New gives it the bus's Logger (transport.LoggerSetter): a
+	// transport shared by several buses logs through the last one's.
 	Transport transport.Transport
 	// DB is the database of handlers' transactions, the inbox and the
 	// watermarks. Required when a handler uses WithTransaction, WithInbox (or
@@ -117,9 +113,8 @@ type Config struct {
 	// ErrorTopic receives messages that failed every attempt. Defaults to "error".
 	ErrorTopic string
 	// Concurrency is how many messages each handler handles at once, on
-	// transports whose subscriptions compete (in memory, RabbitMQ; the SQL
-	// transport hands out one message of a handler at a time, and more
-	// subscriptions only wait for each other). Defaults to 1.
+	// transports whose subscriptions compete (not the SQL transport, which
+	// hands out one message of a handler at a time). Defaults to 1.
 	Concurrency int
 	// MaxPayloadBytes is the largest payload a handler accepts; a larger one
 	// goes to the error topic unhandled. Defaults to 1 MiB.
@@ -136,39 +131,22 @@ type Config struct {
 	// messages (DeliverAt) when its database has their table. Defaults to 1s.
 	DelayedPollInterval time.Duration
 	// MaxDeliveries is how often a message may be delivered to a handler
-	// without being settled (its delivery ended in a nack: the bus was
-	// closing, the error topic was refused, a Middleware failed, or the
-	// process died while handling it); the next delivery moves it to the
-	// error topic with the reason "delivered N times without being
-	// handled", so that a poison message stops looping and blocking the
-	// messages behind it. One count per handler, which counts deliveries
-	// that ended with their process too: RabbitMQ's quorum queues'
-	// (x-delivery-count); with DB the table postroom_deliveries on
-	// classic queues (each redelivery), the SQL transport (each process's
-	// first read of a topic) and for delayed retries (each run); otherwise
-	// the nacks this process saw. A
-	// redelivery is handled alone, not in a batch; on classic queues one
-	// that came back before unsettled is handled one at a time in the
-	// bus, counted when its turn comes, so that the messages in flight at
-	// a crash are counted at most twice with the one that caused it.
-	// docs/guarantees.md says what a crash takes along. Defaults to 10.
+	// without being settled (a nack, or a process that died handling it);
+	// the next delivery moves it to the error topic with the reason
+	// "delivered N times without being handled", so a poison message stops
+	// blocking the messages behind it. Deliveries that ended their process
+	// are counted by quorum queues or, with DB, in postroom_deliveries; see
+	// docs/recoverability.md and docs/guarantees.md. Defaults to 10.
 	MaxDeliveries int
 	// StopTimeout is how long a stop (Run's context ending, or Close)
-	// lets the messages being handled finish: the bus takes no new
-	// message, and a handler still running gets this long before its
-	// context is cancelled (its transaction then rolls back and its
-	// message goes back to the broker). Keep it below the time your
-	// supervisor waits before it kills the process (30 s on Kubernetes by
-	// default). Defaults to 20 s; negative: cancel at once.
-	// A message waiting its turn (rate limiting, a retry's backoff) is
-	// given back at once. On the SQL transport a message's ack deadline
-	// (sql.Config.AckDeadline, 30 s from its read) can end it sooner. A
-	// handler with Inbox.ExternalEffects cancelled mid-call has an unknown
-	// outcome: parked, or retried, per its OnUnknown (docs/effects.md).
-	// With Outbox, the relay gets as long again from its own stop (at
-	// once when Run's context ends; with Close, once the handlers are
-	// done) to finish its publish in flight and mark its batch relayed
-	// (outbox.Config.StopTimeout).
+	// lets the messages being handled finish before their contexts are
+	// cancelled (their transactions roll back, their messages go back to
+	// the broker; the SQL transport's ack deadline can end them sooner); a
+	// message waiting its turn is given back at once. Keep it below your
+	// supervisor's grace period (30 s on Kubernetes). With Outbox the relay
+	// gets as long again from its own stop, which with Close follows the
+	// handlers' (outbox.Config.StopTimeout). Defaults to 20 s; negative:
+	// cancel at once.
 	StopTimeout time.Duration
 	// Marshaler turns payloads into bytes. Defaults to JSON.
 	Marshaler Marshaler
@@ -183,10 +161,9 @@ type Config struct {
 	// outcome the broker will get (nil: ack). For tracing, metrics, tests.
 	Middleware []message.HandlerMiddleware
 	// Outbox commits the messages a handler sends with its transaction and
-	// relays them to the transport after commit (package outbox). Needs DB on
-	// PostgreSQL or MySQL. Defaults to false: messages sent in a handler are
-	// dispatched right after its commit, and lost if the process dies in
-	// between.
+	// relays them after commit (package outbox). Needs DB on PostgreSQL or
+	// MySQL. Defaults to false: they are dispatched right after the commit,
+	// and lost if the process dies in between.
 	Outbox bool
 	// Metrics is what the bus counts and serves for Prometheus.
 	Metrics Metrics
@@ -220,10 +197,9 @@ type CleanupSchedule struct {
 }
 
 // RedeliveryHorizon returns how long after its first delivery a message
-// can still arrive again with c's settings (defaults filled in): its
-// retries' horizon plus RedeliveryWindow. The bus refuses an
-// InboxRetention below it (plus the lease of a handler with external
-// effects): a key purged sooner would not protect against the redelivery.
+// can still arrive again with c's settings: its retries' horizon plus
+// RedeliveryWindow. The bus refuses an InboxRetention below it (plus the
+// lease of a handler with external effects).
 func (c Config) RedeliveryHorizon() time.Duration {
 	c = c.withDefaults()
 	return c.Retry.Horizon() + c.RedeliveryWindow
@@ -323,9 +299,7 @@ func (c Config) validate() error {
 	if c.RedeliveryWindow < 0 { // it would shorten the horizon the inbox retention is checked against
 		errs = append(errs, fmt.Errorf("bus: Config.RedeliveryWindow %s is negative", c.RedeliveryWindow))
 	}
-	// Negative values mean nothing: two would make Run panic (a ticker of
-	// a negative interval), the others would fail every message or fail
-	// with an error naming another setting.
+	// Negative values would panic a ticker or fail with a confusing error.
 	for _, d := range []struct {
 		name string
 		d    time.Duration
