@@ -66,14 +66,12 @@ type Bus struct {
 	runCtx             context.Context // the context of the Run that started the router
 	needsCleanup       bool
 	errorQueueDeclared bool // by a Run: the next one does not declare it again
-	// errorQueue declares the error queue: one subscriber per bus, opened
-	// by the first declaration (each would hold a connection until the
-	// transport closes), used one declaration at a time.
+	// errorQueueSub declares the error queue, one declaration at a time:
+	// one per bus, as each holds a connection until the transport closes.
 	errorQueueMu  sync.Mutex
 	errorQueueSub message.Subscriber
-	// opened holds the subscribers the bus opened (its handlers' and its
-	// error queue's): Close closes them, not the transport, unless the bus
-	// created the transport itself (ownsTransport).
+	// opened holds the subscribers the bus opened, which Close closes; the
+	// transport only if the bus created it (ownsTransport).
 	opened        []io.Closer
 	ownsTransport bool
 	cleanup       *scheduler.Scheduler // built by the first Run that needs it
@@ -174,9 +172,8 @@ func (b *Bus) Run(ctx context.Context) error {
 		b.mu.Unlock()
 		return errors.New("bus: Run called twice")
 	}
-	// Marked under the same lock as the check: a second Run, or a Handle,
-	// racing this one sees it. A Run that fails before the router starts
-	// clears it, so it can be called again.
+	// Set under the check's lock, so a racing Run or Handle sees it; a Run
+	// that fails before the router starts clears it.
 	b.running = true
 	cleanup := b.needsCleanup && !b.cfg.Cleanup.Disabled
 	b.mu.Unlock()
@@ -272,10 +269,8 @@ func (b *Bus) Run(ctx context.Context) error {
 	started = true
 	b.logRunning(ctx)
 	done := b.startBackground(ctx, cancel, background)
-	// Watermill stops a router on Close, not on its context: a
-	// subscription that misses the cancel (watermill-amqp's own
-	// Subscriber can, in its reconnect loop) would keep Run waiting
-	// forever.
+	// Watermill stops a router on Close, not on its context: a subscription
+	// that misses the cancel would keep Run waiting forever.
 	go func() {
 		<-ctx.Done()
 		_ = b.closeRouter(routerDone)
@@ -342,13 +337,9 @@ func (b *Bus) MetricsAddr() string {
 }
 
 // declareErrorQueue makes the error topic durable before anything fails: on
-// RabbitMQ a message published to an exchange with no queue bound is dropped.
-//
-// Once per bus, but again after the queue was found gone (moveToErrorTopic):
-// a Run that failed and is called again does not declare it again, and no
-// declaration opens another subscriber (each would hold a connection
-// until the transport closes: one per failed message while the queue is
-// gone).
+// RabbitMQ a message published to an exchange with no queue bound is
+// dropped. Once per bus, and again after the queue was found gone
+// (moveToErrorTopic), always on the same subscriber.
 func (b *Bus) declareErrorQueue() error {
 	b.errorQueueMu.Lock()
 	defer b.errorQueueMu.Unlock()
@@ -385,13 +376,10 @@ func (b *Bus) declareErrorQueue() error {
 //	select { case <-b.Running(): case err := <-done: return err }
 func (b *Bus) Running() <-chan struct{} { return b.router.Running() }
 
-// startBackground runs each task beside the router; the channel gets
-// each one's result. A task that fails while ctx is live (the outbox's
-// relay, the delayed relay, the scheduler, the metrics server) is logged
-// at error and stops the bus (cancel), so that Run returns its error:
-// running on without it would, say, leave every sent message in the
-// outbox without a word. NServiceBus stops an endpoint on such a critical
-// error too.
+// startBackground runs each task beside the router; the channel gets each
+// one's result. A task that fails while ctx is live is logged at error and
+// stops the bus (cancel), so that Run returns its error: running on without
+// the outbox's relay, say, would leave every sent message there silently.
 func (b *Bus) startBackground(ctx context.Context, cancel context.CancelFunc, tasks []func() error) <-chan error {
 	done := make(chan error, len(tasks))
 	for _, run := range tasks {
@@ -407,29 +395,24 @@ func (b *Bus) startBackground(ctx context.Context, cancel context.CancelFunc, ta
 	return done
 }
 
-// isStopping reports whether the bus has begun to stop. A message's
-// context can also end for other reasons (the SQL transport's ack
-// deadline, a Middleware's timeout); only a stop makes the bus give a
-// failed message back instead of moving it to the error topic. The bus
-// stops when Close is called or when the context of the Run that started
-// the router ends; that context is an ancestor of every message's, so
-// when a message's context ended with it, it has ended already.
+// isStopping reports whether the bus has begun to stop (Close, or the end
+// of the Run context, an ancestor of every message's). Only a stop, not any
+// ended message context, makes the bus give a failed message back instead
+// of moving it to the error topic.
 func (b *Bus) isStopping() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.closed || b.runCtx != nil && b.runCtx.Err() != nil
 }
 
-// Close stops handling and closes the subscribers the bus opened. It
-// takes no new message and waits for the handlers still running: for
-// Config.StopTimeout they finish as usual; then their context is
-// cancelled, an attempt in progress rolls back, and its message goes back
-// to the broker (not to the error topic, unless a handler
-// Inbox.ExternalEffects parks it), to be handled again.
+// Close stops handling and closes the subscribers the bus opened. It takes
+// no new message and waits for the handlers still running, for
+// Config.StopTimeout; then their attempts are cancelled and their messages
+// go back to the broker.
 //
 // A transport passed in Config.Transport stays open: close it after every
-// bus that uses it. The in-memory transport the bus made for itself, when
-// Config.Transport was nil, is closed.
+// bus that uses it. The in-memory transport the bus made for itself is
+// closed.
 func (b *Bus) Close() error {
 	b.beginStop()
 	b.mu.Lock()
@@ -440,10 +423,8 @@ func (b *Bus) Close() error {
 	if ran {
 		errs = append(errs, b.closeRouter(routerDone))
 	}
-	// The router waits for the deliveries from the broker; a delayed retry
-	// runs beside it, from the database, and may still be running: it
-	// gets the same drain before the transport it sends on is closed, so
-	// that Close does not return while it runs.
+	// A delayed retry runs beside the router, from the database: it gets
+	// the same drain before the transport it sends on is closed.
 	b.awaitHandling()
 	if b.outbox != nil {
 		errs = append(errs, b.outbox.Close())
@@ -461,10 +442,8 @@ func (b *Bus) Close() error {
 	return errors.Join(errs...)
 }
 
-// closeRouter closes the router once it runs. A router whose Run returned
-// without running (a subscribe failed) or that Run never started is left
-// alone: Watermill's Close would wait its whole close timeout (30 s) for
-// handlers that never started.
+// closeRouter closes the router once it runs; one that never ran is left
+// alone, as Watermill's Close would wait its whole close timeout for it.
 func (b *Bus) closeRouter(done <-chan struct{}) error {
 	select {
 	case <-b.router.Running():
