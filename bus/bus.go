@@ -408,7 +408,7 @@ func (b *Bus) isStopping() bool {
 // Close stops handling and closes the subscribers the bus opened. It takes
 // no new message and waits for the handlers still running, for
 // Config.StopTimeout; then their attempts are cancelled and their messages
-// go back to the broker.
+// go back to the broker (or are parked, per Inbox.ExternalEffects).
 //
 // A transport passed in Config.Transport stays open: close it after every
 // bus that uses it. The in-memory transport the bus made for itself is
