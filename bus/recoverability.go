@@ -39,11 +39,10 @@ var ErrPanic = errors.New("bus: handler panicked")
 // stopping: it is nacked without Watermill's error line (see Handle).
 var errStopping = errors.New("the bus is stopping")
 
-// deliver runs one delivery: attempts with backoff, then the error topic.
-// A transient failure (the database out of reach) is waited out under the
-// handler's rate limiting instead (see RateLimit). It returns an error (a
-// nack: the broker delivers again) only when the message could not be
-// moved to the error topic or the bus is closing, so nothing is lost.
+// deliver runs one delivery: attempts with backoff, then the error topic;
+// an outage of the database is waited out under rate limiting instead. It
+// returns an error (a nack) only when the message could not be moved to the
+// error topic or the bus is stopping, so nothing is lost.
 func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.HandlerFunc, lim *limiter) error {
 	b.cfg.Metrics.Recorder.Record(handler, metrics.Received)
 	if err := checkReceived(msg); err != nil {
@@ -53,23 +52,15 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 	var err error
 	attempts, retries, contentions := 0, 0, 0
 	// outageMark is the handler's last attempt begun at this message's
-	// previous transient failure (at its first, at that one): while no
-	// attempt of the handler begun since has succeeded, the database is
-	// out of reach for everyone, not just for this message, and waiting
-	// does not spend its retries. An attempt begun before may still
-	// succeed: a COMMIT on its way when the database went (counted, it
-	// would move a message to the error topic during an outage), or a
-	// statement on a connection the server had not closed yet while it
-	// refused new ones. Only a success between two of
-	// its failures says the failure is this message's own. It waits at
-	// most RateLimit.MaxWait that way.
+	// previous transient failure: while no attempt begun since succeeded,
+	// the database is out of reach for everyone and waiting spends no
+	// retries (for at most RateLimit.MaxWait). Attempts begun before do not
+	// count: a COMMIT already on its way may still succeed mid-outage.
 	var outageMark uint64
 	var outageSince time.Time
 	sawTransient := false
 	for {
-		// A message waiting its turn under rate limiting is not running:
-		// a stop gives it back at once instead of holding the stop for
-		// StopTimeout.
+		// Waiting its turn is not running: a stop gives it back at once.
 		release, limited, waitErr := lim.acquire(msg.Context(), b.stopping)
 		if errors.Is(waitErr, errStopping) {
 			return fmt.Errorf("bus: %s: %w while rate limited (after: %v)", handler, errStopping, err)
@@ -93,14 +84,10 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 			return nil
 		}
 		if msg.Context().Err() != nil && b.isStopping() {
-			// Most likely failed because the stop ended its context: no
-			// retry can run on it, and the message is not at fault.
+			// Most likely the stop ended its context: not the message's fault.
 			if errors.Is(err, inbox.ErrOutcomeUnknown) {
-				// A handler with external effects (Park) cut off
-				// mid-call: its key is parked, and the message reaches
-				// the error topic only at its next delivery (another
-				// instance, or this one's restart). Said at warn: an
-				// operator has an outcome to find out.
+				// Parked mid-call: its next delivery moves it to the error
+				// topic. At warn: an operator has an outcome to find out.
 				b.cfg.Logger.Warn("bus: attempt ended by the stop with its outcome unknown: its key is parked; the message goes back to the broker, "+
 					"and its next delivery moves it to the error topic", "handler", handler,
 					"message_id", msg.UUID, "attempt", attempts, "error", err)
@@ -110,21 +97,17 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 			}
 			return fmt.Errorf("bus: %s: %w: %w", handler, errStopping, err)
 		}
-		// A deadlock or lock wait lost to another transaction (WithBatch
-		// batches of competing processes claim keys in arrival order) is
-		// not the message's fault: retried after a pause, up to
-		// maxContentionRetries times, without spending its retries, so
-		// that a message does not reach the error topic for having lost
-		// to others.
+		// A deadlock or lock wait lost to another transaction (competing
+		// WithBatch batches) is not the message's fault: retried after a
+		// pause without spending retries, up to maxContentionRetries.
 		contended := !transient && !IsUnrecoverable(err) && dialect.Contention(err) && contentions < maxContentionRetries
 		level := slog.LevelWarn
 		if contended {
 			level = slog.LevelInfo
 		}
 		if limited && transient {
-			// Waiting out an outage under rate limiting: the limiter says
-			// when it starts and ends, and a line per attempt (one a Wait,
-			// per handler and instance) would bury those.
+			// The limiter logs the outage's start and end; a line per
+			// attempt would bury them.
 			level = slog.LevelDebug
 		}
 		b.cfg.Logger.Log(context.Background(), level, "bus: attempt failed", "handler", handler, "message_id", msg.UUID, "attempt", attempts,
@@ -148,9 +131,8 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 			outageMark = lim.mark() // the next failure looks for a success begun after this one
 		}
 		if outage && !b.cfg.RateLimit.Disabled && (limited || retries >= policy.MaxRetries) {
-			// The database is out of reach: wait it out in turn with the
-			// handler's other messages, without spending retries (nor
-			// counting them as retried).
+			// Wait the outage out in turn with the handler's other
+			// messages, without spending (or counting) retries.
 			lim.start()
 			continue
 		}
@@ -182,9 +164,8 @@ func contentionPause(n int) time.Duration {
 	return time.Duration(n) * (10*time.Millisecond + rand.N(40*time.Millisecond))
 }
 
-// pauseRetry waits d before the next attempt of msg. A stop during the
-// wait gives the message back at once (it is not running); so does the end
-// of its context. The error says which, around the attempt's err.
+// pauseRetry waits d before the next attempt of msg; a stop or the end of
+// its context gives the message back at once, the error saying which.
 func (b *Bus) pauseRetry(handler string, msg *message.Message, d time.Duration, err error) error {
 	select {
 	case <-time.After(d):
@@ -203,10 +184,8 @@ func (b *Bus) pauseRetry(handler string, msg *message.Message, d time.Duration, 
 var slowAttempt = time.Minute
 
 // watchSlowAttempt says at warn, once, that an attempt still runs after
-// slowAttempt: a handler that waits for what never comes (a lock, a
-// connection its own transaction holds, as a write through Config.DB on
-// SQLite does) otherwise hangs its message, and a stop, without a word.
-// The caller stops the returned timer when the attempt ends.
+// slowAttempt, so a handler waiting for what never comes does not hang
+// silently. The caller stops the returned timer when the attempt ends.
 func (b *Bus) watchSlowAttempt(handler, messageID string, attempt int) *time.Timer {
 	return time.AfterFunc(slowAttempt, func() {
 		b.cfg.Logger.Warn("bus: an attempt is still running after "+slowAttempt.String(), "handler", handler, "message_id", messageID,
@@ -254,12 +233,9 @@ func (b *Bus) attempt(msg *message.Message, h message.HandlerFunc, handler strin
 }
 
 // notDispatched says at error which messages a committed handler sent
-// could not be dispatched before its message's context ended (the bus
-// stopping, or the SQL transport's ack deadline, during a broker outage).
-// A handler with the inbox does not run again for the redelivery, so
-// without Config.Outbox they are lost; one without it sends them again.
-// For a HandleBatch call, every message of the call is named: each goes
-// back to the broker with the first (see batchSends).
+// could not be dispatched before its message's context ended: with the
+// inbox and without Config.Outbox they are lost. For a HandleBatch call,
+// every message of the call is named (see batchSends).
 func (b *Bus) notDispatched(msg *message.Message, batch *batchSends, unsent []outgoing, err error) {
 	ids := make([]string, len(unsent))
 	for i, out := range unsent {
@@ -292,9 +268,8 @@ func checkReceived(msg *message.Message) error {
 func (b *Bus) publishCommitted(ctx context.Context, out outgoing) error {
 	out.msg.SetContext(ctx) // a broker that never answers holds it only as long as the message's context
 	if !out.at.IsZero() {
-		// A delayed send is a row in the database: cheap and lasting, so
-		// written whatever becomes of the message's context (an ack
-		// deadline, the end of a stop's drain) once its handler committed.
+		// A delayed send is a cheap database row: written once the handler
+		// committed, whatever becomes of the message's context.
 		out.msg.SetContext(context.WithoutCancel(ctx))
 	}
 	for n := 1; ; n++ {
@@ -318,12 +293,10 @@ func (b *Bus) publishCommitted(ctx context.Context, out outgoing) error {
 	}
 }
 
-// publishFailed publishes failed to the error topic. A message whose
-// metadata the broker took from its producer may be refused once the error
-// metadata is added (RabbitMQ's frame_max): nacked, it would come back
-// forever. So if it is refused twice (once may be the broker's hiccup, and
-// the error copy is the only copy left), it goes without its largest
-// metadata values, which dropped names.
+// publishFailed publishes failed to the error topic. The added error
+// metadata may push it past the broker's limit (RabbitMQ's frame_max), and
+// nacked it would come back forever: refused twice, it goes without its
+// largest metadata values, which dropped names.
 func (b *Bus) publishFailed(publish func(string, ...*message.Message) error, failed *message.Message) (dropped string, err error) {
 	if err = publish(b.cfg.ErrorTopic, failed); err == nil {
 		return "", nil
@@ -350,10 +323,8 @@ const (
 )
 
 // withoutLargestMetadata returns a copy of failed whose metadata fits in
-// keptMetadataBytes: the largest values other than the error metadata are
-// left out, largest first, and the error reason is cut to keptReasonBytes.
-// dropped names what was left out ("" when the metadata fits already: the
-// refusal had another cause).
+// keptMetadataBytes (see there), and what was left out: "" when it fits
+// already, the refusal having another cause.
 func withoutLargestMetadata(failed *message.Message) (*message.Message, string) {
 	size := 0
 	for k, v := range failed.Metadata {
@@ -417,9 +388,8 @@ func (b *Bus) moveToErrorTopic(handler, topic string, msg *message.Message, atte
 	}
 	dropped, err := b.publishFailed(publish, failed)
 	if errors.Is(err, transport.ErrNoRoute) {
-		// The error queue was deleted while the bus ran (an operator, a
-		// broker reset): declared again, it takes the message, which
-		// would otherwise be nacked and redelivered until a restart.
+		// The error queue was deleted while the bus ran: declare it again
+		// rather than nack until a restart.
 		b.cfg.Logger.Error("bus: the error topic's queue is gone; declaring it again", "error_topic", b.cfg.ErrorTopic, "message_id", msg.UUID)
 		b.mu.Lock()
 		b.errorQueueDeclared = false
@@ -431,8 +401,7 @@ func (b *Bus) moveToErrorTopic(handler, topic string, msg *message.Message, atte
 		}
 	}
 	if err != nil {
-		// Not at once: the message comes back the moment it is nacked,
-		// and would loop as fast as the broker can deliver it.
+		// A nacked message comes back at once: pause, not to loop hot.
 		select {
 		case <-time.After(errorTopicRefusedPause):
 		case <-msg.Context().Done():
