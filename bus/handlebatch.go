@@ -27,35 +27,24 @@ const batchSizeDefault = 100
 
 // HandleBatch registers fn for messages of type T, which it takes in
 // batches: the messages handled at the same time, up to WithBatch's size
-// (100 by default), the first of them waiting at most WithBatch's maxWait
-// (10ms by default) for the others; while messages come one at a time, a
-// batch of one runs at once. Each batch runs in one transaction, and each
+// (100 by default), the first waiting at most WithBatch's maxWait (10ms by
+// default) for the others. Each batch runs in one transaction, and each
 // message is acked once it has committed.
 //
-// With WithInbox or Inbox.Key, the batch's keys are inserted in one
-// statement before fn runs, and fn sees only the messages not handled
-// before (nor twice in the batch). When fn returns an error or panics, the
-// batch's writes and keys are rolled back and fn is called again with each
-// message alone, each in a savepoint of its own: the messages it handles
-// commit, the one that fails alone is retried (the bus's retries, delayed
-// retries and error topic, as for Handle). So fn must not have effects
-// outside the transaction (not with Inbox.ExternalEffects), and it may see a
-// message twice in one attempt, the second time alone.
+// With WithInbox, the batch's keys are claimed in one statement and fn sees
+// only the new messages. When fn fails or panics, the batch rolls back and
+// fn is called again with each message alone, in a savepoint of its own,
+// so that only the failing one is retried: fn must have no effects outside
+// the transaction, and may see a message twice in one attempt.
 //
-// Messages fn sends or publishes go through the outbox in the transaction
-// when the bus has one, else out after the commit, and then no message of
-// the call is acked before they are out: a stop during a broker outage
-// gives them all back, and without the inbox fn runs again for each and
-// sends again (with the inbox the sends are lost, said at error, as for
-// Handle: use Config.Outbox). Their correlation and
-// causation are those of the batch's first message (of the message, when
-// fn runs for one alone). MessageIDs(ctx) returns the IDs of the messages
-// of the call, in the order of ms; MessageID(ctx) and Metadata(ctx) are the
-// first message's.
+// What fn sends carries the correlation and causation of the call's first
+// message, and no message of the call is acked before it is out.
+// MessageIDs(ctx) returns the call's IDs in the order of ms; MessageID(ctx)
+// and Metadata(ctx) are the first message's.
 //
-// Not with WithStale (the stale check is per message: use Handle with
-// WithBatch) nor Inbox.MessageLog. On a transport that hands out one message
-// at a time (the SQL transport), batches hold one message.
+// Not with WithStale, Inbox.MessageLog or Inbox.ExternalEffects. On the SQL
+// transport batches hold one message. See docs/batching.md, "A batch
+// handler".
 func HandleBatch[T any](b *Bus, fn BatchFunc[T], opts ...HandlerOption) error {
 	if b == nil || fn == nil {
 		return fmt.Errorf("bus: HandleBatch of %s: the bus and the handler function must not be nil", MessageName[T]())
@@ -153,8 +142,7 @@ func (r batchRun[T]) run(ctx context.Context, items []*uow.Collected) error {
 		members[i].item, members[i].pos = it, i
 	}
 	if len(members) == 1 {
-		// Alone: its failure rolls the whole transaction back, so it needs
-		// no savepoint.
+		// Alone: its failure rolls everything back, no savepoint needed.
 		m := members[0]
 		dup, err := r.claimAndCall(ctx, m)
 		var failed *batchFailed
@@ -193,8 +181,7 @@ func (r batchRun[T]) run(ctx context.Context, items []*uow.Collected) error {
 	case !claimed || !callFailed(err):
 		return err // the transaction broke, or the claim failed
 	default:
-		// Each alone, to retry only the one that fails; a copy of its key
-		// in the batch after it, a duplicate once it has committed.
+		// Each alone, to retry only the one that fails; then its copies.
 		for _, m := range fresh {
 			if len(fresh) == 1 {
 				m.item.Err = callError(err) // it failed alone
@@ -233,12 +220,10 @@ func (r batchRun[T]) duplicate(ctx context.Context, m *batchMember[T]) error {
 	return nil
 }
 
-// originals sorts members by key, the order their keys are claimed in, so
-// that two batches with keys in common wait for each other instead of
-// deadlocking, and sets the later copies of a key apart, on the first
-// message with that key: a copy is a duplicate once that one commits, and
-// is handled alone if it does not. Without the inbox every member is its
-// own.
+// originals sorts members by key, the order keys are claimed in, so that
+// two batches with keys in common wait instead of deadlocking, and sets
+// the later copies of a key apart on the first message with it: a copy is
+// a duplicate once that one commits, else handled alone.
 func (r batchRun[T]) originals(members []*batchMember[T]) []*batchMember[T] {
 	if r.claimer == nil {
 		return members
@@ -265,10 +250,9 @@ func inArrival[T any](ms []*batchMember[T]) []*batchMember[T] {
 // byClaim orders members by key.
 func byClaim[T any](a, b *batchMember[T]) int { return inbox.CompareClaims(a.claim, b.claim) }
 
-// alone claims m's key and calls fn with m alone, in a savepoint of the
-// transaction in ctx: m fails alone when fn fails, and joins dups when
-// another message claimed its key first. An error it returns is the
-// transaction's.
+// alone claims m's key and calls fn with m alone, in a savepoint: m fails
+// alone when fn fails, and joins dups when its key was claimed first. An
+// error it returns is the transaction's.
 func (r batchRun[T]) alone(ctx context.Context, m *batchMember[T], dups *[]*batchMember[T]) error {
 	var dup bool
 	err := uow.Savepoint(ctx, func(ctx context.Context) (err error) {
