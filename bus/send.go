@@ -63,11 +63,10 @@ func WithMessageID(id string) SendOption {
 	return func(o *sendOptions) { o.id, o.idSet = id, true }
 }
 
-// WithMetadata sets one metadata entry. The keys the bus sets itself from
-// the message and its options (the message ID and type) and those a bus or
-// transport reads as instructions (a command's endpoint, a delivery count,
-// a transport's error, the error topic's entries) are refused: Send and
-// Publish fail, naming the typed option to use where there is one.
+// WithMetadata sets one metadata entry. Keys postroom sets itself or reads
+// as instructions (the message ID and type, a command's endpoint, a
+// delivery count, the error topic's entries) are refused: Send and Publish
+// fail, naming the typed option to use where there is one.
 func WithMetadata(key, value string) SendOption {
 	return func(o *sendOptions) {
 		if instead, reserved := reservedMetadata[key]; reserved {
@@ -111,9 +110,8 @@ func To(endpoint string) SendOption {
 // the one named with To. Inside a handler it is dispatched after the
 // handler's transaction commits, and not at all if it rolls back. Outside
 // a handler it returns once the broker has the message, or with an error
-// when ctx ends first (then the broker may have taken it or not: send it
-// again with the same WithMessageID, and a handler with the inbox skips a
-// copy).
+// when ctx ends first (taken or not: send it again with the same
+// WithMessageID, and an inbox skips a copy).
 func Send[T any](ctx context.Context, b *Bus, cmd *T, opts ...SendOption) error {
 	if cmd == nil {
 		return fmt.Errorf("bus: send %s: the command is a nil pointer", MessageName[T]())
@@ -163,8 +161,7 @@ func (b *Bus) newMessage(ctx context.Context, name string, payload any, opts []S
 		return nil, o, fmt.Errorf("bus: marshal %s: %w", name, err)
 	}
 	if _, isJSON := b.cfg.Marshaler.(JSON); isJSON && bytes.Equal(bytes.TrimSpace(body), []byte("null")) {
-		// A nil slice, map or pointer type, or a MarshalJSON returning
-		// null: every handler would refuse it (JSON.Unmarshal).
+		// Every handler would refuse a null payload (JSON.Unmarshal).
 		return nil, o, fmt.Errorf("bus: marshal %s: %w", name, errNullPayload)
 	}
 	id := o.id
@@ -197,10 +194,8 @@ func (b *Bus) newMessage(ctx context.Context, name string, payload any, opts []S
 		return nil, o, fmt.Errorf("bus: %s: %w", name, err)
 	}
 	if msg.Metadata.Get(metadata.Version) != "" {
-		// WithVersion("", t) or a zero t is refused here: every receiver's
-		// stale check would refuse it. Only with a version: an entity ID
-		// alone may be metadata of a sender whose receivers read the
-		// version from the payload.
+		// Refused here as every stale check would refuse it; an entity ID
+		// alone may go with a version in the payload.
 		v, err := stale.MetadataVersion(msg)
 		if err == nil {
 			err = v.Check()
@@ -226,9 +221,8 @@ func (b *Bus) outgoingOf(topic string, msg *message.Message, o sendOptions) outg
 // inbox could carry.
 var ErrBadMessageID = errors.New("bad message ID")
 
-// checkID refuses an ID that some transport or store would not carry byte
-// for byte: every ID the bus accepts travels on every transport, through
-// the outbox, and fits the inbox.
+// checkID refuses an ID that some transport, the outbox or the inbox would
+// not carry byte for byte.
 func checkID(id string) error {
 	switch {
 	case id == "":
@@ -256,18 +250,14 @@ func (b *Bus) dispatch(ctx context.Context, out outgoing) error {
 		in.outgoing = append(in.outgoing, out)
 		return nil
 	}
-	// The publish waits for the broker only as long as the caller's
-	// context lasts: during an outage, a Send with a deadline returns at
-	// that deadline instead of waiting on past it.
+	// During an outage, a Send returns at its context's deadline.
 	out.msg.SetContext(ctx)
 	return b.publish(out)
 }
 
-// publish publishes out now, through the transport's mandatory publish
-// where it has one: a command sent to an endpoint with no queue fails
-// instead of being dropped by the broker, and an event nobody subscribes
-// to is logged at debug level and counted as unrouted (under the
-// message's type), which is not an error.
+// publish publishes out now, mandatory where the transport can be: a
+// command no queue takes fails instead of being dropped, and an event
+// nobody subscribes to is only logged at debug and counted as unrouted.
 func (b *Bus) publish(out outgoing) error {
 	if !out.at.IsZero() {
 		return b.delay(out.msg.Context(), b.cfg.DB, out)
