@@ -30,15 +30,11 @@ type deliveryCounter interface {
 // caps hands a handler:
 //   - none, when every redelivery carries the transport's count
 //     (RabbitMQ's quorum queues);
-//   - the database's (poisonCount), when the transport marks a delivery
-//     that may repeat one that ended with its process (RabbitMQ's classic
-//     queues, the SQL transport's first reads) and the bus has Config.DB:
-//     a message that kills each process it reaches is counted too;
-//   - this process's (nackCount) otherwise: a transport in memory, or no
-//     database (a crash loop is then not counted: docs/guarantees.md).
-//
-// A delayed retry run from the database is counted there whatever the
-// transport (delayedRetryCounter).
+//   - the database's (poisonCount), when the transport marks possible
+//     redeliveries and the bus has Config.DB: a message that kills each
+//     process it reaches is counted too;
+//   - this process's (nackCount) otherwise (a crash loop is then not
+//     counted: docs/guarantees.md).
 func (b *Bus) counterFor(caps transport.Capabilities) deliveryCounter {
 	switch {
 	case caps.CountsDeliveries:
@@ -71,17 +67,13 @@ func (countedByTransport) ended(*message.Message, string, string, bool, bool, bo
 
 // guarded wraps a delivery with the poison-loop guard: a message delivered
 // Config.MaxDeliveries times without being settled goes to the error topic
-// on its next delivery, so that it stops blocking the messages behind it
-// and using the broker and the consumer in a loop. While the error topic
-// cannot take it, it is handled as usual. A delivery carrying
-// metadata.DeliveryCount is counted by its transport; any other by count.
+// on its next delivery (handled as usual while the error topic refuses it).
+// A delivery carrying metadata.DeliveryCount is counted by its transport;
+// any other by count.
 //
-// Every message in flight at a crash comes back as a redelivery. Counted
-// together, the innocent ones would reach MaxDeliveries with the one that
-// kills its process and go to the error topic with it. So a redelivery is
-// handled alone, not in a batch (WithBatch, HandleBatch), whose other
-// members it would take down with it again (see poisonCount for the
-// redeliveries counted in the database).
+// A redelivery is handled alone, never in a batch: every message in flight
+// at a crash comes back, and batched with the one that kills its process
+// the innocent ones would reach MaxDeliveries with it (see poisonCount).
 func (b *Bus) guarded(handler, topic string, count deliveryCounter, delivery message.HandlerFunc) func(*message.Message) error {
 	group, consumer := b.group(handler), b.consumer(handler)
 	return func(msg *message.Message) error {

@@ -13,15 +13,10 @@ import (
 
 // RateLimit configures automatic rate limiting (NServiceBus's name): when a
 // handler's attempts fail to reach its database Threshold times in a row
-// (dialect's transient failures: the connection refused or cut, the server
-// restarting), the handler goes down to one attempt at a time, Wait apart,
-// until one of them succeeds. While it is limited, such failures do not
-// spend the messages' retries, and a message whose retries ran out on them
-// waits with the others instead of going to the error topic: an outage of
+// (the connection refused or cut, the server restarting), the handler goes
+// down to one attempt at a time, Wait apart, until one begun after the
+// failures succeeds. Meanwhile such failures spend no retries: an outage of
 // the database leaves the messages in their queue, not in the error topic.
-// Only a success of an attempt begun after a failure proves the database
-// reachable again: one begun before (its COMMIT on its way when the
-// database went) may succeed after others failed.
 type RateLimit struct {
 	// Disabled turns rate limiting off: an outage longer than the retries
 	// moves the messages to the error topic.
@@ -33,10 +28,8 @@ type RateLimit struct {
 	// Defaults to 1s.
 	Wait time.Duration
 	// MaxWait bounds how long one message waits without spending its
-	// retries: after that it spends them and may reach the error topic, so
-	// a message whose own failure only looks like an outage (a connection
-	// that only it uses) cannot hold the handler forever. Defaults to 5
-	// minutes.
+	// retries, so a message whose own failure only looks like an outage
+	// cannot hold the handler forever. Defaults to 5 minutes.
 	MaxWait time.Duration
 }
 
@@ -55,14 +48,12 @@ type limiter struct {
 	gauges  metrics.GaugeSetter // nil: no gauge
 
 	// open, begun, newestSuccess and failures are read without the lock,
-	// so that an attempt of a handler that is not limited takes none; open
-	// and failures change under mu.
+	// so an attempt of a handler not limited takes none; open and failures
+	// change under mu.
 	open atomic.Bool
 	// begun numbers the attempts as they begin; newestSuccess is the
-	// greatest number of an attempt that succeeded. A success proves the
-	// database reachable only after the moment its attempt began: an
-	// attempt begun before an outage (its COMMIT on its way) may succeed
-	// after others failed.
+	// greatest number of one that succeeded, proof that the database was
+	// reachable after it began (one begun earlier may succeed mid-outage).
 	begun         atomic.Uint64
 	newestSuccess atomic.Uint64
 	failures      atomic.Int64 // consecutive transient failures
@@ -122,9 +113,8 @@ func (l *limiter) acquire(ctx context.Context, stop <-chan struct{}) (release fu
 }
 
 // record counts the outcome of the attempt numbered n (begin): a success
-// ends the limiting and the run of failures, unless its attempt began
-// before the limiting, or the run, did; a transient failure may start the
-// limiting; other failures change nothing.
+// begun after the run of failures (or the limiting) began ends both; a
+// transient failure may start the limiting; others change nothing.
 func (l *limiter) record(n uint64, ok, transient bool) {
 	switch {
 	case ok:
