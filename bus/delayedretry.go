@@ -15,9 +15,8 @@ import (
 
 // DelayedRetries configures NServiceBus's second level of retries: a
 // message whose immediate retries ran out comes back to its handler alone
-// after each delay in turn, durably (it waits in the delayed table, holding
-// no broker delivery, goroutine or connection), and goes to the error topic
-// after the last. An unrecoverable error skips them. They are off unless
+// after each delay in turn, waiting in the delayed table, and goes to the
+// error topic after the last. An unrecoverable error skips them. Off unless
 // Delays is set (DelayedRetriesDefault() gives NServiceBus's 10 s, 20 s, 30 s).
 type DelayedRetries struct {
 	// Delays are the waits before each delayed retry. Defaults to none.
@@ -32,9 +31,7 @@ func DelayedRetriesDefault() []time.Duration {
 
 // keyHorizon is how long after its first delivery a message of hc can
 // still be handled: the redelivery horizon, and each delayed retry's wait
-// with its round of immediate retries and its lease. An inbox key purged
-// sooner would not stop a copy that succeeded meanwhile from being applied
-// again by a late delayed retry.
+// with its round of immediate retries and its lease.
 func (b *Bus) keyHorizon(hc handlerConfig) time.Duration {
 	delays := b.cfg.DelayedRetries.Delays
 	if hc.delays != nil {
@@ -92,11 +89,8 @@ type claimedRetry struct {
 type claimedKey struct{}
 
 // reschedule turns the claimed row into the next delayed retry out, in one
-// statement, while the lease holds: with a new row for the next retry and
-// a delete of the claimed one, a crash in between would leave both, and
-// the message would run its remaining retries twice and reach the error
-// topic twice. A lease lost meanwhile leaves the retry to the instance
-// that took it over.
+// statement (an insert and a delete could both survive a crash between
+// them), while the lease holds; a lease lost leaves it to the new holder.
 func (b *Bus) reschedule(c *claimedRetry, out outgoing) error {
 	d, stmts, err := b.delayedStatements(b.cfg.DB)
 	if err != nil {
@@ -129,8 +123,7 @@ func (b *Bus) runDelayedRetry(ctx context.Context, r delayedRow, msg *message.Me
 		return fmt.Errorf("bus: delayed retry %s: no handler of group %s here", r.MessageID, r.TargetGroup)
 	}
 	msg.SetContext(ctx)
-	// As a delivery from the broker: a stop lets it finish within
-	// Config.StopTimeout; runClaimed counts it in b.handling.
+	// A stop lets it finish within Config.StopTimeout, as a broker delivery.
 	defer b.outliveStop(msg)()
 	return target(r.Topic, msg)
 }

@@ -14,21 +14,16 @@ import (
 
 // poisonCount counts in the database (postroom_deliveries), per consumer
 // and message ID, the deliveries its transport marks as possibly repeating
-// one that ended with its process (metadata.Redelivered: RabbitMQ's
-// classic queues, the SQL transport's first read of a topic, each run of a
-// delayed retry). A message whose handling kills its process (out of
-// memory, a fatal error in C code, a watchdog's SIGKILL) reaches the error
-// topic after Config.MaxDeliveries instead of being delivered to each
-// restarted process forever (docs/guarantees.md). Only these deliveries
-// pay: one transaction (upsert and read) before the handler runs, and a
-// delete once the message is settled; a first delivery costs nothing.
+// one that ended with its process (metadata.Redelivered), so that a
+// message that kills its process reaches the error topic after
+// Config.MaxDeliveries (docs/guarantees.md). A first delivery costs
+// nothing; a marked one a transaction before the handler and a delete once
+// settled.
 //
-// Every message in flight at a crash comes back marked. One that came
-// back before and was not settled since (looped: a crash loop or a nack
-// loop) waits for the bus's one slot, and is counted when its turn comes,
-// so that a crash in its run is counted against it alone. The first
-// redelivery after a crash, or after a connection was lost, runs as
-// usual, side by side: an innocent message is counted at most twice.
+// A marked message that came back before unsettled (looped) waits for the
+// bus's one slot and is counted when its turn comes, so a crash in its run
+// counts against it alone; the first redelivery after a crash runs side by
+// side: an innocent message is counted at most twice.
 type poisonCount struct {
 	db       *gorm.DB
 	d        dialect.Dialect
@@ -78,12 +73,9 @@ func (r *poisonCount) previous(msg *message.Message, _, consumer string) (n int,
 }
 
 // count adds this delivery of msg to consumer's count and returns the
-// deliveries before it that were not settled (a settled message is acked,
-// and its count forgotten). A redelivery's count is that number: the
-// first delivery, which was not counted, and the redeliveries before this
-// one. A first read (the SQL transport) may be a message's first delivery:
-// its count less one, so that an innocent message is never counted early
-// (a message that ended a process it did not reach first counts one less).
+// unsettled deliveries before it: for a redelivery the stored count (the
+// uncounted first delivery included); for a first read (the SQL transport),
+// which may be a first delivery, one less, so none is counted early.
 func (r *poisonCount) count(ctx context.Context, consumer string, msg *message.Message) (int, error) {
 	var n int
 	err := r.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -109,11 +101,9 @@ func (r *poisonCount) looped(ctx context.Context, consumer string, msg *message.
 	return err == nil && n > 0
 }
 
-// ended forgets the count of a message settled after a delivery that was
-// counted, or that its transport counted (an earlier one may have been
-// counted here: the SQL transport counts its own re-reads), or moved aside
-// (a replay starts counting again; another process may have counted it).
-// A nacked delivery keeps it: the transport marks the next one.
+// ended forgets the count of a message settled after a delivery counted
+// here or by its transport (which may follow one counted here), or moved
+// aside (a replay starts again). A nacked delivery keeps it.
 func (r *poisonCount) ended(msg *message.Message, _, consumer string, counted, nacked, moved bool) error {
 	if nacked || !counted && !moved && msg.Metadata.Get(metadata.DeliveryCount) == "" {
 		return nil
