@@ -80,20 +80,17 @@ func isTopic(name string) bool {
 }
 
 // EventTopic returns the topic events of the message name (MessageName[T]()
-// for a Go type T) are published to: on RabbitMQ the exchange a producer
-// in another language publishes to, on the SQL transport the table
-// "watermill_<topic>". It is the name made into a topic (see topicOf), not
-// always the name itself.
+// for a Go type T) are published to, for a producer in another language:
+// the name made into a valid topic, not always the name itself.
 func EventTopic(messageName string) string { return eventTopic(messageName) }
 
 // CommandTopic returns the topic commands of the message name are sent to
 // for endpoint.
 func CommandTopic(endpoint, messageName string) string { return commandTopic(endpoint, messageName) }
 
-// GroupOf returns the subscriber group of a handler of endpoint: the queue
-// group its subscriptions share (on RabbitMQ its queue for a topic is
-// amqp.QueueName(topic, group); on the SQL transport its consumer group).
-// handler is the handler's name: bus.Named's, else its message's name.
+// GroupOf returns the subscriber group of a handler of endpoint (on
+// RabbitMQ, see amqp.QueueName). handler is the handler's name: bus.Named's,
+// else its message's name.
 func GroupOf(endpoint, handler string) string { return topicOf(endpoint + "." + handler) }
 
 // eventTopic is where events of a type are published.
