@@ -7,13 +7,10 @@ import (
 )
 
 // batchSends ties the messages of one HandleBatch call that committed
-// together. What fn sent in the call is the first message's to dispatch
-// after the commit (it cannot be told apart per message), so the others
-// are settled only once that dispatch is done, and fail with it: when the
-// stop cuts the dispatch short during a broker outage, every message of
-// the call goes back to the broker, and a handler without the inbox sends
-// all of it again on the redeliveries. Were the others acked, their sends
-// would be lost though the error line says a redelivery sends them again.
+// together. What fn sent is the first message's to dispatch after the
+// commit (it cannot be told apart per message), so the others are settled
+// only once that dispatch is done, and fail with it: none is acked with
+// its sends lost.
 type batchSends struct {
 	carrier *incoming // the first message of the call
 	ids     []string  // every message of the call, for the error line

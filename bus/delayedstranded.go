@@ -17,13 +17,9 @@ var (
 	strandedRepeat = 10 * time.Minute
 )
 
-// strandedDelayed says when delayed deliveries wait, overdue, for a bus
-// that never comes: those of a transport reach or an endpoint this bus
-// does not publish. A sender whose broker URL names the broker otherwise
-// (localhost against 127.0.0.1) writes them for a reach no running bus
-// has; unsaid, they would wait in the table until a bus with that URL
-// runs. Another service on the database that is down shows the same way,
-// and is worth saying too.
+// strandedDelayed says when delayed deliveries of a reach or endpoint this
+// bus does not publish wait overdue: a sender whose broker URL names the
+// broker otherwise (localhost against 127.0.0.1), or a service that is down.
 type strandedDelayed struct {
 	last time.Time            // the last look
 	said map[string]time.Time // by target group: when it was last said
