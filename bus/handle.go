@@ -79,16 +79,13 @@ func WithInbox(in ...Inbox) HandlerOption {
 
 // Inbox configures WithInbox. Its zero value is the inbox of WithInbox().
 type Inbox struct {
-	// Key takes the key from the message (for EDI: the interchange sender
-	// and control number, inbox/edi). nil: the message's ID and source
-	// endpoint.
+	// Key takes the key from the message (for EDI, inbox/edi). nil: the
+	// message's ID and source endpoint.
 	Key inbox.KeyFunc
-	// MessageLog records a checksum of each payload with its key: a
-	// message that reuses a key with another payload goes to the error
-	// topic as a producer bug instead of being skipped as a duplicate.
+	// MessageLog records a checksum of each payload with its key: a reused
+	// key with another payload goes to the error topic, not skipped.
 	MessageLog bool
-	// StorePayload keeps the payload with the key too (and implies
-	// MessageLog).
+	// StorePayload keeps the payload with the key too (implies MessageLog).
 	StorePayload bool
 	// ExternalEffects, when set, selects the External mode: the key is
 	// claimed and committed before the handler runs, which passes
@@ -101,10 +98,9 @@ type Inbox struct {
 // ExternalEffects configures a handler whose effects no transaction
 // covers (an HTTP call, a file, an e-mail): Inbox.ExternalEffects.
 type ExternalEffects struct {
-	// OnUnknown decides what happens when an earlier attempt ended without
-	// a known outcome: inbox.Park (the error topic, "outcome unknown") or
-	// inbox.Retry (run again with the same inbox.IdempotencyKey). Defaults to
-	// inbox.Park.
+	// OnUnknown decides what follows an attempt that ended without a known
+	// outcome: inbox.Park (the error topic) or inbox.Retry (run again with
+	// the same inbox.IdempotencyKey). Defaults to inbox.Park.
 	OnUnknown inbox.Policy
 	// Lease is how long an attempt holds its claim; the handler's context
 	// ends with it. Defaults to inbox.LeaseDefault (one minute).
@@ -112,9 +108,8 @@ type ExternalEffects struct {
 }
 
 // WithStale drops an update older than one already applied to the same
-// entity (see WithVersion). Implies WithTransaction. The version is taken
-// from the metadata WithVersion sets, or by version when one is given (at
-// most one: from the payload, for a producer that is not postroom).
+// entity. Implies WithTransaction. The version comes from WithVersion's
+// metadata, or from version when given (at most one, for foreign producers).
 func WithStale(version ...stale.VersionFunc) HandlerOption {
 	return func(c *handlerConfig) {
 		c.stale = true
@@ -159,8 +154,7 @@ func Handle[T any](b *Bus, fn HandlerFunc[T], opts ...HandlerOption) error {
 	return handle(b, fn, false, opts...)
 }
 
-// handle registers fn; byRun is true for the bus's own handlers, which Run
-// registers before it starts the router.
+// handle registers fn; byRun is true for the bus's own handlers, from Run.
 func handle[T any](b *Bus, fn HandlerFunc[T], byRun bool, opts ...HandlerOption) error {
 	return b.register(MessageName[T](), byRun, opts, func(hc handlerConfig) (message.HandlerFunc, error) {
 		h, err := b.chain(hc, typed(fn))
@@ -171,8 +165,7 @@ func handle[T any](b *Bus, fn HandlerFunc[T], byRun bool, opts ...HandlerOption)
 	})
 }
 
-// register subscribes the handler of the message type name that build
-// returns for its configuration.
+// register subscribes the handler that build returns for its configuration.
 func (b *Bus) register(name string, byRun bool, opts []HandlerOption, build func(handlerConfig) (message.HandlerFunc, error)) error {
 	hc := handlerConfig{name: name, messageName: name, concurrency: b.cfg.Concurrency}
 	for _, o := range opts {
@@ -215,8 +208,7 @@ func (b *Bus) register(name string, byRun bool, opts []HandlerOption, build func
 		b.mu.Unlock()
 	}
 	lim := newLimiter(hc.name, b.cfg.RateLimit, b.cfg.Logger, b.cfg.Metrics.Recorder)
-	// inFlight covers every batch: a batch fills with the messages
-	// the router runs at the same time.
+	// Enough in flight for every batch to fill.
 	plain, err := b.cfg.Transport.Subscriber(group, max(hc.concurrency, 1)*max(hc.batchSize, 1))
 	if err != nil {
 		return fmt.Errorf("bus: handler %s: %w", hc.name, err)
@@ -306,9 +298,8 @@ func declare(sub message.Subscriber, topic string, event bool) error {
 	return nil
 }
 
-// consumer names a handler in its inbox keys and watermarks, unique per
-// endpoint and handler. Endpoint names have no '/', so the parts never
-// run together.
+// consumer names a handler in its inbox keys and watermarks; endpoint
+// names have no '/', so the parts never run together.
 func (b *Bus) consumer(handler string) string { return b.cfg.Endpoint + "/" + handler }
 
 // group is the subscriber group of a handler: one queue per handler.
@@ -386,9 +377,8 @@ func (b *Bus) chain(hc handlerConfig, h message.HandlerFunc) (message.HandlerFun
 }
 
 // checkRetention refuses an InboxRetention shorter than the time a copy of
-// hc's messages may still arrive: one arriving after cleanup purged its key
-// or watermark would be applied again, or over a newer update (also for
-// WithStale alone, with an older update waiting in a delayed retry).
+// hc's messages may still arrive: after cleanup purged its key or watermark
+// it would be applied again, or over a newer update.
 func (b *Bus) checkRetention(hc handlerConfig) error {
 	if !hc.inbox && !hc.stale {
 		return nil
@@ -474,8 +464,7 @@ func (hc handlerConfig) validateBatch() error {
 
 // decoded checks and decodes each message before h, the handler's chain,
 // and passes it on in its context: bad input goes to the error topic at
-// once with its reason, before the inbox or the stale check touch the
-// database (no retries, no "outcome unknown" for a handler that never ran).
+// once, before the inbox or the stale check touch the database.
 func decoded[T any](b *Bus, h message.HandlerFunc) message.HandlerFunc {
 	name := MessageName[T]()
 	return func(msg *message.Message) ([]*message.Message, error) {
@@ -490,8 +479,7 @@ func decoded[T any](b *Bus, h message.HandlerFunc) message.HandlerFunc {
 
 type decodedKey struct{}
 
-// typed calls fn with the message decoded before the chain, and the
-// message's context.
+// typed calls fn with the message decoded before the chain.
 func typed[T any](fn HandlerFunc[T]) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		ctx := msg.Context()
@@ -525,8 +513,7 @@ func hintNoTx() {
 	panic(r)
 }
 
-// decode checks msg and decodes its payload, a message of type name; what
-// no attempt can handle is an unrecoverable error.
+// decode checks and decodes msg; what no attempt can handle is unrecoverable.
 func decode[T any](b *Bus, name string, msg *message.Message) (*T, error) {
 	if err := b.checkInput(msg); err != nil {
 		return nil, err
@@ -544,8 +531,7 @@ func decode[T any](b *Bus, name string, msg *message.Message) (*T, error) {
 	return &m, nil
 }
 
-// checkInput refuses what no attempt can handle: a payload over the limit,
-// metadata that is not valid UTF-8.
+// checkInput refuses a payload over the limit and metadata not UTF-8.
 func (b *Bus) checkInput(msg *message.Message) error {
 	if len(msg.Payload) > b.cfg.MaxPayloadBytes {
 		return &unrecoverableError{fmt.Errorf("bus: payload of %d bytes is over the limit of %d (Config.MaxPayloadBytes)", len(msg.Payload), b.cfg.MaxPayloadBytes)}
@@ -571,9 +557,7 @@ type incoming struct {
 	msg      *message.Message
 	outgoing []outgoing
 	ran      bool
-	// sends, when not nil, ties this message to the others of a
-	// HandleBatch call whose sends the first of them carries.
-	sends *batchSends
+	sends    *batchSends // a HandleBatch call's messages, when not nil
 }
 
 type outgoing struct {
@@ -604,10 +588,9 @@ func (e *unrecoverableError) Error() string       { return e.err.Error() }
 func (e *unrecoverableError) Unwrap() error       { return e.err }
 func (e *unrecoverableError) Unrecoverable() bool { return true }
 
-// Unrecoverable wraps err to say that retrying cannot help (a malformed
-// order, a customer that does not exist): a handler that returns it has
-// its message moved to the error topic at once, without retries.
-// errors.Is and errors.As see err through it; nil stays nil.
+// Unrecoverable wraps err to say that retrying cannot help: the message
+// goes to the error topic at once, without retries. errors.Is and errors.As
+// see err through it; nil stays nil.
 func Unrecoverable(err error) error {
 	if err == nil {
 		return nil
@@ -615,9 +598,8 @@ func Unrecoverable(err error) error {
 	return &unrecoverableError{err}
 }
 
-// IsUnrecoverable reports whether err, or an error it wraps, says retrying
-// cannot help (it has a method Unrecoverable() bool that returns true). Such
-// a message goes to the error topic without retries.
+// IsUnrecoverable reports whether err, or an error it wraps, has a method
+// Unrecoverable() bool that returns true.
 func IsUnrecoverable(err error) bool {
 	var u interface{ Unrecoverable() bool }
 	return errors.As(err, &u) && u.Unrecoverable()
