@@ -123,9 +123,8 @@ type Config struct {
 	// default (10 consecutive transient failures, then one attempt a second).
 	RateLimit RateLimit
 	// DelayedRetries sends a message whose immediate retries ran out back to
-	// its handler later, after each of Delays in turn, before the error
-	// topic. Needs DB with the delayed table (`postroom migrate`). Defaults to
-	// none: the error topic follows the immediate retries.
+	// its handler later, before the error topic. Needs DB with the delayed
+	// table (`postroom migrate`). Defaults to none.
 	DelayedRetries DelayedRetries
 	// DelayedPollInterval is how often the bus looks for due delayed
 	// messages (DeliverAt) when its database has their table. Defaults to 1s.
@@ -153,9 +152,8 @@ type Config struct {
 	// InboxRetention is how long inbox keys are kept. Defaults to 10 days.
 	InboxRetention time.Duration
 	// RedeliveryWindow is how long after a first delivery the broker may
-	// still deliver the same message again (an unacked message after a
-	// crash, a replay from the error topic). With the retry horizon it is
-	// the shortest retention the bus accepts. Defaults to 1 hour.
+	// still deliver the same message again (after a crash, a replay); with
+	// the retry horizon, the shortest retention accepted. Defaults to 1 hour.
 	RedeliveryWindow time.Duration
 	// Middleware wraps every delivery, outside recoverability: it sees the
 	// outcome the broker will get (nil: ack). For tracing, metrics, tests.
@@ -169,13 +167,11 @@ type Config struct {
 	Metrics Metrics
 	// Tracing turns on OpenTelemetry tracing.
 	Tracing Tracing
-	// Migrate applies postroom's migrations to DB when Run starts, with
-	// Run's context (the same as `postroom migrate`). Defaults to false:
-	// migrations are explicit.
+	// Migrate applies postroom's migrations to DB when Run starts (as
+	// `postroom migrate` does). Defaults to false: migrations are explicit.
 	Migrate bool
 	// Cleanup schedules CleanupStore, which purges inbox keys and watermarks
-	// older than InboxRetention. It is on as soon as a handler uses the
-	// inbox or the stale check.
+	// older than InboxRetention, once a handler uses the inbox or stale check.
 	Cleanup CleanupSchedule
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
@@ -212,26 +208,23 @@ type Metrics struct {
 	Recorder metrics.Recorder
 	// Addr serves the counters for Prometheus at /metrics on this address
 	// while Run runs (":9464"; port 0 picks one, see Bus.MetricsAddr).
-	// Without a host it listens on loopback only; name the host
-	// ("0.0.0.0:9464") to serve other machines. Needs the default
-	// Recorder. Defaults to "": off.
+	// Without a host it listens on loopback only ("0.0.0.0:9464" serves
+	// other machines). Needs the default Recorder. Defaults to "": off.
 	Addr string
 	// GaugeInterval is how often the bus sets its gauges (the outbox's
 	// backlog and lag). Defaults to 5s.
 	GaugeInterval time.Duration
 	// TableGaugeInterval is how often the bus sets the inbox and watermark
-	// tables' row count and oldest-row age, and the cleanup lag, when a
-	// handler uses the inbox or the stale check. Defaults to one minute;
-	// negative turns them off.
+	// tables' gauges and the cleanup lag, when a handler uses them. Defaults
+	// to one minute; negative turns them off.
 	TableGaugeInterval time.Duration
 }
 
 // Tracing configures OpenTelemetry tracing (Config.Tracing).
 type Tracing struct {
 	// Provider turns tracing on: a consumer span per delivery (with its
-	// retries), and the trace context carried in the metadata of every
-	// message sent or published. Pass otel.GetTracerProvider() for the
-	// global one. Defaults to nil: off.
+	// retries), and the trace context carried in metadata. Pass
+	// otel.GetTracerProvider() for the global one. Defaults to nil: off.
 	Provider trace.TracerProvider
 	// Propagator writes and reads the trace context in metadata. Defaults
 	// to W3C Trace Context.
