@@ -30,38 +30,33 @@ import (
 
 // Bus is one endpoint: its handlers, its router and its transport.
 type Bus struct {
-	cfg    Config
-	router *message.Router
-	wmSink *logsink.Sink // wmLog's: told when the bus begins to stop
-	wmLog  watermill.LoggerAdapter
-	outbox *outbox.Outbox
-	// registry holds Watermill's router metrics, served with postroom's on
-	// Metrics.Addr; nil without it.
-	registry *prometheus.Registry
+	cfg      Config
+	router   *message.Router
+	wmSink   *logsink.Sink // wmLog's: told when the bus begins to stop
+	wmLog    watermill.LoggerAdapter
+	outbox   *outbox.Outbox
+	registry *prometheus.Registry // Watermill's router metrics; nil without Metrics.Addr
 	// nacks and redeliveries are the poison-loop guard's counts (counterFor):
 	// in this process, and in the database (nil without Config.DB).
 	nacks        nackCount
 	redeliveries *poisonCount
-	// drain ends Config.StopTimeout after the bus began to stop (stopOnce):
-	// then the handlers still running have their context cancelled.
+	// drain ends Config.StopTimeout after the stop began, cancelling the
+	// handlers still running.
 	drain    context.Context
 	endDrain context.CancelFunc
 	stopOnce sync.Once
 	stopping chan struct{} // closed when the stop begins
 	handling handling      // the deliveries the handlers hold (drainingSubscriber waits for them)
 
-	mu        sync.Mutex
-	handlers  map[string]bool
-	running   bool
-	routerRan bool // Run started the router: Close must stop it
-	// routerDone is closed when the router's Run returned (set with routerRan).
-	routerDone chan struct{}
-	// retryTargets runs a delayed retry of a handler group's message.
-	retryTargets map[string]func(topic string, msg *message.Message) error
-	retryDelays  map[string][]time.Duration // per handler, from WithDelayedRetries
-	// delayedAttempts counts the refused publishes of due delayed messages, by row.
-	delayedAttempts    map[int64]int
-	delayedReady       bool // the database has the delayed table (checked at Run)
+	mu                 sync.Mutex
+	handlers           map[string]bool
+	running            bool
+	routerRan          bool                                                      // Run started the router: Close must stop it
+	routerDone         chan struct{}                                             // closed when the router's Run returned
+	retryTargets       map[string]func(topic string, msg *message.Message) error // runs a delayed retry, by handler group
+	retryDelays        map[string][]time.Duration                                // per handler, from WithDelayedRetries
+	delayedAttempts    map[int64]int                                             // refused publishes of due delayed messages, by row
+	delayedReady       bool                                                      // the database has the delayed table (checked at Run)
 	closed             bool
 	runCtx             context.Context // the context of the Run that started the router
 	needsCleanup       bool
@@ -98,8 +93,7 @@ func New(cfg Config) (*Bus, error) {
 		ls.SetLogger(cfg.Logger)
 	}
 	wmSink, wmLog := watermillLogger(cfg.Logger)
-	// The router waits for its handlers on Close: the drain, then 30 s
-	// for an attempt cancelled at its end to roll back.
+	// On Close: the drain, then 30 s for a cancelled attempt to roll back.
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: max(cfg.StopTimeout, 0) + 30*time.Second}, wmLog)
 	if err != nil {
 		return nil, fmt.Errorf("bus: router: %w", err)
@@ -159,9 +153,8 @@ func (b *Bus) Counters() *metrics.Counters {
 }
 
 // Run handles messages until ctx is done or Close is called, or until a
-// task it runs beside the handlers (the outbox's relay, the delayed
-// relay, the scheduler, the metrics server) fails: then it logs the
-// failure at error, stops, and returns the error.
+// task it runs beside the handlers (the outbox's relay, the scheduler, …)
+// fails: then it logs the failure, stops, and returns the error.
 func (b *Bus) Run(ctx context.Context) error {
 	b.mu.Lock()
 	switch {
@@ -290,9 +283,8 @@ func (b *Bus) Run(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// startupError is err of a step of Run that reads postroom's tables: with
-// a hint to migrate, unless Run was stopped while it started (then the
-// tables are not the cause).
+// startupError is err of a step of Run that reads postroom's tables, with
+// a hint to migrate unless Run was stopped meanwhile.
 func startupError(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("bus: stopped while starting: %w", err)
@@ -377,9 +369,8 @@ func (b *Bus) declareErrorQueue() error {
 func (b *Bus) Running() <-chan struct{} { return b.router.Running() }
 
 // startBackground runs each task beside the router; the channel gets each
-// one's result. A task that fails while ctx is live is logged at error and
-// stops the bus (cancel), so that Run returns its error: running on without
-// the outbox's relay, say, would leave every sent message there silently.
+// one's result. A task that fails while ctx is live stops the bus, so Run
+// returns its error rather than run on without, say, the outbox's relay.
 func (b *Bus) startBackground(ctx context.Context, cancel context.CancelFunc, tasks []func() error) <-chan error {
 	done := make(chan error, len(tasks))
 	for _, run := range tasks {
@@ -408,11 +399,9 @@ func (b *Bus) isStopping() bool {
 // Close stops handling and closes the subscribers the bus opened. It takes
 // no new message and waits for the handlers still running, for
 // Config.StopTimeout; then their attempts are cancelled and their messages
-// go back to the broker (or are parked, per Inbox.ExternalEffects).
-//
-// A transport passed in Config.Transport stays open: close it after every
-// bus that uses it. The in-memory transport the bus made for itself is
-// closed.
+// go back to the broker (or are parked, per Inbox.ExternalEffects). A
+// transport passed in Config.Transport stays open: close it after every bus
+// that uses it.
 func (b *Bus) Close() error {
 	b.beginStop()
 	b.mu.Lock()
@@ -522,9 +511,8 @@ func (b *Bus) OutboxBacklog(ctx context.Context) (outbox.Backlog, error) {
 	return b.outbox.Backlog(ctx)
 }
 
-// logRunning says at info what the bus runs on: its endpoint, its store
-// (none, or the database's kind) and where its transport publishes, so
-// that a service that fell back to the embedded defaults says so.
+// logRunning says at info what the bus runs on, so that a service that
+// fell back to the embedded defaults says so.
 func (b *Bus) logRunning(ctx context.Context) {
 	db := "none (no inbox, stale check, outbox or delayed delivery)"
 	if b.cfg.DB != nil {
