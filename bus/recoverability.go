@@ -26,8 +26,7 @@ import (
 	"github.com/postroom/postroom/transport"
 )
 
-// sendFailed names, as the failed handler in the error topic's metadata, a
-// command sent after a handler's commit that no queue took.
+// sendFailed is the error topic's "handler" of a committed send no queue took.
 type sendFailed struct{}
 
 func (sendFailed) MessageName() string { return "postroom.send" }
@@ -35,8 +34,8 @@ func (sendFailed) MessageName() string { return "postroom.send" }
 // ErrPanic wraps a handler's panic.
 var ErrPanic = errors.New("bus: handler panicked")
 
-// errStopping marks a delivery given back to the broker because the bus is
-// stopping: it is nacked without Watermill's error line (see Handle).
+// errStopping marks a delivery given back because the bus is stopping:
+// nacked without Watermill's error line.
 var errStopping = errors.New("the bus is stopping")
 
 // deliver runs one delivery: attempts with backoff, then the error topic;
@@ -52,10 +51,9 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 	var err error
 	attempts, retries, contentions := 0, 0, 0
 	// outageMark is the handler's last attempt begun at this message's
-	// previous transient failure: while no attempt begun since succeeded,
-	// the database is out of reach for everyone and waiting spends no
-	// retries (for at most RateLimit.MaxWait). Attempts begun before do not
-	// count: a COMMIT already on its way may still succeed mid-outage.
+	// previous transient failure: while none begun since succeeded, the
+	// database is out for everyone and waiting spends no retries (for at
+	// most RateLimit.MaxWait).
 	var outageMark uint64
 	var outageSince time.Time
 	sawTransient := false
@@ -86,8 +84,7 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 		if msg.Context().Err() != nil && b.isStopping() {
 			// Most likely the stop ended its context: not the message's fault.
 			if errors.Is(err, inbox.ErrOutcomeUnknown) {
-				// Parked mid-call: its next delivery moves it to the error
-				// topic. At warn: an operator has an outcome to find out.
+				// At warn: an operator has an outcome to find out.
 				b.cfg.Logger.Warn("bus: attempt ended by the stop with its outcome unknown: its key is parked; the message goes back to the broker, "+
 					"and its next delivery moves it to the error topic", "handler", handler,
 					"message_id", msg.UUID, "attempt", attempts, "error", err)
@@ -97,17 +94,15 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 			}
 			return fmt.Errorf("bus: %s: %w: %w", handler, errStopping, err)
 		}
-		// A deadlock or lock wait lost to another transaction (competing
-		// WithBatch batches) is not the message's fault: retried after a
-		// pause without spending retries, up to maxContentionRetries.
+		// Lost to another transaction (competing WithBatch batches): not the
+		// message's fault, so no retry spent, up to maxContentionRetries.
 		contended := !transient && !IsUnrecoverable(err) && dialect.Contention(err) && contentions < maxContentionRetries
 		level := slog.LevelWarn
 		if contended {
 			level = slog.LevelInfo
 		}
 		if limited && transient {
-			// The limiter logs the outage's start and end; a line per
-			// attempt would bury them.
+			// The limiter logs the outage's start and end.
 			level = slog.LevelDebug
 		}
 		b.cfg.Logger.Log(context.Background(), level, "bus: attempt failed", "handler", handler, "message_id", msg.UUID, "attempt", attempts,
@@ -131,8 +126,7 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 			outageMark = lim.mark() // the next failure looks for a success begun after this one
 		}
 		if outage && !b.cfg.RateLimit.Disabled && (limited || retries >= policy.MaxRetries) {
-			// Wait the outage out in turn with the handler's other
-			// messages, without spending (or counting) retries.
+			// Wait the outage out without spending (or counting) retries.
 			lim.start()
 			continue
 		}
@@ -153,13 +147,12 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 	return b.moveToErrorTopic(handler, topic, msg, attempts, err)
 }
 
-// maxContentionRetries bounds the attempts of one delivery that a deadlock
-// or lock wait ends without spending a retry; past it, they spend retries.
+// maxContentionRetries bounds the attempts lost to contention that spend
+// no retry.
 const maxContentionRetries = 10
 
-// contentionPause is the wait before the nth retry of an attempt lost to
-// another transaction: random, so that the two do not meet again, and
-// longer each time (up to about half a second).
+// contentionPause is the wait before the nth retry after contention:
+// random, so the two do not meet again, and growing (to about 0.5s).
 func contentionPause(n int) time.Duration {
 	return time.Duration(n) * (10*time.Millisecond + rand.N(40*time.Millisecond))
 }
@@ -184,8 +177,7 @@ func (b *Bus) pauseRetry(handler string, msg *message.Message, d time.Duration, 
 var slowAttempt = time.Minute
 
 // watchSlowAttempt says at warn, once, that an attempt still runs after
-// slowAttempt, so a handler waiting for what never comes does not hang
-// silently. The caller stops the returned timer when the attempt ends.
+// slowAttempt; the caller stops the timer when the attempt ends.
 func (b *Bus) watchSlowAttempt(handler, messageID string, attempt int) *time.Timer {
 	return time.AfterFunc(slowAttempt, func() {
 		b.cfg.Logger.Warn("bus: an attempt is still running after "+slowAttempt.String(), "handler", handler, "message_id", messageID,
@@ -233,9 +225,8 @@ func (b *Bus) attempt(msg *message.Message, h message.HandlerFunc, handler strin
 }
 
 // notDispatched says at error which messages a committed handler sent
-// could not be dispatched before its message's context ended: with the
-// inbox and without Config.Outbox they are lost. For a HandleBatch call,
-// every message of the call is named (see batchSends).
+// were not dispatched (with the inbox and no outbox they are lost), and
+// for a HandleBatch call every message of the call.
 func (b *Bus) notDispatched(msg *message.Message, batch *batchSends, unsent []outgoing, err error) {
 	ids := make([]string, len(unsent))
 	for i, out := range unsent {
@@ -249,8 +240,8 @@ func (b *Bus) notDispatched(msg *message.Message, batch *batchSends, unsent []ou
 		"lost unless the handler runs again for a redelivery (with the inbox it does not; Config.Outbox keeps them)", attrs...)
 }
 
-// checkReceived refuses what the transport could not read in full (it says
-// why in metadata) and a message without an ID: no attempt can handle them.
+// checkReceived refuses what the transport could not read in full, and a
+// message without an ID.
 func checkReceived(msg *message.Message) error {
 	if reason := msg.Metadata.Get(metadata.TransportError); reason != "" {
 		return &unrecoverableError{fmt.Errorf("bus: the transport could not read the message: %s", reason)}
@@ -261,10 +252,9 @@ func checkReceived(msg *message.Message) error {
 	return nil
 }
 
-// publishCommitted publishes a message whose handler has committed. Running
-// the handler again would not send it (the inbox skips the duplicate), so
-// it keeps trying until the bus closes; only the outbox closes that window.
-// A command no queue takes goes to the error topic, with the reason.
+// publishCommitted publishes a message whose handler has committed, trying
+// until ctx ends: a rerun handler would not send it again (the inbox skips
+// it). A command no queue takes goes to the error topic.
 func (b *Bus) publishCommitted(ctx context.Context, out outgoing) error {
 	out.msg.SetContext(ctx) // a broker that never answers holds it only as long as the message's context
 	if !out.at.IsZero() {
@@ -314,17 +304,15 @@ func (b *Bus) publishFailed(publish func(string, ...*message.Message) error, fai
 	return dropped, nil
 }
 
-// Bounds of withoutLargestMetadata: metadata over keptMetadataBytes (keys
-// and values) loses its largest values until it fits; an error reason over
-// keptReasonBytes is cut. The bus's own keys (postroom-…) stay.
+// Bounds of withoutLargestMetadata: metadata over keptMetadataBytes loses
+// its largest values but postroom's own; a reason over keptReasonBytes is cut.
 const (
 	keptMetadataBytes = 16 << 10
 	keptReasonBytes   = 4 << 10
 )
 
-// withoutLargestMetadata returns a copy of failed whose metadata fits in
-// keptMetadataBytes (see there), and what was left out: "" when it fits
-// already, the refusal having another cause.
+// withoutLargestMetadata returns a copy of failed whose metadata fits, and
+// what was left out ("" when it fits already: the refusal had another cause).
 func withoutLargestMetadata(failed *message.Message) (*message.Message, string) {
 	size := 0
 	for k, v := range failed.Metadata {
@@ -380,16 +368,14 @@ func (b *Bus) moveToErrorTopic(handler, topic string, msg *message.Message, atte
 	failed.Metadata.Set(metadata.ErrorTopic, topic)
 	failed.Metadata.Set(metadata.ErrorGroup, b.group(handler))
 	failed.Metadata.Set(metadata.ErrorAt, b.cfg.Now().UTC().Format(time.RFC3339Nano))
-	// Mandatory where the transport can tell: a message no error queue takes
-	// (it was deleted) is nacked, not acked into nothing.
+	// Mandatory: a message no error queue takes is nacked, not lost.
 	publish := b.cfg.Transport.Publisher().Publish
 	if m, ok := b.cfg.Transport.(transport.Mandatory); ok {
 		publish = m.PublishMandatory
 	}
 	dropped, err := b.publishFailed(publish, failed)
 	if errors.Is(err, transport.ErrNoRoute) {
-		// The error queue was deleted while the bus ran: declare it again
-		// rather than nack until a restart.
+		// The error queue was deleted while the bus ran: declare it again.
 		b.cfg.Logger.Error("bus: the error topic's queue is gone; declaring it again", "error_topic", b.cfg.ErrorTopic, "message_id", msg.UUID)
 		b.mu.Lock()
 		b.errorQueueDeclared = false
@@ -420,8 +406,8 @@ func (b *Bus) moveToErrorTopic(handler, topic string, msg *message.Message, atte
 	return nil
 }
 
-// failSpan marks the span in ctx as failed with reason: the message went to the
-// error topic although the delivery is acked.
+// failSpan marks the span in ctx failed: the delivery is acked, but to the
+// error topic.
 func failSpan(ctx context.Context, reason error) {
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
