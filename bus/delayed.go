@@ -18,12 +18,10 @@ import (
 	"github.com/postroom/postroom/transport"
 )
 
-// DeliverAt delivers the message at t instead of now (NServiceBus's
-// DoNotDeliverBefore): it waits in the database (Config.DB, table
-// postroom_delayed) and one running bus on the database publishes it
-// within about Config.DelayedPollInterval of t, with its ID, so an inbox
-// skips a second copy. Sent from a handler with a transaction, it commits
-// with the handler's writes.
+// DeliverAt delivers the message at t instead of now: it waits in
+// Config.DB (postroom_delayed) until a running bus on the database
+// publishes it, with its ID, within about Config.DelayedPollInterval of t.
+// Sent from a handler with a transaction, it commits with its writes.
 func DeliverAt(t time.Time) SendOption {
 	return func(o *sendOptions) { o.at, o.afterSet = t, false }
 }
@@ -40,8 +38,7 @@ const delayedPollIntervalDefault = time.Second
 // delayedBatch is how many due messages one transaction delivers.
 const delayedBatch = 100
 
-// delay stores out for delivery at out.at, in db (the handler's
-// transaction, or the bus's database).
+// delay stores out for delivery at out.at, in db.
 func (b *Bus) delay(ctx context.Context, db *gorm.DB, out outgoing) error {
 	if db == nil {
 		return fmt.Errorf("bus: deliver %s later: delayed delivery keeps messages in the database: set Config.DB", out.msg.Metadata.Get("postroom-message-type"))
@@ -66,9 +63,7 @@ func (b *Bus) delay(ctx context.Context, db *gorm.DB, out outgoing) error {
 }
 
 // delayedRelay is the target_group of the delayed deliveries this bus sends
-// and publishes: those of buses of the same transport reach, or, without
-// one (in memory), of this endpoint alone, since another bus could not
-// route them.
+// and publishes: its transport's reach, or in memory this endpoint's.
 func (b *Bus) delayedRelay() string {
 	if reach := b.cfg.Transport.Capabilities().Reach; reach != "" {
 		return dialect.DelayedByReach(reach)
@@ -86,8 +81,7 @@ func (b *Bus) delayedStatements(db *gorm.DB) (dialect.Dialect, dialect.DelayedSt
 }
 
 // relayDelayed delivers the due delayed messages every
-// DelayedPollInterval until ctx ends. It runs when the database has the
-// delayed table.
+// DelayedPollInterval until ctx ends.
 func (b *Bus) relayDelayed(ctx context.Context) error {
 	ticker := time.NewTicker(b.cfg.DelayedPollInterval)
 	defer ticker.Stop()
@@ -115,8 +109,7 @@ func (b *Bus) relayDelayed(ctx context.Context) error {
 	}
 }
 
-// reportDelayed sets the delayed table's gauges, on a Recorder that keeps
-// gauges.
+// reportDelayed sets the delayed table's gauges, if the Recorder keeps them.
 func (b *Bus) reportDelayed(ctx context.Context) {
 	gauges, ok := b.cfg.Metrics.Recorder.(metrics.GaugeSetter)
 	if !ok {
@@ -150,11 +143,9 @@ type delayedRow struct {
 }
 
 // deliverDue publishes up to delayedBatch due messages and deletes them, in
-// one transaction whose row locks keep other instances off them; a message
-// published before a crash is published again (same ID): at least once.
-// Due delayed retries of this bus's handlers are claimed in that
-// transaction (their due time moves to the end of a lease) and run after
-// it, each deleted once it settled.
+// one transaction whose row locks keep other instances off them (at least
+// once). Due delayed retries of this bus's handlers are claimed in it and
+// run after it.
 func (b *Bus) deliverDue(ctx context.Context) (int, error) {
 	d, stmts, err := b.delayedStatements(b.cfg.DB)
 	if err != nil {
@@ -231,12 +222,11 @@ func (b *Bus) deliverDue(ctx context.Context) (int, error) {
 }
 
 // delayedClaimLease is how long a claim holds a due delayed retry until
-// its run begins and renews the lease (at most retryLease).
+// its run renews the lease.
 const delayedClaimLease = time.Minute
 
-// releaseClaimed makes delayed retries this instance holds (their lease
-// ends at until) due now, for the next instance or start, and says so,
-// rather than leave them waiting out their lease.
+// releaseClaimed makes delayed retries this instance holds until then due
+// now, for the next instance or start, and says so.
 func (b *Bus) releaseClaimed(ctx context.Context, d dialect.Dialect, stmts dialect.DelayedStatements, rows []delayedRow, until time.Time, why string) {
 	if len(rows) == 0 {
 		return
@@ -265,14 +255,12 @@ func (b *Bus) releaseClaimed(ctx context.Context, d dialect.Dialect, stmts diale
 const delayedPublishTimeout = 10 * time.Second
 
 // maxDelayedAttempts is how often the delayed relay tries to publish one
-// message before it moves it to the error topic (as the outbox's relay,
-// outbox.MaxRelayAttemptsDefault).
+// message before it moves it to the error topic.
 const maxDelayedAttempts = 5
 
-// delayedRefused handles a due message the transport refused: one no queue
-// takes, or one refused maxDelayedAttempts times, goes to the error topic
-// (nil: delete it), so it cannot hold back every delayed message; otherwise
-// the error says to try again later.
+// delayedRefused moves a due message no queue takes, or refused
+// maxDelayedAttempts times, to the error topic (nil: delete it), so it
+// cannot hold back the others; else the error says to try again later.
 func (b *Bus) delayedRefused(r delayedRow, out outgoing, err error) error {
 	if errors.Is(err, transport.ErrUnreachable) {
 		// An outage, not this message's refusal: not counted.
@@ -299,9 +287,8 @@ func (b *Bus) delayedSent(r delayedRow) {
 	b.mu.Unlock()
 }
 
-// retryLease is the lease a delayed retry's run takes when it begins
-// (runClaimed): its retries, the rate limiter's longest wait, and a minute.
-// Another instance runs it once the lease ran out.
+// retryLease is the lease a delayed retry's run takes (runClaimed): its
+// retries, the rate limiter's longest wait, and a minute.
 func (b *Bus) retryLease() time.Duration {
 	lease := b.cfg.Retry.Horizon() + time.Minute
 	if !b.cfg.RateLimit.Disabled {
@@ -310,10 +297,9 @@ func (b *Bus) retryLease() time.Duration {
 	return lease
 }
 
-// runClaimed runs a delayed retry claimed until claimedUntil. It renews
-// the lease first, and runs only while this instance still holds it:
-// otherwise another instance may have claimed it, and the handler would
-// run twice.
+// runClaimed renews the lease of a delayed retry claimed until
+// claimedUntil and runs it only if this instance still held it: else
+// another may have claimed it, and the handler would run twice.
 func (b *Bus) runClaimed(ctx context.Context, d dialect.Dialect, stmts dialect.DelayedStatements, r delayedRow, claimedUntil time.Time) error {
 	// Held like a broker delivery from before the renew: a stop waits for
 	// it, or it sees the stop below and releases the row.
@@ -383,8 +369,7 @@ func (b *Bus) delayedTableExists(ctx context.Context) bool {
 	return err == nil
 }
 
-// inTransaction returns the handler's transaction for a delayed message
-// sent from it, or nil when it has none.
+// inTransaction returns the handler's transaction, or nil.
 func inTransaction(ctx context.Context) *gorm.DB {
 	if uow.Active(ctx) {
 		return uow.Tx(ctx)
