@@ -15,36 +15,27 @@ import (
 )
 
 // BatchFunc handles messages of type T together, in one database
-// transaction that Tx(ctx) returns: for a handler that writes many rows in
-// one statement. Returning an error rolls back the batch's writes; each
-// message is then handled again alone, so that only the one that fails is
-// retried.
+// transaction that Tx(ctx) returns. Returning an error rolls back the
+// batch; each message is then handled again alone.
 type BatchFunc[T any] func(ctx context.Context, ms []*T) error
 
-// batchSizeDefault and the wait of uow.BatchWaitDefault are
-// HandleBatch's batches without WithBatch.
+// batchSizeDefault is HandleBatch's batch size without WithBatch.
 const batchSizeDefault = 100
 
 // HandleBatch registers fn for messages of type T, which it takes in
-// batches: the messages handled at the same time, up to WithBatch's size
-// (100 by default), the first waiting at most WithBatch's maxWait (10ms by
-// default) for the others. Each batch runs in one transaction, and each
-// message is acked once it has committed.
-//
-// With WithInbox, the batch's keys are claimed in one statement and fn sees
-// only the new messages. When fn fails or panics, the batch rolls back and
-// fn is called again with each message alone, in a savepoint of its own,
-// so that only the failing one is retried: fn must have no effects outside
-// the transaction, and may see a message twice in one attempt.
+// batches of up to WithBatch's size (100 by default), the first waiting at
+// most WithBatch's maxWait (10ms by default). Each batch runs in one
+// transaction, each message acked once it has committed. With WithInbox,
+// fn sees only the new messages. When fn fails or panics, it is called
+// again with each message alone, in a savepoint of its own: fn must have
+// no effects outside the transaction, and may see a message twice.
 //
 // What fn sends carries the correlation and causation of the call's first
-// message, and no message of the call is acked before it is out.
-// MessageIDs(ctx) returns the call's IDs in the order of ms; MessageID(ctx)
-// and Metadata(ctx) are the first message's.
+// message. MessageIDs(ctx) returns the call's IDs in the order of ms;
+// MessageID(ctx) and Metadata(ctx) are the first message's.
 //
-// Not with WithStale, Inbox.MessageLog or Inbox.ExternalEffects. On the SQL
-// transport batches hold one message. See docs/batching.md, "A batch
-// handler".
+// Not with WithStale, Inbox.MessageLog or Inbox.ExternalEffects. See
+// docs/batching.md, "A batch handler".
 func HandleBatch[T any](b *Bus, fn BatchFunc[T], opts ...HandlerOption) error {
 	if b == nil || fn == nil {
 		return fmt.Errorf("bus: HandleBatch of %s: the bus and the handler function must not be nil", MessageName[T]())
@@ -132,9 +123,9 @@ type batchRun[T any] struct {
 	name    string // the handler's
 }
 
-// run claims the batch's keys and calls fn with the new messages, all at
-// once; when that fails, once per message, each in a savepoint. An error
-// it returns fails every message of the batch: a broken transaction.
+// run claims the batch's keys and calls fn with the new messages at once;
+// when that fails, once per message, each in a savepoint. Its error breaks
+// the whole batch.
 func (r batchRun[T]) run(ctx context.Context, items []*uow.Collected) error {
 	members := make([]*batchMember[T], len(items))
 	for i, it := range items {
@@ -205,8 +196,7 @@ func (r batchRun[T]) run(ctx context.Context, items []*uow.Collected) error {
 }
 
 // duplicate counts m as a duplicate, or fails it alone when its key is an
-// unsettled claim of the external-effects mode (the handler ran
-// Inbox.ExternalEffects before). An error it returns is the transaction's.
+// unsettled external-effects claim. An error it returns is the transaction's.
 func (r batchRun[T]) duplicate(ctx context.Context, m *batchMember[T]) error {
 	failed, err := r.claimer.Duplicate(ctx, m.claim)
 	if err != nil {
@@ -272,8 +262,7 @@ func (r batchRun[T]) alone(ctx context.Context, m *batchMember[T], dups *[]*batc
 	return nil
 }
 
-// claimAndCall claims m's key in ctx and calls fn with m alone when it is
-// new; dup is true when it is not.
+// claimAndCall claims m's key and calls fn with m alone unless it is a dup.
 func (r batchRun[T]) claimAndCall(ctx context.Context, m *batchMember[T]) (dup bool, err error) {
 	if r.claimer != nil {
 		isNew, err := r.claimer.Claim(ctx, m.claim)
@@ -284,8 +273,7 @@ func (r batchRun[T]) claimAndCall(ctx context.Context, m *batchMember[T]) (dup b
 	return false, r.call(ctx, []*batchMember[T]{m})
 }
 
-// claimAll splits members into those whose keys are new, claimed in ctx,
-// and duplicates; all are new without the inbox.
+// claimAll claims members' keys, splitting the new from the duplicates.
 func (r batchRun[T]) claimAll(ctx context.Context, members []*batchMember[T]) (fresh, dups []*batchMember[T], err error) {
 	if r.claimer == nil {
 		return members, nil, nil
@@ -314,8 +302,7 @@ type batchFailed struct{ err error }
 func (e *batchFailed) Error() string { return e.err.Error() }
 
 // callFailed reports whether err, from a savepoint around fn, is fn's
-// failure: its error or panic, or a statement it ran that failed without
-// fn returning the error (uow.ErrSavepointAborted).
+// failure, including a failed statement fn ignored (uow.ErrSavepointAborted).
 func callFailed(err error) bool {
 	var failed *batchFailed
 	return errors.As(err, &failed) || errors.Is(err, uow.ErrSavepointAborted)
@@ -329,8 +316,8 @@ func callError(err error) error {
 	return err
 }
 
-// call calls fn with the messages of ms, as the first of them: what fn
-// sends is that message's. A failure drops what it queued to send.
+// call calls fn with ms, as the first of them (whose sends they are); a
+// failure drops what it queued.
 func (r batchRun[T]) call(ctx context.Context, ms []*batchMember[T]) (err error) {
 	if len(ms) == 0 {
 		return nil
