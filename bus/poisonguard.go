@@ -12,17 +12,14 @@ import (
 	"github.com/postroom/postroom/transport"
 )
 
-// deliveryCounter is the poison-loop guard's count of a message's
-// deliveries that ended without it being settled, for the deliveries whose
-// transport does not count them itself (metadata.DeliveryCount). The bus
-// chooses one per handler path, once, at Handle (counterFor).
+// deliveryCounter is the poison-loop guard's count of a message's unsettled
+// deliveries where the transport does not count them (counterFor).
 type deliveryCounter interface {
-	// previous returns how many deliveries of msg to the handler's group
-	// before this one were not settled, counting this one first where the
-	// counter must (counted: it did). Call release when the delivery ends.
+	// previous returns the unsettled deliveries of msg to the group before
+	// this one, counting this one first where it must (counted). Call
+	// release when the delivery ends.
 	previous(msg *message.Message, group, consumer string) (n int, counted bool, release func(), err error)
-	// ended records how a delivery ended: nacked (it comes again), or
-	// settled (handled, or moved to the error topic).
+	// ended records how a delivery ended: nacked, or settled (moved or not).
 	ended(msg *message.Message, group, consumer string, counted, nacked, moved bool) error
 }
 
@@ -46,8 +43,7 @@ func (b *Bus) counterFor(caps transport.Capabilities) deliveryCounter {
 	}
 }
 
-// delayedRetryCounter counts the runs of delayed retries, which the bus
-// marks metadata.RedeliveredFirstRead: in the database, where they wait.
+// delayedRetryCounter counts delayed retries' runs in the database.
 func (b *Bus) delayedRetryCounter() deliveryCounter {
 	if b.redeliveries != nil {
 		return b.redeliveries
@@ -55,8 +51,7 @@ func (b *Bus) delayedRetryCounter() deliveryCounter {
 	return &b.nacks
 }
 
-// countedByTransport is the count of a transport that counts every
-// redelivery: a delivery without metadata.DeliveryCount is a first one.
+// countedByTransport is for a transport that counts every redelivery.
 type countedByTransport struct{}
 
 func (countedByTransport) previous(*message.Message, string, string) (int, bool, func(), error) {
@@ -113,15 +108,14 @@ func (b *Bus) guarded(handler, topic string, count deliveryCounter, delivery mes
 }
 
 // ended tells count how a delivery ended; a count it could not forget is
-// kept (it counts on if the message comes again; cleanup purges it).
+// kept until cleanup.
 func (b *Bus) ended(handler string, count deliveryCounter, msg *message.Message, group, consumer string, counted, nacked, moved bool) {
 	if err := count.ended(msg, group, consumer, counted, nacked, moved); err != nil {
 		b.cfg.Logger.Warn("bus: "+err.Error(), "handler", handler)
 	}
 }
 
-// redelivery reports whether msg may be a redelivery to group: its
-// transport says so, or counts it, or this process saw it nacked. Such a
+// redelivery reports whether msg may be a redelivery to group; such a
 // message is handled alone (guarded), and a batch does not wait for it.
 func (b *Bus) redelivery(group string, msg *message.Message) bool {
 	return msg.Metadata.Get(metadata.Redelivered) != "" || msg.Metadata.Get(metadata.DeliveryCount) != "" ||

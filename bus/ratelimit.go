@@ -21,11 +21,10 @@ type RateLimit struct {
 	// Disabled turns rate limiting off: an outage longer than the retries
 	// moves the messages to the error topic.
 	Disabled bool
-	// Threshold is how many consecutive transient failures of a handler's
-	// attempts start the limiting. Defaults to 10.
+	// Threshold is how many consecutive transient failures start the
+	// limiting. Defaults to 10.
 	Threshold int
-	// Wait is the pause before each attempt while a handler is limited.
-	// Defaults to 1s.
+	// Wait is the pause before each attempt while limited. Defaults to 1s.
 	Wait time.Duration
 	// MaxWait bounds how long one message waits without spending its
 	// retries, so a message whose own failure only looks like an outage
@@ -39,8 +38,8 @@ const (
 	rateLimitMaxWaitDefault   = 5 * time.Minute
 )
 
-// limiter is one handler's rate limiting: consecutive transient failures,
-// and while open a single slot its attempts take in turn.
+// limiter is one handler's rate limiting: while open, its attempts take a
+// single slot in turn.
 type limiter struct {
 	handler string
 	cfg     RateLimit
@@ -67,12 +66,10 @@ type limiter struct {
 // begin numbers an attempt that begins, for record.
 func (l *limiter) begin() uint64 { return l.begun.Add(1) }
 
-// mark returns the number of the last attempt begun: a failure's moment,
-// for succeededSince.
+// mark returns the number of the last attempt begun, for succeededSince.
 func (l *limiter) mark() uint64 { return l.begun.Load() }
 
-// succeededSince reports whether an attempt begun after mark succeeded:
-// the database was reachable after that moment.
+// succeededSince reports whether an attempt begun after mark succeeded.
 func (l *limiter) succeededSince(mark uint64) bool { return l.newestSuccess.Load() > mark }
 
 func newLimiter(handler string, cfg RateLimit, log *slog.Logger, rec metrics.Recorder) *limiter {
@@ -81,9 +78,9 @@ func newLimiter(handler string, cfg RateLimit, log *slog.Logger, rec metrics.Rec
 	return l
 }
 
-// acquire returns at once while the handler is not limited. While it is,
-// it takes the handler's one slot and waits cfg.Wait; release gives the
-// slot back. It fails only when ctx ends (the bus is closing).
+// acquire returns at once while the handler is not limited; else it takes
+// the one slot and waits cfg.Wait, release giving the slot back. It fails
+// only when ctx ends or the bus stops.
 func (l *limiter) acquire(ctx context.Context, stop <-chan struct{}) (release func(), limited bool, err error) {
 	if !l.open.Load() {
 		return func() {}, false, nil
@@ -146,8 +143,7 @@ func (l *limiter) record(n uint64, ok, transient bool) {
 	}
 }
 
-// start starts the limiting now (a message's retries ran out on transient
-// failures).
+// start starts the limiting now (retries ran out on transient failures).
 func (l *limiter) start() {
 	l.mu.Lock()
 	defer l.mu.Unlock()

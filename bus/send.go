@@ -22,9 +22,8 @@ import (
 	"github.com/postroom/postroom/transport"
 )
 
-// SendOption sets something on an outgoing message. Options are typed:
-// metadata never acts as an option (WithMetadata refuses the keys postroom
-// reads as instructions).
+// SendOption sets something on an outgoing message; metadata never acts as
+// an option (see WithMetadata).
 type SendOption func(*sendOptions)
 
 // sendOptions is what the options of one Send or Publish asked for.
@@ -57,8 +56,7 @@ func WithVersion(entityID string, at time.Time) SendOption {
 }
 
 // WithMessageID sets the message ID instead of a new UUIDv7, for a sender
-// that must send the same logical message again (a retried upload, a
-// scheduled slot) and have it deduplicated.
+// that sends the same logical message again and wants it deduplicated.
 func WithMessageID(id string) SendOption {
 	return func(o *sendOptions) { o.id, o.idSet = id, true }
 }
@@ -79,8 +77,7 @@ func WithMetadata(key, value string) SendOption {
 	}
 }
 
-// reservedMetadata are the keys WithMetadata refuses, each with the option
-// to use instead.
+// reservedMetadata are the keys WithMetadata refuses, with what to use instead.
 var reservedMetadata = map[string]string{
 	metadata.MessageID:            ": use WithMessageID",
 	metadata.MessageType:          ": the message's Go type names it",
@@ -207,8 +204,7 @@ func (b *Bus) newMessage(ctx context.Context, name string, payload any, opts []S
 	return msg, o, nil
 }
 
-// outgoingOf is the outgoing message for topic, with the delivery time o
-// asked for.
+// outgoingOf is the outgoing message for topic, at o's delivery time.
 func (b *Bus) outgoingOf(topic string, msg *message.Message, o sendOptions) outgoing {
 	at := o.at
 	if o.afterSet {
@@ -218,7 +214,7 @@ func (b *Bus) outgoingOf(topic string, msg *message.Message, o sendOptions) outg
 }
 
 // ErrBadMessageID is wrapped by Send and Publish for an ID no transport or
-// inbox could carry.
+// inbox could carry (empty, too long, not UTF-8, or with NUL).
 var ErrBadMessageID = errors.New("bad message ID")
 
 // checkID refuses an ID that some transport, the outbox or the inbox would
@@ -235,8 +231,7 @@ func checkID(id string) error {
 	return nil
 }
 
-// dispatch publishes out. In a handler it goes through the outbox in the
-// handler's transaction when there is one, else it waits for the commit.
+// dispatch publishes out; in a handler through the outbox, or after the commit.
 func (b *Bus) dispatch(ctx context.Context, out outgoing) error {
 	if !out.at.IsZero() {
 		if tx := inTransaction(ctx); tx != nil {
