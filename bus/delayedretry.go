@@ -23,8 +23,8 @@ type DelayedRetries struct {
 	Delays []time.Duration
 }
 
-// DelayedRetriesDefault returns the delays of NServiceBus's default delayed
-// retries: 10 s, 20 s and 30 s (a new slice each call).
+// DelayedRetriesDefault returns NServiceBus's default delays, 10 s, 20 s
+// and 30 s, in a new slice.
 func DelayedRetriesDefault() []time.Duration {
 	return []time.Duration{10 * time.Second, 20 * time.Second, 30 * time.Second}
 }
@@ -44,9 +44,8 @@ func (b *Bus) keyHorizon(hc handlerConfig) time.Duration {
 	return horizon
 }
 
-// retryLater schedules msg's next delayed retry for handler, if it has one
-// left: it returns false when the message should go to the error topic
-// instead (none left, turned off, no delayed table, unrecoverable).
+// retryLater schedules msg's next delayed retry for handler; false: the
+// message goes to the error topic instead.
 func (b *Bus) retryLater(handler, topic string, msg *message.Message, reason error) (bool, error) {
 	b.mu.Lock()
 	ready := b.delayedReady
@@ -79,7 +78,7 @@ func (b *Bus) retryLater(handler, topic string, msg *message.Message, reason err
 }
 
 // claimedRetry is a delayed retry's row while an instance runs it under
-// its lease; rescheduled once it became the next retry (see reschedule).
+// its lease.
 type claimedRetry struct {
 	id          int64
 	lease       time.Time
@@ -112,9 +111,8 @@ func (b *Bus) reschedule(c *claimedRetry, out outgoing) error {
 	return nil
 }
 
-// runDelayedRetry runs a due delayed retry through its handler. It returns
-// an error when the retry did not settle (the bus closing, the error topic
-// refused): its row stays, and runs again when its lease ends.
+// runDelayedRetry runs a due delayed retry through its handler; an error
+// means it did not settle, and its row runs again when its lease ends.
 func (b *Bus) runDelayedRetry(ctx context.Context, r delayedRow, msg *message.Message) error {
 	b.mu.Lock()
 	target := b.retryTargets[r.TargetGroup]
@@ -128,8 +126,7 @@ func (b *Bus) runDelayedRetry(ctx context.Context, r delayedRow, msg *message.Me
 	return target(r.Topic, msg)
 }
 
-// wantsDelayedRetries reports whether the bus or one of its handlers has
-// delayed retries configured.
+// wantsDelayedRetries reports whether any delayed retries are configured.
 func (b *Bus) wantsDelayedRetries() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()

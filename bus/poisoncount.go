@@ -12,18 +12,14 @@ import (
 	"github.com/postroom/postroom/metadata"
 )
 
-// poisonCount counts in the database (postroom_deliveries), per consumer
-// and message ID, the deliveries its transport marks as possibly repeating
-// one that ended with its process (metadata.Redelivered), so that a
+// poisonCount counts in postroom_deliveries, per consumer and message ID,
+// the deliveries its transport marks metadata.Redelivered, so that a
 // message that kills its process reaches the error topic after
-// Config.MaxDeliveries (docs/guarantees.md). A first delivery costs
-// nothing; a marked one a transaction before the handler and a delete once
-// settled.
+// Config.MaxDeliveries (docs/guarantees.md). A first delivery costs nothing.
 //
 // A marked message that came back before unsettled (looped) waits for the
 // bus's one slot and is counted when its turn comes, so a crash in its run
-// counts against it alone; the first redelivery after a crash runs side by
-// side: an innocent message is counted at most twice.
+// counts against it alone: an innocent message is counted at most twice.
 type poisonCount struct {
 	db       *gorm.DB
 	d        dialect.Dialect
@@ -49,8 +45,7 @@ func newPoisonCount(db *gorm.DB, now func() time.Time, stopping <-chan struct{})
 	return &poisonCount{db: db, d: d, stmts: stmts, now: now, slot: make(chan struct{}, 1), stopping: stopping}, nil
 }
 
-// previous counts a marked delivery and returns the deliveries before it
-// that were not settled; an unmarked one is a first delivery.
+// previous counts a marked delivery and returns the unsettled ones before it.
 func (r *poisonCount) previous(msg *message.Message, _, consumer string) (n int, counted bool, release func(), err error) {
 	release = func() {}
 	mark := msg.Metadata.Get(metadata.Redelivered)
@@ -93,8 +88,7 @@ func (r *poisonCount) count(ctx context.Context, consumer string, msg *message.M
 	return n, nil
 }
 
-// looped reports whether a count of msg is stored: it came back before,
-// and was not settled since. An error reads as no: count says it.
+// looped reports whether a count of msg is stored; an error reads as no.
 func (r *poisonCount) looped(ctx context.Context, consumer string, msg *message.Message) bool {
 	var n int
 	err := r.db.WithContext(ctx).Raw(r.stmts.Read, consumer, msg.UUID).Row().Scan(&n)
