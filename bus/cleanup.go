@@ -17,8 +17,7 @@ import (
 )
 
 // scheduleCleanup registers the CleanupStore handler and returns the
-// scheduler that sends CleanupStore to this endpoint every interval, on one
-// instance per slot. The slot's message ID is deterministic.
+// scheduler that sends it to this endpoint, one instance per slot.
 func (b *Bus) scheduleCleanup() (*scheduler.Scheduler, error) {
 	// Only Run calls it, and one Run at a time.
 	if b.cleanup != nil { // a Run before this one failed after building it

@@ -7,10 +7,9 @@ import (
 	"github.com/postroom/postroom/internal/dialect"
 )
 
-// Delayed deliveries that other buses publish and that stay overdue are
-// said at warn: strandedAfter past their due time (well past any poll
-// interval a running bus would have), looked for every strandedEvery,
-// each target group at most every strandedRepeat.
+// Delayed deliveries of other buses overdue by strandedAfter are looked
+// for every strandedEvery, each target group said at most every
+// strandedRepeat.
 var (
 	strandedAfter  = 5 * time.Minute
 	strandedEvery  = time.Minute
@@ -25,8 +24,7 @@ type strandedDelayed struct {
 	said map[string]time.Time // by target group: when it was last said
 }
 
-// check looks, at most every strandedEvery, for such deliveries, and says
-// each target group found at most every strandedRepeat.
+// check looks for such deliveries and says them.
 func (s *strandedDelayed) check(ctx context.Context, b *Bus) {
 	now := b.cfg.Now()
 	if !s.last.IsZero() && now.Sub(s.last) < strandedEvery {

@@ -22,9 +22,8 @@ type Marshaler interface {
 // a producer a version ahead or behind still gets through.
 type JSON struct {
 	// DisallowUnknownFields refuses a payload with a field the message's
-	// type does not have (a misrouted message, a misspelt field) as
-	// malformed, for producers and consumers that change their types
-	// together.
+	// type does not have as malformed, for producers and consumers that
+	// change their types together.
 	DisallowUnknownFields bool
 }
 
@@ -55,8 +54,7 @@ func (j JSON) Unmarshal(data []byte, v any) error {
 	return nil
 }
 
-// invalidUTF8At returns the offset of the first byte of data that is not
-// valid UTF-8.
+// invalidUTF8At returns the offset of data's first invalid UTF-8 byte.
 func invalidUTF8At(data []byte) int {
 	for i := 0; i < len(data); {
 		r, size := utf8.DecodeRune(data[i:])

@@ -27,9 +27,8 @@ func (b *Bus) addRouterMetrics() {
 	wmetrics.NewPrometheusMetricsBuilder(b.registry, "", "").AddPrometheusRouterMetrics(b.router)
 }
 
-// metricsHandler registers postroom's counters and gauges beside
-// Watermill's and serves them; a series that cannot be gathered is logged
-// and left out.
+// metricsHandler serves postroom's metrics beside Watermill's; a series
+// that cannot be gathered is logged and left out.
 func (b *Bus) metricsHandler(counters *metrics.Counters) http.Handler {
 	if err := b.registry.Register(counters); err != nil {
 		var again prometheus.AlreadyRegisteredError
@@ -55,8 +54,7 @@ func (b *Bus) needsTables() bool {
 	return b.needsCleanup
 }
 
-// reportTables sets the tables' row count and oldest-row age, and the
-// cleanup lag, until ctx is done.
+// reportTables sets the table gauges and the cleanup lag until ctx is done.
 func (b *Bus) reportTables(ctx context.Context, gauges metrics.GaugeSetter) {
 	var tables []string // those set: unknown when a read fails
 	unknown := func() {
@@ -142,8 +140,7 @@ func every(ctx context.Context, interval time.Duration, f func()) {
 	}
 }
 
-// loopbackByDefault puts an address without a host (":9464") on loopback:
-// metrics are not served to other machines unless asked.
+// loopbackByDefault puts an address without a host (":9464") on loopback.
 func loopbackByDefault(addr string) string {
 	if host, port, err := net.SplitHostPort(addr); err == nil && host == "" {
 		return net.JoinHostPort("127.0.0.1", port)

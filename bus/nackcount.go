@@ -7,9 +7,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
-// nackCountLimit bounds the messages nackCount remembers: a message that
-// loops is nacked again within moments, so the oldest entries of a full
-// table are messages another instance has since settled.
+// nackCountLimit bounds the messages nackCount remembers: a looping
+// message is nacked again within moments, so the oldest are settled ones.
 const nackCountLimit = 10_000
 
 // nackCount counts, per handler group and message ID, the deliveries in

@@ -15,9 +15,8 @@ type Namer interface {
 }
 
 // MessageName returns the stable name of T: its MessageName method if it
-// has one, else its full import path and type name
-// ("github.com/acme/billing/events.InvoiceCreated"), which two packages of
-// the same name cannot share.
+// has one, else its import path and type name
+// ("github.com/acme/billing/events.InvoiceCreated").
 func MessageName[T any]() string {
 	var zero T
 	if n, ok := any(zero).(Namer); ok {
@@ -46,10 +45,9 @@ var (
 // identifiers at 63 bytes).
 const maxTopicLength = 40
 
-// topicOf turns a name into a topic every transport accepts: letters,
-// digits, '-', '_' and '.' (anything else becomes '-'), at most 40 bytes;
-// a name that had to change keeps its tail (the type name) and ends in a
-// hash of the whole, so distinct names stay distinct.
+// topicOf turns a name into a topic every transport accepts (letters,
+// digits, '-', '_' and '.', at most 40 bytes); a name that had to change
+// keeps its tail and ends in a hash of the whole, so names stay distinct.
 func topicOf(name string) string {
 	if len(name) <= maxTopicLength && isTopic(name) {
 		return name // the common case, without a regexp on every Send
@@ -63,8 +61,7 @@ func topicOf(name string) string {
 	return strings.TrimLeft(head, "-.") + "-" + hex.EncodeToString(sum[:4])
 }
 
-// isTopic reports whether name holds only the bytes topicOf keeps, and
-// neither begins nor ends with '-'.
+// isTopic reports whether topicOf would keep name as it is.
 func isTopic(name string) bool {
 	if name == "" || name[0] == '-' || name[len(name)-1] == '-' {
 		return false
@@ -84,8 +81,7 @@ func isTopic(name string) bool {
 // the name made into a valid topic, not always the name itself.
 func EventTopic(messageName string) string { return eventTopic(messageName) }
 
-// CommandTopic returns the topic commands of the message name are sent to
-// for endpoint.
+// CommandTopic returns the topic of endpoint's commands of the message name.
 func CommandTopic(endpoint, messageName string) string { return commandTopic(endpoint, messageName) }
 
 // GroupOf returns the subscriber group of a handler of endpoint (on
