@@ -36,37 +36,35 @@ type Bus struct {
 	wmLog    watermill.LoggerAdapter
 	outbox   *outbox.Outbox
 	registry *prometheus.Registry // Watermill's router metrics; nil without Metrics.Addr
-	// nacks and redeliveries are the poison-loop guard's counts (counterFor):
-	// in this process, and in the database (nil without Config.DB).
+	// The poison-loop guard's counts (counterFor); redeliveries nil without DB.
 	nacks        nackCount
 	redeliveries *poisonCount
-	// drain ends Config.StopTimeout after the stop began, cancelling the
-	// handlers still running.
+	// drain ends Config.StopTimeout into a stop, cancelling the handlers.
 	drain    context.Context
 	endDrain context.CancelFunc
 	stopOnce sync.Once
 	stopping chan struct{} // closed when the stop begins
 	handling handling      // the deliveries the handlers hold (drainingSubscriber waits for them)
 
-	mu                 sync.Mutex
-	handlers           map[string]bool
-	running            bool
-	routerRan          bool                                                      // Run started the router: Close must stop it
-	routerDone         chan struct{}                                             // closed when the router's Run returned
-	retryTargets       map[string]func(topic string, msg *message.Message) error // runs a delayed retry, by handler group
-	retryDelays        map[string][]time.Duration                                // per handler, from WithDelayedRetries
-	delayedAttempts    map[int64]int                                             // refused publishes of due delayed messages, by row
-	delayedReady       bool                                                      // the database has the delayed table (checked at Run)
+	mu         sync.Mutex
+	handlers   map[string]bool
+	running    bool
+	routerRan  bool          // Run started the router: Close must stop it
+	routerDone chan struct{} // closed when the router's Run returned
+	// retryTargets runs a delayed retry, by handler group.
+	retryTargets       map[string]func(topic string, msg *message.Message) error
+	retryDelays        map[string][]time.Duration // per handler, from WithDelayedRetries
+	delayedAttempts    map[int64]int              // refused publishes of due delayed messages, by row
+	delayedReady       bool                       // the database has the delayed table (checked at Run)
 	closed             bool
 	runCtx             context.Context // the context of the Run that started the router
 	needsCleanup       bool
 	errorQueueDeclared bool // by a Run: the next one does not declare it again
-	// errorQueueSub declares the error queue, one declaration at a time:
-	// one per bus, as each holds a connection until the transport closes.
+	// One error-queue subscriber per bus (each holds a connection), used
+	// under errorQueueMu.
 	errorQueueMu  sync.Mutex
 	errorQueueSub message.Subscriber
-	// opened holds the subscribers the bus opened, which Close closes; the
-	// transport only if the bus created it (ownsTransport).
+	// opened: the subscribers Close closes (the transport if ownsTransport).
 	opened        []io.Closer
 	ownsTransport bool
 	cleanup       *scheduler.Scheduler // built by the first Run that needs it
@@ -132,8 +130,7 @@ func New(cfg Config) (*Bus, error) {
 	return b, nil
 }
 
-// outboxRelay names the outbox relay in the counters: its Failed count is
-// the messages it moved to the error topic.
+// outboxRelay names the outbox relay in the counters (Failed: moved aside).
 const outboxRelay = "postroom.outbox-relay"
 
 // Endpoint returns the endpoint's name.
@@ -295,8 +292,7 @@ func startupError(ctx context.Context, err error) error {
 	return fmt.Errorf("bus: %w (has `postroom migrate` run?)", err)
 }
 
-// serveMetrics listens on Config.Metrics.Addr and returns the function that
-// serves /metrics until ctx is done.
+// serveMetrics listens on Config.Metrics.Addr and returns the server's loop.
 func (b *Bus) serveMetrics(ctx context.Context) (func() error, error) {
 	counters := b.Counters()
 	if counters == nil {
@@ -476,8 +472,7 @@ func Metadata(ctx context.Context) map[string]string {
 // ErrNoOutbox is returned by OutboxBacklog when Config.Outbox is off.
 var ErrNoOutbox = errors.New("bus: no outbox: set Config.Outbox")
 
-// reportConnected sets the transport's connected gauge every interval
-// until ctx is done.
+// reportConnected sets the transport's connected gauge until ctx is done.
 func reportConnected(ctx context.Context, interval time.Duration, c transport.Connectivity, gauges metrics.GaugeSetter) {
 	every(ctx, interval, func() {
 		connected := 0.0

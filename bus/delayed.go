@@ -80,8 +80,7 @@ func (b *Bus) delayedStatements(db *gorm.DB) (dialect.Dialect, dialect.DelayedSt
 	return d, stmts, err
 }
 
-// relayDelayed delivers the due delayed messages every
-// DelayedPollInterval until ctx ends.
+// relayDelayed delivers due delayed messages until ctx ends.
 func (b *Bus) relayDelayed(ctx context.Context) error {
 	ticker := time.NewTicker(b.cfg.DelayedPollInterval)
 	defer ticker.Stop()
@@ -221,12 +220,10 @@ func (b *Bus) deliverDue(ctx context.Context) (int, error) {
 	return len(rows), nil
 }
 
-// delayedClaimLease is how long a claim holds a due delayed retry until
-// its run renews the lease.
+// delayedClaimLease holds a claimed retry until its run renews the lease.
 const delayedClaimLease = time.Minute
 
-// releaseClaimed makes delayed retries this instance holds until then due
-// now, for the next instance or start, and says so.
+// releaseClaimed makes the retries held until then due now, and says so.
 func (b *Bus) releaseClaimed(ctx context.Context, d dialect.Dialect, stmts dialect.DelayedStatements, rows []delayedRow, until time.Time, why string) {
 	if len(rows) == 0 {
 		return
@@ -254,8 +251,7 @@ func (b *Bus) releaseClaimed(ctx context.Context, d dialect.Dialect, stmts diale
 // delayedPublishTimeout bounds one publish of a due delayed message.
 const delayedPublishTimeout = 10 * time.Second
 
-// maxDelayedAttempts is how often the delayed relay tries to publish one
-// message before it moves it to the error topic.
+// maxDelayedAttempts: publishes of a delayed message before the error topic.
 const maxDelayedAttempts = 5
 
 // delayedRefused moves a due message no queue takes, or refused

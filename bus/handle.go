@@ -141,8 +141,7 @@ func WithBatch(size int, maxWait time.Duration) HandlerOption {
 // WithConcurrency overrides Config.Concurrency for this handler: at least 1.
 func WithConcurrency(n int) HandlerOption { return func(c *handlerConfig) { c.concurrency = n } }
 
-// HandlerFunc handles one message of type T. Returning an error rolls back
-// its transaction and retries the message.
+// HandlerFunc handles one message of type T; an error rolls back and retries.
 type HandlerFunc[T any] func(ctx context.Context, m *T) error
 
 // Handle registers fn for messages of type T: commands sent to this
@@ -223,8 +222,7 @@ func (b *Bus) register(name string, byRun bool, opts []HandlerOption, build func
 			return fmt.Errorf("bus: handler %s: %w", hc.name, err)
 		}
 	}
-	// chain is the delivery in its span and Config.Middleware, for the
-	// router and a delayed retry alike, so a retry keeps its trace.
+	// The delivery in its span and Config.Middleware, for a delayed retry too.
 	chain := func(topic string) message.HandlerFunc {
 		var delivery message.HandlerFunc = func(msg *message.Message) ([]*message.Message, error) {
 			return nil, b.deliver(hc.name, topic, msg, h, lim)
@@ -267,8 +265,7 @@ func (b *Bus) register(name string, byRun bool, opts []HandlerOption, build func
 			defer b.handling.done()
 			defer b.outliveStop(msg)()
 			err := guarded(msg)
-			// Settled before the delivery stops counting as held
-			// (drainingSubscriber); Watermill's Ack or Nack is then a no-op.
+			// Settled before the delivery stops counting as held (drainingSubscriber).
 			switch {
 			case errors.Is(err, errStopping):
 				// deliver logged it at info; Watermill would say error.
@@ -324,8 +321,7 @@ func (b *Bus) reserve(name string, byRun bool) error {
 	return nil
 }
 
-// chain wraps the typed handler in the unit of work, inbox and stale check
-// the options ask for; a handler with none of them pays for none.
+// chain wraps h in the unit of work, inbox and stale check hc asks for.
 func (b *Bus) chain(hc handlerConfig, h message.HandlerFunc) (message.HandlerFunc, error) {
 	if !hc.transaction && !hc.inbox && !hc.stale {
 		return h, nil
@@ -393,8 +389,7 @@ func (b *Bus) checkRetention(hc handlerConfig) error {
 	return nil
 }
 
-// keepsKeys records that the handler keeps inbox keys or watermarks under
-// its consumer, which cleanup purges.
+// keepsKeys records that cleanup must purge the handler's keys or watermarks.
 func (b *Bus) keepsKeys(hc handlerConfig) error {
 	if !hc.inbox && !hc.stale {
 		return nil
@@ -409,8 +404,7 @@ func (b *Bus) keepsKeys(hc handlerConfig) error {
 	return nil
 }
 
-// inUnitOfWork runs h in a unit of work: a transaction per message, or a
-// batch's (WithBatch).
+// inUnitOfWork runs h in a transaction per message, or in a batch's.
 func (b *Bus) inUnitOfWork(hc handlerConfig, h message.HandlerFunc) (message.HandlerFunc, error) {
 	mw, err := uow.New(uow.Config{DB: b.cfg.DB, BatchSize: hc.batchSize, BatchWait: hc.batchWait, InFlight: hc.inFlight})
 	if err != nil {

@@ -157,8 +157,7 @@ func contentionPause(n int) time.Duration {
 	return time.Duration(n) * (10*time.Millisecond + rand.N(40*time.Millisecond))
 }
 
-// pauseRetry waits d before the next attempt of msg; a stop or the end of
-// its context gives the message back at once, the error saying which.
+// pauseRetry waits d; a stop or the end of msg's context cuts it short.
 func (b *Bus) pauseRetry(handler string, msg *message.Message, d time.Duration, err error) error {
 	select {
 	case <-time.After(d):
@@ -186,8 +185,8 @@ func (b *Bus) watchSlowAttempt(handler, messageID string, attempt int) *time.Tim
 	})
 }
 
-// attempt runs the handler chain once, turning a panic into an error, and
-// dispatches the messages the handler sent once it has committed.
+// attempt runs the handler chain once, a panic as an error, then dispatches
+// what it sent.
 func (b *Bus) attempt(msg *message.Message, h message.HandlerFunc, handler string, n int) (ran bool, err error) {
 	parent := msg.Context()
 	in := &incoming{msg: msg}
@@ -348,8 +347,7 @@ func withoutLargestMetadata(failed *message.Message) (*message.Message, string) 
 	return out, dropped
 }
 
-// errorTopicRefusedPause is how long a delivery whose move to the error
-// topic failed waits before it is nacked back to the broker.
+// errorTopicRefusedPause is the wait before a nack when the error topic refused.
 const errorTopicRefusedPause = time.Second
 
 func (b *Bus) moveToErrorTopic(handler, topic string, msg *message.Message, attempts int, reason error) error {
