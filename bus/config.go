@@ -43,8 +43,8 @@ const (
 )
 
 // RetryPolicy says how often, and how far apart, a failing message is
-// retried in process before it goes to the error topic ("immediate
-// retries" in NServiceBus terms). Unrecoverable errors are not retried.
+// retried in process (NServiceBus's immediate retries); unrecoverable
+// errors are not.
 type RetryPolicy struct {
 	// MaxRetries is the number of retries after the first attempt. Defaults
 	// to 3; set NoRetries for none.
@@ -102,13 +102,11 @@ type Config struct {
 	// transport shared by several buses logs through the last one's.
 	Transport transport.Transport
 	// DB is the database of handlers' transactions, the inbox and the
-	// watermarks. Required when a handler uses WithTransaction, WithInbox (or
-	// its variants) or WithStale.
+	// watermarks, required by WithTransaction, WithInbox and WithStale.
 	DB *gorm.DB
 	// Logger logs the bus's work. Defaults to slog.Default().
 	Logger *slog.Logger
-	// Retry is the in-process retry policy. Defaults to 3 retries from 100ms
-	// doubling to at most 5s.
+	// Retry is the in-process retry policy. Defaults to 3 retries, 100ms doubling to 5s.
 	Retry RetryPolicy
 	// ErrorTopic receives messages that failed every attempt. Defaults to "error".
 	ErrorTopic string
@@ -130,12 +128,10 @@ type Config struct {
 	// messages (DeliverAt) when its database has their table. Defaults to 1s.
 	DelayedPollInterval time.Duration
 	// MaxDeliveries is how often a message may be delivered to a handler
-	// without being settled (a nack, or a process that died handling it);
-	// the next delivery moves it to the error topic with the reason
-	// "delivered N times without being handled", so a poison message stops
-	// blocking the messages behind it. Deliveries that ended their process
-	// are counted by quorum queues or, with DB, in postroom_deliveries; see
-	// docs/recoverability.md and docs/guarantees.md. Defaults to 10.
+	// without being settled (a nack, or a process that died handling it)
+	// before the next delivery moves it to the error topic, so a poison
+	// message stops blocking the messages behind it. How deliveries are
+	// counted: docs/recoverability.md. Defaults to 10.
 	MaxDeliveries int
 	// StopTimeout is how long a stop (Run's context ending, or Close)
 	// lets the messages being handled finish before their contexts are
@@ -177,8 +173,7 @@ type Config struct {
 	Now func() time.Time
 }
 
-// CleanupSchedule configures the scheduled CleanupStore (the handler itself
-// is handlers.Cleanup, configured by handlers.CleanupConfig).
+// CleanupSchedule configures the scheduled CleanupStore (see handlers.Cleanup).
 type CleanupSchedule struct {
 	// Disabled turns the schedule off (purge some other way, or the tables grow forever).
 	Disabled bool
@@ -194,8 +189,7 @@ type CleanupSchedule struct {
 
 // RedeliveryHorizon returns how long after its first delivery a message
 // can still arrive again with c's settings: its retries' horizon plus
-// RedeliveryWindow. The bus refuses an InboxRetention below it (plus the
-// lease of a handler with external effects).
+// RedeliveryWindow, the least InboxRetention the bus accepts.
 func (c Config) RedeliveryHorizon() time.Duration {
 	c = c.withDefaults()
 	return c.Retry.Horizon() + c.RedeliveryWindow
@@ -211,8 +205,7 @@ type Metrics struct {
 	// Without a host it listens on loopback only ("0.0.0.0:9464" serves
 	// other machines). Needs the default Recorder. Defaults to "": off.
 	Addr string
-	// GaugeInterval is how often the bus sets its gauges (the outbox's
-	// backlog and lag). Defaults to 5s.
+	// GaugeInterval is how often the bus sets its gauges. Defaults to 5s.
 	GaugeInterval time.Duration
 	// TableGaugeInterval is how often the bus sets the inbox and watermark
 	// tables' gauges and the cleanup lag, when a handler uses them. Defaults
@@ -226,8 +219,7 @@ type Tracing struct {
 	// retries), and the trace context carried in metadata. Pass
 	// otel.GetTracerProvider() for the global one. Defaults to nil: off.
 	Provider trace.TracerProvider
-	// Propagator writes and reads the trace context in metadata. Defaults
-	// to W3C Trace Context.
+	// Propagator carries the trace context in metadata. Defaults to W3C's.
 	Propagator propagation.TextMapPropagator
 }
 
@@ -320,8 +312,7 @@ func (c Config) validate() error {
 	return errors.Join(errs...)
 }
 
-// deliveryLimit is tr's broker-side delivery limit, 0 for none or no
-// transport.
+// deliveryLimit is tr's broker-side delivery limit, 0 for none.
 func deliveryLimit(tr transport.Transport) int {
 	if tr == nil {
 		return 0

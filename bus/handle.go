@@ -47,9 +47,8 @@ type handlerConfig struct {
 	onSettle     func(func()) // sets what runs each time one of them is done
 }
 
-// Named names the handler. It defaults to the message name; two handlers of
-// one message type in one endpoint need distinct names. The name is the
-// inbox's consumer, so keep it stable.
+// Named names the handler (by default its message's name): two handlers of
+// one type need distinct names. It names the inbox's consumer: keep it stable.
 func Named(name string) HandlerOption { return func(c *handlerConfig) { c.name = name } }
 
 // WithTransaction runs the handler in a database transaction that
@@ -128,12 +127,10 @@ func WithDelayedRetries(delays ...time.Duration) HandlerOption {
 
 // WithBatch commits the handler's messages in batches: up to size messages
 // handled at the same time share one transaction, each in a savepoint of
-// its own, and each is acked once the batch has committed. A batch commits
-// at size messages, or maxWait after its first (10ms when maxWait is 0). A
-// failing message rolls back to its savepoint and is retried alone.
-// Config.Concurrency (or WithConcurrency) becomes the number of batches in
-// flight. Implies WithTransaction; not with Inbox.ExternalEffects. See
-// docs/batching.md.
+// its own (a failing one is retried alone), and are acked once it commits,
+// at size messages or maxWait after the first (10ms when 0).
+// Config.Concurrency becomes the number of batches in flight. Implies
+// WithTransaction; not with Inbox.ExternalEffects. See docs/batching.md.
 func WithBatch(size int, maxWait time.Duration) HandlerOption {
 	return func(c *handlerConfig) { c.transaction, c.batched, c.batchSize, c.batchWait = true, true, size, maxWait }
 }
