@@ -324,10 +324,9 @@ func (b *Bus) MetricsAddr() string {
 	return b.metricsAddr
 }
 
-// declareErrorQueue makes the error topic durable before anything fails: on
-// RabbitMQ a message published to an exchange with no queue bound is
-// dropped. Once per bus, and again after the queue was found gone
-// (moveToErrorTopic), always on the same subscriber.
+// declareErrorQueue makes the error topic durable before anything fails (on
+// RabbitMQ a message to an exchange with no queue is dropped): once per
+// bus, and again after the queue was found gone (moveToErrorTopic).
 func (b *Bus) declareErrorQueue() error {
 	b.errorQueueMu.Lock()
 	defer b.errorQueueMu.Unlock()
@@ -382,8 +381,7 @@ func (b *Bus) startBackground(ctx context.Context, cancel context.CancelFunc, ta
 	return done
 }
 
-// isStopping reports whether the bus has begun to stop (Close, or the end
-// of the Run context, an ancestor of every message's). Only a stop, not any
+// isStopping reports whether the bus has begun to stop. Only a stop, not any
 // ended message context, makes the bus give a failed message back instead
 // of moving it to the error topic.
 func (b *Bus) isStopping() bool {

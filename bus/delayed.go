@@ -141,10 +141,9 @@ type delayedRow struct {
 	Metadata    string
 }
 
-// deliverDue publishes up to delayedBatch due messages and deletes them, in
-// one transaction whose row locks keep other instances off them (at least
-// once). Due delayed retries of this bus's handlers are claimed in it and
-// run after it.
+// deliverDue publishes and deletes up to delayedBatch due messages in one
+// transaction whose row locks keep other instances off; due delayed
+// retries of this bus's handlers are claimed in it and run after it.
 func (b *Bus) deliverDue(ctx context.Context) (int, error) {
 	d, stmts, err := b.delayedStatements(b.cfg.DB)
 	if err != nil {

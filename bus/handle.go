@@ -596,9 +596,8 @@ func IsUnrecoverable(err error) bool {
 	return errors.As(err, &u) && u.Unrecoverable()
 }
 
-// growStack grows the stack of the new goroutine Watermill runs each
-// message on in one step, while it is shallow, instead of by repeated
-// doubling in the database driver (9% of a message in the inbox benchmark).
+// growStack grows a message goroutine's stack in one step while shallow,
+// not by doubling in the driver (9% of a message in the inbox benchmark).
 //
 //go:noinline
 func growStack() {

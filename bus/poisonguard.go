@@ -23,15 +23,11 @@ type deliveryCounter interface {
 	ended(msg *message.Message, group, consumer string, counted, nacked, moved bool) error
 }
 
-// counterFor chooses the count of the deliveries a transport offering
-// caps hands a handler:
-//   - none, when every redelivery carries the transport's count
-//     (RabbitMQ's quorum queues);
-//   - the database's (poisonCount), when the transport marks possible
-//     redeliveries and the bus has Config.DB: a message that kills each
-//     process it reaches is counted too;
-//   - this process's (nackCount) otherwise (a crash loop is then not
-//     counted: docs/guarantees.md).
+// counterFor chooses the count of a handler's deliveries: none where each
+// redelivery carries the transport's count (quorum queues); the database's
+// (poisonCount) where the transport marks possible redeliveries and the
+// bus has Config.DB, counting crash loops too; else this process's
+// (nackCount), which does not (docs/guarantees.md).
 func (b *Bus) counterFor(caps transport.Capabilities) deliveryCounter {
 	switch {
 	case caps.CountsDeliveries:
@@ -63,12 +59,8 @@ func (countedByTransport) ended(*message.Message, string, string, bool, bool, bo
 // guarded wraps a delivery with the poison-loop guard: a message delivered
 // Config.MaxDeliveries times without being settled goes to the error topic
 // on its next delivery (handled as usual while the error topic refuses it).
-// A delivery carrying metadata.DeliveryCount is counted by its transport;
-// any other by count.
-//
-// A redelivery is handled alone, never in a batch: every message in flight
-// at a crash comes back, and batched with the one that kills its process
-// the innocent ones would reach MaxDeliveries with it (see poisonCount).
+// A redelivery is handled alone, never in a batch: batched with the one
+// that kills its process, innocent ones would reach MaxDeliveries with it.
 func (b *Bus) guarded(handler, topic string, count deliveryCounter, delivery message.HandlerFunc) func(*message.Message) error {
 	group, consumer := b.group(handler), b.consumer(handler)
 	return func(msg *message.Message) error {

@@ -38,10 +38,9 @@ var ErrPanic = errors.New("bus: handler panicked")
 // nacked without Watermill's error line.
 var errStopping = errors.New("the bus is stopping")
 
-// deliver runs one delivery: attempts with backoff, then the error topic;
-// an outage of the database is waited out under rate limiting instead. It
-// returns an error (a nack) only when the message could not be moved to the
-// error topic or the bus is stopping, so nothing is lost.
+// deliver runs one delivery: attempts with backoff, then the error topic
+// (an outage of the database is waited out). It returns an error (a nack)
+// only when the error topic refused the message or the bus is stopping.
 func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.HandlerFunc, lim *limiter) error {
 	b.cfg.Metrics.Recorder.Record(handler, metrics.Received)
 	if err := checkReceived(msg); err != nil {
@@ -282,10 +281,9 @@ func (b *Bus) publishCommitted(ctx context.Context, out outgoing) error {
 	}
 }
 
-// publishFailed publishes failed to the error topic. The added error
-// metadata may push it past the broker's limit (RabbitMQ's frame_max), and
-// nacked it would come back forever: refused twice, it goes without its
-// largest metadata values, which dropped names.
+// publishFailed publishes failed to the error topic; refused twice (the
+// error metadata may pass RabbitMQ's frame_max), it goes without its
+// largest metadata values, which dropped names, rather than loop.
 func (b *Bus) publishFailed(publish func(string, ...*message.Message) error, failed *message.Message) (dropped string, err error) {
 	if err = publish(b.cfg.ErrorTopic, failed); err == nil {
 		return "", nil
