@@ -381,9 +381,9 @@ func (b *Bus) startBackground(ctx context.Context, cancel context.CancelFunc, ta
 	return done
 }
 
-// isStopping reports whether the bus has begun to stop. Only a stop, not any
-// ended message context, makes the bus give a failed message back instead
-// of moving it to the error topic.
+// isStopping reports whether the bus has begun to stop (Close, or the end
+// of Run's context, every message's ancestor). Only a stop, not any ended
+// message context, gives a failed message back instead of the error topic.
 func (b *Bus) isStopping() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
