@@ -390,12 +390,11 @@ func (b *Bus) isStopping() bool {
 	return b.closed || b.runCtx != nil && b.runCtx.Err() != nil
 }
 
-// Close stops handling and closes the subscribers the bus opened. It takes
-// no new message and waits for the handlers still running, for
-// Config.StopTimeout; then their attempts are cancelled and their messages
-// go back to the broker (or are parked, per Inbox.ExternalEffects). A
-// transport passed in Config.Transport stays open: close it after every bus
-// that uses it.
+// Close stops handling and closes the subscribers the bus opened, after
+// the handlers still running finish, within Config.StopTimeout (then their
+// messages go back to the broker, or are parked per Inbox.ExternalEffects).
+// A transport passed in Config.Transport stays open: close it after every
+// bus that uses it.
 func (b *Bus) Close() error {
 	b.beginStop()
 	b.mu.Lock()

@@ -86,11 +86,10 @@ type Inbox struct {
 	MessageLog bool
 	// StorePayload keeps the payload with the key too (implies MessageLog).
 	StorePayload bool
-	// ExternalEffects, when set, selects the External mode: the key is
-	// claimed and committed before the handler runs, which passes
-	// inbox.IdempotencyKey(ctx) on; an attempt that ended without a known
-	// outcome follows OnUnknown. Return inbox.NotDone(err) when the effect
-	// certainly did not happen. See docs/effects.md.
+	// ExternalEffects selects the External mode (docs/effects.md): the key
+	// is claimed before the handler runs, which passes
+	// inbox.IdempotencyKey(ctx) on. Return inbox.NotDone(err) when the
+	// effect certainly did not happen.
 	ExternalEffects *ExternalEffects
 }
 

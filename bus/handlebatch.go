@@ -23,12 +23,11 @@ type BatchFunc[T any] func(ctx context.Context, ms []*T) error
 const batchSizeDefault = 100
 
 // HandleBatch registers fn for messages of type T, which it takes in
-// batches of up to WithBatch's size (100 by default), the first waiting at
-// most WithBatch's maxWait (10ms by default). Each batch runs in one
-// transaction, each message acked once it has committed. With WithInbox,
-// fn sees only the new messages. When fn fails or panics, it is called
-// again with each message alone, in a savepoint of its own: fn must have
-// no effects outside the transaction, and may see a message twice.
+// batches of up to WithBatch's size (100 by default) in one transaction,
+// each message acked once it committed. With WithInbox, fn sees only the
+// new messages. When fn fails or panics, it is called again with each
+// message alone, in a savepoint of its own: fn must have no effects outside
+// the transaction, and may see a message twice.
 //
 // What fn sends carries the correlation and causation of the call's first
 // message. MessageIDs(ctx) returns the call's IDs in the order of ms;

@@ -12,14 +12,12 @@ import (
 	"github.com/postroom/postroom/metadata"
 )
 
-// poisonCount counts in postroom_deliveries, per consumer and message ID,
-// the deliveries its transport marks metadata.Redelivered, so that a
-// message that kills its process reaches the error topic after
-// Config.MaxDeliveries (docs/guarantees.md). A first delivery costs nothing.
-//
-// A marked message that came back before unsettled (looped) waits for the
-// bus's one slot and is counted when its turn comes, so a crash in its run
-// counts against it alone: an innocent message is counted at most twice.
+// poisonCount counts in postroom_deliveries the deliveries its transport
+// marks metadata.Redelivered, so a message that kills its process reaches
+// the error topic after Config.MaxDeliveries. One that came back unsettled
+// before (looped) waits for the bus's one slot and is counted in its turn,
+// so a crash in its run counts against it alone: an innocent message is
+// counted at most twice.
 type poisonCount struct {
 	db       *gorm.DB
 	d        dialect.Dialect

@@ -11,12 +11,11 @@ import (
 	"github.com/postroom/postroom/metrics"
 )
 
-// RateLimit configures automatic rate limiting (NServiceBus's name): when a
-// handler's attempts fail to reach its database Threshold times in a row
-// (the connection refused or cut, the server restarting), the handler goes
-// down to one attempt at a time, Wait apart, until one begun after the
-// failures succeeds. Meanwhile such failures spend no retries: an outage of
-// the database leaves the messages in their queue, not in the error topic.
+// RateLimit configures automatic rate limiting: when a handler fails to
+// reach its database Threshold times in a row, it goes down to one attempt
+// at a time, Wait apart, until one begun after the failures succeeds.
+// Meanwhile such failures spend no retries: an outage of the database
+// leaves the messages in their queue, not in the error topic.
 type RateLimit struct {
 	// Disabled turns rate limiting off: an outage longer than the retries
 	// moves the messages to the error topic.
