@@ -6,14 +6,9 @@ import (
 	"sync"
 )
 
-// batchSends ties the messages of one HandleBatch call that committed
-// together. What fn sent in the call is the first message's to dispatch
-// after the commit (it cannot be told apart per message), so the others
-// are settled only once that dispatch is done, and fail with it: when the
-// stop cuts the dispatch short during a broker outage, every message of
-// the call goes back to the broker, and a handler without the inbox sends
-// all of it again on the redeliveries. Were the others acked, their sends
-// would be lost though the error line says a redelivery sends them again.
+// batchSends ties the messages of one HandleBatch call: what fn sent is
+// the first message's to dispatch after the commit, so the others are
+// settled only once that dispatch is done, and fail with it.
 type batchSends struct {
 	carrier *incoming // the first message of the call
 	ids     []string  // every message of the call, for the error line
@@ -23,8 +18,7 @@ type batchSends struct {
 	err  error
 }
 
-// tieSends ties the messages of a call of more than one message, ms in
-// the order fn got them.
+// tieSends ties the messages of a call, ms in the order fn got them.
 func tieSends[T any](ms []*batchMember[T]) {
 	if len(ms) < 2 || ms[0].in == nil {
 		return
@@ -41,8 +35,7 @@ func tieSends[T any](ms []*batchMember[T]) {
 // carriedBy reports whether in carries the sends of s's call.
 func (s *batchSends) carriedBy(in *incoming) bool { return s != nil && s.carrier == in }
 
-// finish records the outcome of the carrier's attempt: nil once what the
-// call sent is dispatched.
+// finish records the outcome of the carrier's attempt.
 func (s *batchSends) finish(err error) {
 	s.once.Do(func() {
 		s.err = err

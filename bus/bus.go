@@ -32,50 +32,41 @@ import (
 
 // Bus is one endpoint: its handlers, its router and its transport.
 type Bus struct {
-	cfg    Config
-	router *message.Router
-	wmSink *logsink.Sink // wmLog's: told when the bus begins to stop
-	wmLog  watermill.LoggerAdapter
-	outbox *outbox.Outbox
-	// registry holds Watermill's router metrics, served with postroom's on
-	// Metrics.Addr; nil without it.
-	registry *prometheus.Registry
-	// nacks and redeliveries are the poison-loop guard's counts (counterFor):
-	// in this process, and in the database (nil without Config.DB).
+	cfg      Config
+	router   *message.Router
+	wmSink   *logsink.Sink // wmLog's: told when the bus begins to stop
+	wmLog    watermill.LoggerAdapter
+	outbox   *outbox.Outbox
+	registry *prometheus.Registry // Watermill's router metrics; nil without Metrics.Addr
+	// The poison-loop guard's counts (counterFor); redeliveries nil without DB.
 	nacks        nackCount
 	redeliveries *poisonCount
-	// drain ends Config.StopTimeout after the bus began to stop (stopOnce):
-	// then the handlers still running have their context cancelled.
+	// drain ends Config.StopTimeout into a stop, cancelling the handlers.
 	drain    context.Context
 	endDrain context.CancelFunc
 	stopOnce sync.Once
 	stopping chan struct{} // closed when the stop begins
 	handling handling      // the deliveries the handlers hold (drainingSubscriber waits for them)
 
-	mu        sync.Mutex
-	handlers  map[string]bool
-	running   bool
-	routerRan bool // Run started the router: Close must stop it
-	// routerDone is closed when the router's Run returned (set with routerRan).
-	routerDone chan struct{}
-	// retryTargets runs a delayed retry of a handler group's message.
-	retryTargets map[string]func(topic string, msg *message.Message) error
-	retryDelays  map[string][]time.Duration // per handler, from WithDelayedRetries
-	// delayedAttempts counts the refused publishes of due delayed messages, by row.
-	delayedAttempts    map[int64]int
-	delayedReady       bool // the database has the delayed table (checked at Run)
+	mu         sync.Mutex
+	handlers   map[string]bool
+	running    bool
+	routerRan  bool          // Run started the router: Close must stop it
+	routerDone chan struct{} // closed when the router's Run returned
+	// retryTargets runs a delayed retry, by handler group.
+	retryTargets       map[string]func(topic string, msg *message.Message) error
+	retryDelays        map[string][]time.Duration // per handler, from WithDelayedRetries
+	delayedAttempts    map[int64]int              // refused publishes of due delayed messages, by row
+	delayedReady       bool                       // the database has the delayed table (checked at Run)
 	closed             bool
 	runCtx             context.Context // the context of the Run that started the router
 	needsCleanup       bool
 	errorQueueDeclared bool // by a Run: the next one does not declare it again
-	// errorQueue declares the error queue: one subscriber per bus, opened
-	// by the first declaration (each would hold a connection until the
-	// transport closes), used one declaration at a time.
+	// One error-queue subscriber per bus (each holds a connection), used
+	// under errorQueueMu.
 	errorQueueMu  sync.Mutex
 	errorQueueSub message.Subscriber
-	// opened holds the subscribers the bus opened (its handlers' and its
-	// error queue's): Close closes them, not the transport, unless the bus
-	// created the transport itself (ownsTransport).
+	// opened: the subscribers Close closes (the transport if ownsTransport).
 	opened        []io.Closer
 	ownsTransport bool
 	cleanup       *scheduler.Scheduler // built by the first Run that needs it
@@ -102,8 +93,7 @@ func New(cfg Config) (*Bus, error) {
 		ls.SetLogger(cfg.Logger)
 	}
 	wmSink, wmLog := watermillLogger(cfg.Logger)
-	// The router waits for its handlers on Close: the drain, then 30 s
-	// for an attempt cancelled at its end to roll back.
+	// On Close: the drain, then 30 s for a cancelled attempt to roll back.
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: max(cfg.StopTimeout, 0) + 30*time.Second}, wmLog)
 	if err != nil {
 		return nil, fmt.Errorf("bus: router: %w", err)
@@ -142,8 +132,7 @@ func New(cfg Config) (*Bus, error) {
 	return b, nil
 }
 
-// outboxRelay names the outbox relay in the counters: its Failed count is
-// the messages it moved to the error topic.
+// outboxRelay names the outbox relay in the counters (Failed: moved aside).
 const outboxRelay = "postroom.outbox-relay"
 
 // Endpoint returns the endpoint's name.
@@ -163,9 +152,8 @@ func (b *Bus) Counters() *metrics.Counters {
 }
 
 // Run handles messages until ctx is done or Close is called, or until a
-// task it runs beside the handlers (the outbox's relay, the delayed
-// relay, the scheduler, the metrics server) fails: then it logs the
-// failure at error, stops, and returns the error.
+// task it runs beside the handlers (the outbox's relay, the scheduler, …)
+// fails: then it logs the failure, stops, and returns the error.
 func (b *Bus) Run(ctx context.Context) error {
 	b.mu.Lock()
 	switch {
@@ -176,9 +164,8 @@ func (b *Bus) Run(ctx context.Context) error {
 		b.mu.Unlock()
 		return errors.New("bus: Run called twice")
 	}
-	// Marked under the same lock as the check: a second Run, or a Handle,
-	// racing this one sees it. A Run that fails before the router starts
-	// clears it, so it can be called again.
+	// Set under the check's lock, so a racing Run or Handle sees it; a Run
+	// that fails before the router starts clears it.
 	b.running = true
 	cleanup := b.needsCleanup && !b.cfg.Cleanup.Disabled
 	b.mu.Unlock()
@@ -274,10 +261,8 @@ func (b *Bus) Run(ctx context.Context) error {
 	started = true
 	b.logRunning(ctx)
 	done := b.startBackground(ctx, cancel, background)
-	// Watermill stops a router on Close, not on its context: a
-	// subscription that misses the cancel (watermill-amqp's own
-	// Subscriber can, in its reconnect loop) would keep Run waiting
-	// forever.
+	// Watermill stops a router on Close, not on its context: a subscription
+	// that misses the cancel would keep Run waiting forever.
 	go func() {
 		<-ctx.Done()
 		_ = b.closeRouter(routerDone)
@@ -297,9 +282,8 @@ func (b *Bus) Run(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// startupError is err of a step of Run that reads postroom's tables: with
-// a hint to migrate, unless Run was stopped while it started (then the
-// tables are not the cause).
+// startupError is err of a step of Run that reads postroom's tables, with
+// a hint to migrate unless Run was stopped meanwhile.
 func startupError(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("bus: stopped while starting: %w", err)
@@ -310,8 +294,7 @@ func startupError(ctx context.Context, err error) error {
 	return fmt.Errorf("bus: %w (has `postroom migrate` run?)", err)
 }
 
-// serveMetrics listens on Config.Metrics.Addr and returns the function that
-// serves /metrics until ctx is done.
+// serveMetrics listens on Config.Metrics.Addr and returns the server's loop.
 func (b *Bus) serveMetrics(ctx context.Context) (func() error, error) {
 	counters := b.Counters()
 	if counters == nil {
@@ -343,14 +326,9 @@ func (b *Bus) MetricsAddr() string {
 	return b.metricsAddr
 }
 
-// declareErrorQueue makes the error topic durable before anything fails: on
-// RabbitMQ a message published to an exchange with no queue bound is dropped.
-//
-// Once per bus, but again after the queue was found gone (moveToErrorTopic):
-// a Run that failed and is called again does not declare it again, and no
-// declaration opens another subscriber (each would hold a connection
-// until the transport closes: one per failed message while the queue is
-// gone).
+// declareErrorQueue makes the error topic durable before anything fails (on
+// RabbitMQ a message to an exchange with no queue is dropped): once per
+// bus, and again after the queue was found gone (moveToErrorTopic).
 func (b *Bus) declareErrorQueue() error {
 	b.errorQueueMu.Lock()
 	defer b.errorQueueMu.Unlock()
@@ -387,13 +365,9 @@ func (b *Bus) declareErrorQueue() error {
 //	select { case <-b.Running(): case err := <-done: return err }
 func (b *Bus) Running() <-chan struct{} { return b.router.Running() }
 
-// startBackground runs each task beside the router; the channel gets
-// each one's result. A task that fails while ctx is live (the outbox's
-// relay, the delayed relay, the scheduler, the metrics server) is logged
-// at error and stops the bus (cancel), so that Run returns its error:
-// running on without it would, say, leave every sent message in the
-// outbox without a word. NServiceBus stops an endpoint on such a critical
-// error too.
+// startBackground runs each task beside the router; the channel gets each
+// one's result. A task that fails while ctx is live stops the bus, so Run
+// returns its error rather than run on without, say, the outbox's relay.
 func (b *Bus) startBackground(ctx context.Context, cancel context.CancelFunc, tasks []func() error) <-chan error {
 	done := make(chan error, len(tasks))
 	for _, run := range tasks {
@@ -409,29 +383,20 @@ func (b *Bus) startBackground(ctx context.Context, cancel context.CancelFunc, ta
 	return done
 }
 
-// isStopping reports whether the bus has begun to stop. A message's
-// context can also end for other reasons (the SQL transport's ack
-// deadline, a Middleware's timeout); only a stop makes the bus give a
-// failed message back instead of moving it to the error topic. The bus
-// stops when Close is called or when the context of the Run that started
-// the router ends; that context is an ancestor of every message's, so
-// when a message's context ended with it, it has ended already.
+// isStopping reports whether the bus has begun to stop (Close, or the end
+// of Run's context, every message's ancestor). Only a stop, not any ended
+// message context, gives a failed message back instead of the error topic.
 func (b *Bus) isStopping() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.closed || b.runCtx != nil && b.runCtx.Err() != nil
 }
 
-// Close stops handling and closes the subscribers the bus opened. It
-// takes no new message and waits for the handlers still running: for
-// Config.StopTimeout they finish as usual; then their context is
-// cancelled, an attempt in progress rolls back, and its message goes back
-// to the broker (not to the error topic, unless a handler
-// Inbox.ExternalEffects parks it), to be handled again.
-//
+// Close stops handling and closes the subscribers the bus opened, after
+// the handlers still running finish, within Config.StopTimeout (then their
+// messages go back to the broker, or are parked per Inbox.ExternalEffects).
 // A transport passed in Config.Transport stays open: close it after every
-// bus that uses it. The in-memory transport the bus made for itself, when
-// Config.Transport was nil, is closed.
+// bus that uses it.
 func (b *Bus) Close() error {
 	b.beginStop()
 	b.mu.Lock()
@@ -442,10 +407,8 @@ func (b *Bus) Close() error {
 	if ran {
 		errs = append(errs, b.closeRouter(routerDone))
 	}
-	// The router waits for the deliveries from the broker; a delayed retry
-	// runs beside it, from the database, and may still be running: it
-	// gets the same drain before the transport it sends on is closed, so
-	// that Close does not return while it runs.
+	// A delayed retry runs beside the router, from the database: it gets
+	// the same drain before the transport it sends on is closed.
 	b.awaitHandling()
 	if b.outbox != nil {
 		errs = append(errs, b.outbox.Close())
@@ -463,10 +426,8 @@ func (b *Bus) Close() error {
 	return errors.Join(errs...)
 }
 
-// closeRouter closes the router once it runs. A router whose Run returned
-// without running (a subscribe failed) or that Run never started is left
-// alone: Watermill's Close would wait its whole close timeout (30 s) for
-// handlers that never started.
+// closeRouter closes the router once it runs; one that never ran is left
+// alone, as Watermill's Close would wait its whole close timeout for it.
 func (b *Bus) closeRouter(done <-chan struct{}) error {
 	select {
 	case <-b.router.Running():
@@ -510,8 +471,7 @@ func Metadata(ctx context.Context) map[string]string {
 // ErrNoOutbox is returned by OutboxBacklog when Config.Outbox is off.
 var ErrNoOutbox = errors.New("bus: no outbox: set Config.Outbox")
 
-// reportConnected sets the transport's connected gauge every interval
-// until ctx is done.
+// reportConnected sets the transport's connected gauge until ctx is done.
 func reportConnected(ctx context.Context, interval time.Duration, c transport.Connectivity, gauges metrics.GaugeSetter) {
 	every(ctx, interval, func() {
 		connected := 0.0
@@ -545,9 +505,8 @@ func (b *Bus) OutboxBacklog(ctx context.Context) (outbox.Backlog, error) {
 	return b.outbox.Backlog(ctx)
 }
 
-// logRunning says at info what the bus runs on: its endpoint, its store
-// (none, or the database's kind) and where its transport publishes, so
-// that a service that fell back to the embedded defaults says so.
+// logRunning says at info what the bus runs on, so that a service that
+// fell back to the embedded defaults says so.
 func (b *Bus) logRunning(ctx context.Context) {
 	db := "none (no inbox, stale check, outbox or delayed delivery)"
 	if b.cfg.DB != nil {

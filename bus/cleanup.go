@@ -17,8 +17,7 @@ import (
 )
 
 // scheduleCleanup registers the CleanupStore handler and returns the
-// scheduler that sends CleanupStore to this endpoint every interval, on one
-// instance per slot. The slot's message ID is deterministic.
+// scheduler that sends it to this endpoint, one instance per slot.
 func (b *Bus) scheduleCleanup() (*scheduler.Scheduler, error) {
 	// Only Run calls it, and one Run at a time.
 	if b.cleanup != nil { // a Run before this one failed after building it
@@ -34,9 +33,7 @@ const outboxTable = "watermill_" + outbox.TopicDefault
 
 func (b *Bus) newCleanup() (*scheduler.Scheduler, error) {
 	// Only this endpoint's keys and watermarks: another endpoint on the
-	// database may keep its own longer, and a short retention here would
-	// purge its keys inside its redelivery window, and have it handle a
-	// redelivery again.
+	// database may keep its own longer.
 	ccfg := handlers.CleanupConfig{DB: b.cfg.DB, Logger: b.cfg.Logger, Now: b.cfg.Now, ConsumerPrefix: b.consumer("")}
 	if b.outbox != nil {
 		ccfg.OutboxTopic = outbox.TopicDefault
@@ -47,14 +44,9 @@ func (b *Bus) newCleanup() (*scheduler.Scheduler, error) {
 	}
 	tables := store.Tables{}.WithDefaults()
 	purge := func(ctx context.Context, m *handlers.CleanupStore) error {
-		// The message says how far to purge, but this endpoint's
-		// InboxRetention (checked against every handler's redelivery
-		// horizon at Handle) is the least it keeps: a CleanupStore sent
-		// by hand with a shorter Retention, a Before too recent, or none
-		// (handlers' own default, 10 days, under a longer
-		// InboxRetention), or emitted by an instance of a rolling deploy
-		// whose retention was shorter, would purge keys a redelivery
-		// still needs, and the redelivery would be handled again.
+		// This endpoint's InboxRetention (checked against every handler's
+		// redelivery horizon) is the least it keeps, whatever the message
+		// asks (sent by hand, or by an instance with a shorter retention).
 		now := b.cfg.Now()
 		limit := now.Add(-b.cfg.InboxRetention)
 		cutoff := m.Before
@@ -107,9 +99,8 @@ func (b *Bus) newCleanup() (*scheduler.Scheduler, error) {
 				// Claimed and emitted in one transaction.
 				return b.outbox.Publish(ctx, tx, topic, msg)
 			}
-			// Published before the claim commits: if the commit fails, the
-			// slot fires again with the same ID, and a repeat deletes
-			// nothing more.
+			// Before the claim commits: a slot that fires again has the same
+			// ID, and a repeat deletes nothing more.
 			return b.cfg.Transport.Publisher().Publish(topic, msg)
 		},
 	})

@@ -31,10 +31,8 @@ const (
 	maxDeliveriesDefault    = 10
 	stopTimeoutDefault      = 20 * time.Second
 	// deliveryLimitMargin is how far a broker's delivery limit must lie
-	// above MaxDeliveries at least: RabbitMQ 3.x adds to a quorum queue's
-	// delivery count at each restart of a consumer holding the message,
-	// and a stop under a backlog can add up to one per subscription of the
-	// process (docs/guarantees.md, "What is not guaranteed yet").
+	// above MaxDeliveries: RabbitMQ 3.x counts consumer restarts too (see
+	// docs/guarantees.md, "What is not guaranteed yet").
 	deliveryLimitMargin       = 5
 	gaugeIntervalDefault      = 5 * time.Second
 	tableGaugeIntervalDefault = time.Minute
@@ -45,8 +43,8 @@ const (
 )
 
 // RetryPolicy says how often, and how far apart, a failing message is
-// retried in process before it goes to the error topic ("immediate
-// retries" in NServiceBus terms). Unrecoverable errors are not retried.
+// retried in process (NServiceBus's immediate retries); unrecoverable
+// errors are not.
 type RetryPolicy struct {
 	// MaxRetries is the number of retries after the first attempt. Defaults
 	// to 3; set NoRetries for none.
@@ -100,26 +98,21 @@ type Config struct {
 	// letter or digit, '-', '_' or '.', the first a letter or digit.
 	Endpoint string
 	// Transport carries the messages. Defaults to an in-memory gochannel
-	// transport. New hands a transport that logs its Logger
-	// (transport.LoggerSetter): a transport shared by several buses logs
-	// through the last one's, so its lines name that bus; give each bus a
-	// transport of its own to tell them apart.
+	// transport. New gives it the bus's Logger (transport.LoggerSetter): a
+	// transport shared by several buses logs through the last one's.
 	Transport transport.Transport
 	// DB is the database of handlers' transactions, the inbox and the
-	// watermarks. Required when a handler uses WithTransaction, WithInbox (or
-	// its variants) or WithStale.
+	// watermarks, required by WithTransaction, WithInbox and WithStale.
 	DB *gorm.DB
 	// Logger logs the bus's work. Defaults to slog.Default().
 	Logger *slog.Logger
-	// Retry is the in-process retry policy. Defaults to 3 retries from 100ms
-	// doubling to at most 5s.
+	// Retry is the in-process retry policy. Defaults to 3 retries, 100ms doubling to 5s.
 	Retry RetryPolicy
 	// ErrorTopic receives messages that failed every attempt. Defaults to "error".
 	ErrorTopic string
 	// Concurrency is how many messages each handler handles at once, on
-	// transports whose subscriptions compete (in memory, RabbitMQ; the SQL
-	// transport hands out one message of a handler at a time, and more
-	// subscriptions only wait for each other). Defaults to 1.
+	// transports whose subscriptions compete (not the SQL transport, which
+	// hands out one message of a handler at a time). Defaults to 1.
 	Concurrency int
 	// MaxPayloadBytes is the largest payload a handler accepts; a larger one
 	// goes to the error topic unhandled. Defaults to 1 MiB.
@@ -128,84 +121,59 @@ type Config struct {
 	// default (10 consecutive transient failures, then one attempt a second).
 	RateLimit RateLimit
 	// DelayedRetries sends a message whose immediate retries ran out back to
-	// its handler later, after each of Delays in turn, before the error
-	// topic. Needs DB with the delayed table (`postroom migrate`). Defaults to
-	// none: the error topic follows the immediate retries.
+	// its handler later, before the error topic. Needs DB with the delayed
+	// table (`postroom migrate`). Defaults to none.
 	DelayedRetries DelayedRetries
 	// DelayedPollInterval is how often the bus looks for due delayed
 	// messages (DeliverAt) when its database has their table. Defaults to 1s.
 	DelayedPollInterval time.Duration
 	// MaxDeliveries is how often a message may be delivered to a handler
-	// without being settled (its delivery ended in a nack: the bus was
-	// closing, the error topic was refused, a Middleware failed, or the
-	// process died while handling it); the next delivery moves it to the
-	// error topic with the reason "delivered N times without being
-	// handled", so that a poison message stops looping and blocking the
-	// messages behind it. One count per handler, which counts deliveries
-	// that ended with their process too: RabbitMQ's quorum queues'
-	// (x-delivery-count); with DB the table postroom_deliveries on
-	// classic queues (each redelivery), the SQL transport (each process's
-	// first read of a topic) and for delayed retries (each run); otherwise
-	// the nacks this process saw. A
-	// redelivery is handled alone, not in a batch; on classic queues one
-	// that came back before unsettled is handled one at a time in the
-	// bus, counted when its turn comes, so that the messages in flight at
-	// a crash are counted at most twice with the one that caused it.
-	// docs/guarantees.md says what a crash takes along. Defaults to 10.
+	// without being settled (a nack, or a process that died handling it)
+	// before the next delivery moves it to the error topic, so a poison
+	// message stops blocking the messages behind it. How deliveries are
+	// counted: docs/recoverability.md. Defaults to 10.
 	MaxDeliveries int
 	// StopTimeout is how long a stop (Run's context ending, or Close)
-	// lets the messages being handled finish: the bus takes no new
-	// message, and a handler still running gets this long before its
-	// context is cancelled (its transaction then rolls back and its
-	// message goes back to the broker). Keep it below the time your
-	// supervisor waits before it kills the process (30 s on Kubernetes by
-	// default). Defaults to 20 s; negative: cancel at once.
-	// A message waiting its turn (rate limiting, a retry's backoff) is
-	// given back at once. On the SQL transport a message's ack deadline
-	// (sql.Config.AckDeadline, 30 s from its read) can end it sooner. A
-	// handler with Inbox.ExternalEffects cancelled mid-call has an unknown
-	// outcome: parked, or retried, per its OnUnknown (docs/effects.md).
-	// With Outbox, the relay gets as long again from its own stop (at
-	// once when Run's context ends; with Close, once the handlers are
-	// done) to finish its publish in flight and mark its batch relayed
-	// (outbox.Config.StopTimeout).
+	// lets the messages being handled finish before their contexts are
+	// cancelled (their transactions roll back, their messages go back to
+	// the broker; the SQL transport's ack deadline can end them sooner); a
+	// message waiting its turn is given back at once. Keep it below your
+	// supervisor's grace period (30 s on Kubernetes). With Outbox the relay
+	// gets as long again from its own stop, which with Close follows the
+	// handlers' (outbox.Config.StopTimeout). Defaults to 20 s; negative:
+	// cancel at once.
 	StopTimeout time.Duration
 	// Marshaler turns payloads into bytes. Defaults to JSON.
 	Marshaler Marshaler
 	// InboxRetention is how long inbox keys are kept. Defaults to 10 days.
 	InboxRetention time.Duration
 	// RedeliveryWindow is how long after a first delivery the broker may
-	// still deliver the same message again (an unacked message after a
-	// crash, a replay from the error topic). With the retry horizon it is
-	// the shortest retention the bus accepts. Defaults to 1 hour.
+	// still deliver the same message again (after a crash, a replay); with
+	// the retry horizon, the shortest retention accepted. Defaults to 1 hour.
 	RedeliveryWindow time.Duration
 	// Middleware wraps every delivery, outside recoverability: it sees the
 	// outcome the broker will get (nil: ack). For tracing, metrics, tests.
 	Middleware []message.HandlerMiddleware
 	// Outbox commits the messages a handler sends with its transaction and
-	// relays them to the transport after commit (package outbox). Needs DB on
-	// PostgreSQL or MySQL. Defaults to false: messages sent in a handler are
-	// dispatched right after its commit, and lost if the process dies in
-	// between.
+	// relays them after commit (package outbox). Needs DB on PostgreSQL or
+	// MySQL. Defaults to false: they are dispatched right after the commit,
+	// and lost if the process dies in between.
 	Outbox bool
 	// Metrics is what the bus counts and serves for Prometheus.
 	Metrics Metrics
 	// Tracing turns on OpenTelemetry tracing.
 	Tracing Tracing
-	// Migrate applies postroom's migrations to DB when Run starts, with
-	// Run's context (the same as `postroom migrate`). Defaults to false:
-	// migrations are explicit.
+	// Migrate applies postroom's migrations to DB when Run starts (as
+	// `postroom migrate` does). Defaults to false: migrations are explicit.
 	Migrate bool
 	// Cleanup schedules CleanupStore, which purges inbox keys and watermarks
-	// older than InboxRetention. It is on as soon as a handler uses the
-	// inbox or the stale check.
+	// older than InboxRetention, once a handler uses the inbox or stale check.
 	Cleanup CleanupSchedule
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
 }
 
-// CleanupSchedule configures the scheduled CleanupStore (the handler itself
-// is handlers.Cleanup, configured by handlers.CleanupConfig).
+// CleanupSchedule configures the scheduled CleanupStore (see handlers.Cleanup).
 type CleanupSchedule struct {
 	// Disabled turns the schedule off (purge some other way, or the tables grow forever).
 	Disabled bool
@@ -220,10 +188,8 @@ type CleanupSchedule struct {
 }
 
 // RedeliveryHorizon returns how long after its first delivery a message
-// can still arrive again with c's settings (defaults filled in): its
-// retries' horizon plus RedeliveryWindow. The bus refuses an
-// InboxRetention below it (plus the lease of a handler with external
-// effects): a key purged sooner would not protect against the redelivery.
+// can still arrive again with c's settings: its retries' horizon plus
+// RedeliveryWindow, the least InboxRetention the bus accepts.
 func (c Config) RedeliveryHorizon() time.Duration {
 	c = c.withDefaults()
 	return c.Retry.Horizon() + c.RedeliveryWindow
@@ -236,29 +202,24 @@ type Metrics struct {
 	Recorder metrics.Recorder
 	// Addr serves the counters for Prometheus at /metrics on this address
 	// while Run runs (":9464"; port 0 picks one, see Bus.MetricsAddr).
-	// Without a host it listens on loopback only; name the host
-	// ("0.0.0.0:9464") to serve other machines. Needs the default
-	// Recorder. Defaults to "": off.
+	// Without a host it listens on loopback only ("0.0.0.0:9464" serves
+	// other machines). Needs the default Recorder. Defaults to "": off.
 	Addr string
-	// GaugeInterval is how often the bus sets its gauges (the outbox's
-	// backlog and lag). Defaults to 5s.
+	// GaugeInterval is how often the bus sets its gauges. Defaults to 5s.
 	GaugeInterval time.Duration
 	// TableGaugeInterval is how often the bus sets the inbox and watermark
-	// tables' row count and oldest-row age, and the cleanup lag, when a
-	// handler uses the inbox or the stale check. Defaults to one minute;
-	// negative turns them off.
+	// tables' gauges and the cleanup lag, when a handler uses them. Defaults
+	// to one minute; negative turns them off.
 	TableGaugeInterval time.Duration
 }
 
 // Tracing configures OpenTelemetry tracing (Config.Tracing).
 type Tracing struct {
 	// Provider turns tracing on: a consumer span per delivery (with its
-	// retries), and the trace context carried in the metadata of every
-	// message sent or published. Pass otel.GetTracerProvider() for the
-	// global one. Defaults to nil: off.
+	// retries), and the trace context carried in metadata. Pass
+	// otel.GetTracerProvider() for the global one. Defaults to nil: off.
 	Provider trace.TracerProvider
-	// Propagator writes and reads the trace context in metadata. Defaults
-	// to W3C Trace Context.
+	// Propagator carries the trace context in metadata. Defaults to W3C's.
 	Propagator propagation.TextMapPropagator
 }
 
@@ -323,9 +284,7 @@ func (c Config) validate() error {
 	if c.RedeliveryWindow < 0 { // it would shorten the horizon the inbox retention is checked against
 		errs = append(errs, fmt.Errorf("bus: Config.RedeliveryWindow %s is negative", c.RedeliveryWindow))
 	}
-	// Negative values mean nothing: two would make Run panic (a ticker of
-	// a negative interval), the others would fail every message or fail
-	// with an error naming another setting.
+	// Negative values would panic a ticker or fail with a confusing error.
 	for _, d := range []struct {
 		name string
 		d    time.Duration
@@ -353,8 +312,7 @@ func (c Config) validate() error {
 	return errors.Join(errs...)
 }
 
-// deliveryLimit is tr's broker-side delivery limit, 0 for none or no
-// transport.
+// deliveryLimit is tr's broker-side delivery limit, 0 for none.
 func deliveryLimit(tr transport.Transport) int {
 	if tr == nil {
 		return 0

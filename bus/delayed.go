@@ -19,14 +19,10 @@ import (
 	"github.com/postroom/postroom/transport"
 )
 
-// DeliverAt delivers the message at t instead of now (NServiceBus's
-// DoNotDeliverBefore): it waits in the database (Config.DB, table
-// postroom_delayed) and the bus publishes it once due, with
-// its ID, so a receiving inbox sees a second delivery as a duplicate. Sent
-// from a handler with a transaction, it commits with the handler's
-// writes, and is never delivered if they roll back. Any running bus on
-// the database delivers it, one instance each message; due messages are
-// delivered within about Config.DelayedPollInterval.
+// DeliverAt delivers the message at t instead of now: it waits in
+// Config.DB (postroom_delayed) until a running bus on the database
+// publishes it, with its ID, within about Config.DelayedPollInterval of t.
+// Sent from a handler with a transaction, it commits with its writes.
 func DeliverAt(t time.Time) SendOption {
 	return func(o *sendOptions) { o.at, o.afterSet = t, false }
 }
@@ -43,8 +39,7 @@ const delayedPollIntervalDefault = time.Second
 // delayedBatch is how many due messages one transaction delivers.
 const delayedBatch = 100
 
-// delay stores out for delivery at out.at, in db (the handler's
-// transaction, or the bus's database).
+// delay stores out for delivery at out.at, in db.
 func (b *Bus) delay(ctx context.Context, db *gorm.DB, out outgoing) error {
 	if db == nil {
 		return fmt.Errorf("bus: deliver %s later: delayed delivery keeps messages in the database: set Config.DB", out.msg.Metadata.Get("postroom-message-type"))
@@ -68,12 +63,8 @@ func (b *Bus) delay(ctx context.Context, db *gorm.DB, out outgoing) error {
 	return nil
 }
 
-// delayedRelay is the target_group of the delayed deliveries this bus
-// sends, and publishes: those of any bus whose transport reaches the same
-// subscribers (transport.Capabilities.Reach), or, in memory, those of
-// this endpoint: a service on another broker, or with its own in-memory
-// transport, would drop another's events as unrouted and send its
-// commands to its own error topic.
+// delayedRelay is the target_group of the delayed deliveries this bus sends
+// and publishes: its transport's reach, or in memory this endpoint's.
 func (b *Bus) delayedRelay() string {
 	if reach := b.cfg.Transport.Capabilities().Reach; reach != "" {
 		return dialect.DelayedByReach(reach)
@@ -90,9 +81,7 @@ func (b *Bus) delayedStatements(db *gorm.DB) (dialect.Dialect, dialect.DelayedSt
 	return d, stmts, err
 }
 
-// relayDelayed delivers the due delayed messages every
-// DelayedPollInterval until ctx ends. It runs when the database has the
-// delayed table.
+// relayDelayed delivers due delayed messages until ctx ends.
 func (b *Bus) relayDelayed(ctx context.Context) error {
 	ticker := time.NewTicker(b.cfg.DelayedPollInterval)
 	defer ticker.Stop()
@@ -120,8 +109,7 @@ func (b *Bus) relayDelayed(ctx context.Context) error {
 	}
 }
 
-// reportDelayed sets the delayed table's gauges, on a Recorder that keeps
-// gauges.
+// reportDelayed sets the delayed table's gauges, if the Recorder keeps them.
 func (b *Bus) reportDelayed(ctx context.Context) {
 	gauges, ok := b.cfg.Metrics.Recorder.(metrics.GaugeSetter)
 	if !ok {
@@ -154,20 +142,15 @@ type delayedRow struct {
 	Metadata    string
 }
 
-// deliverDue publishes up to delayedBatch due messages and deletes them, in
-// one transaction whose row locks keep other instances off them; a message
-// published before a crash is published again (same ID): at least once.
-// Due delayed retries of this bus's handlers are claimed in that
-// transaction (their due time moves to the end of a lease) and run after
-// it, each deleted once it settled.
+// deliverDue publishes and deletes up to delayedBatch due messages in one
+// transaction whose row locks keep other instances off; due delayed
+// retries of this bus's handlers are claimed in it and run after it.
 func (b *Bus) deliverDue(ctx context.Context) (int, error) {
 	d, stmts, err := b.delayedStatements(b.cfg.DB)
 	if err != nil {
 		return 0, err
 	}
-	// The delayed deliveries sent through a transport of the same reach
-	// (and those of older versions, which name none) and the delayed
-	// retries of this bus's handlers.
+	// Same reach, no group (older versions), and this bus's handlers.
 	groups := []string{"", b.delayedRelay()}
 	if !b.isStopping() { // a stop claims no more retries (it would release them at once)
 		b.mu.Lock()
@@ -183,10 +166,8 @@ func (b *Bus) deliverDue(ctx context.Context) (int, error) {
 		if err := tx.Raw(stmts.Due, d.Time(b.cfg.Now()), groups, delayedBatch).Scan(&rows).Error; err != nil {
 			return err
 		}
-		// A claim holds the rows until their turn: each run renews its
-		// own lease when it begins (runClaimed). Short, so that the rows
-		// a process claimed and never began (it died) wait a minute, not
-		// a whole lease.
+		// A short claim until each run renews its lease (runClaimed): rows
+		// a dead process claimed wait a minute, not a whole lease.
 		lease := b.cfg.Now().Add(min(b.retryLease(), delayedClaimLease))
 		claimedUntil = lease
 		for _, r := range rows {
@@ -199,10 +180,8 @@ func (b *Bus) deliverDue(ctx context.Context) (int, error) {
 			}
 			msg := r.message()
 			out := outgoing{topic: r.Topic, msg: msg}
-			// The due rows stay locked while it is published: bound the
-			// wait for a broker that takes connections and never answers,
-			// and let the stop end it: unbounded, such a broker holds the
-			// stop, and the rows, through every dial.
+			// Bounded, and ended by the stop: the rows stay locked while a
+			// broker that never answers holds the publish.
 			pubCtx, cancel := context.WithTimeout(ctx, delayedPublishTimeout)
 			msg.SetContext(pubCtx)
 			err := b.publish(out)
@@ -227,8 +206,7 @@ func (b *Bus) deliverDue(ctx context.Context) (int, error) {
 	}
 	for i, r := range claimed {
 		if err := b.runClaimed(ctx, d, stmts, r, claimedUntil); err != nil {
-			// Those not begun are due again at once: a stop, or the
-			// database failing (a renew cut off by the stop's cancel).
+			// Those not begun are due again at once.
 			b.releaseClaimed(ctx, d, stmts, claimed[i+1:], claimedUntil, "claimed and not begun: "+err.Error())
 			if errors.Is(err, errStopping) {
 				return 0, nil
@@ -242,14 +220,10 @@ func (b *Bus) deliverDue(ctx context.Context) (int, error) {
 	return len(rows), nil
 }
 
-// delayedClaimLease is how long a claim holds a due delayed retry until
-// its run begins and renews the lease (at most retryLease).
+// delayedClaimLease holds a claimed retry until its run renews the lease.
 const delayedClaimLease = time.Minute
 
-// releaseClaimed makes delayed retries this instance holds (their lease
-// ends at until) due now, for the next instance or start, and says so.
-// Left held at a stop, they would wait until their lease ran out, silently
-// for those not begun.
+// releaseClaimed makes the retries held until then due now, and says so.
 func (b *Bus) releaseClaimed(ctx context.Context, d dialect.Dialect, stmts dialect.DelayedStatements, rows []delayedRow, until time.Time, why string) {
 	if len(rows) == 0 {
 		return
@@ -277,23 +251,15 @@ func (b *Bus) releaseClaimed(ctx context.Context, d dialect.Dialect, stmts diale
 // delayedPublishTimeout bounds one publish of a due delayed message.
 const delayedPublishTimeout = 10 * time.Second
 
-// maxDelayedAttempts is how often the delayed relay tries to publish one
-// message before it moves it to the error topic (as the outbox's relay,
-// outbox.MaxRelayAttemptsDefault).
+// maxDelayedAttempts: publishes of a delayed message before the error topic.
 const maxDelayedAttempts = 5
 
-// delayedRefused handles a due message the transport refused: one no queue
-// takes, or one refused maxDelayedAttempts times, goes to the error topic
-// (nil: delete it); otherwise, or when the error topic refuses it too (an
-// outage), the error says to try again later. Without this, one message
-// the broker always refuses (over its size limit) would hold back every
-// delayed message of the database and have the ones before it sent again
-// at every tick.
+// delayedRefused moves a due message no queue takes, or refused
+// maxDelayedAttempts times, to the error topic (nil: delete it), so it
+// cannot hold back the others; else the error says to try again later.
 func (b *Bus) delayedRefused(r delayedRow, out outgoing, err error) error {
 	if errors.Is(err, transport.ErrUnreachable) {
-		// The broker could not be reached: an outage, not this message's
-		// refusal; not counted, so a heal between its last attempt and the
-		// error topic's copy does not move it aside (as the outbox relay).
+		// An outage, not this message's refusal: not counted.
 		return fmt.Errorf("bus: publish delayed message %s (the broker is out of reach): %w", r.MessageID, err)
 	}
 	b.mu.Lock()
@@ -317,10 +283,8 @@ func (b *Bus) delayedSent(r delayedRow) {
 	b.mu.Unlock()
 }
 
-// retryLease is the lease a delayed retry's run takes when it begins
-// (runClaimed): its handler's retries, a wait of the rate limiter through
-// an outage, and a minute. Another instance runs it once the lease ran
-// out. A claim holds a row only delayedClaimLease until then.
+// retryLease is the lease a delayed retry's run takes (runClaimed): its
+// retries, the rate limiter's longest wait, and a minute.
 func (b *Bus) retryLease() time.Duration {
 	lease := b.cfg.Retry.Horizon() + time.Minute
 	if !b.cfg.RateLimit.Disabled {
@@ -329,16 +293,12 @@ func (b *Bus) retryLease() time.Duration {
 	return lease
 }
 
-// runClaimed runs a delayed retry claimed until claimedUntil with the
-// batch. Its lease starts again when it runs (the rows before it in the
-// batch took their time), and only while this instance still holds it:
-// once it ran out, another instance may have claimed the retry, and
-// running it here too would run the handler twice, each run sending the
-// message on to its next retry or the error topic.
+// runClaimed renews the lease of a delayed retry claimed until
+// claimedUntil and runs it only if this instance still held it: else
+// another may have claimed it, and the handler would run twice.
 func (b *Bus) runClaimed(ctx context.Context, d dialect.Dialect, stmts dialect.DelayedStatements, r delayedRow, claimedUntil time.Time) error {
-	// Held as a delivery from the broker is, from before its lease is
-	// renewed: a stop that begins meanwhile waits for it (Close), or it
-	// sees the stop below and releases the row.
+	// Held like a broker delivery from before the renew: a stop waits for
+	// it, or it sees the stop below and releases the row.
 	b.handling.add()
 	defer b.handling.done()
 	if ctx.Err() != nil || b.isStopping() {
@@ -372,10 +332,8 @@ func (b *Bus) runClaimed(ctx context.Context, d dialect.Dialect, stmts dialect.D
 	if claimed.rescheduled { // its row is the next retry now
 		return nil
 	}
-	// The run may have outlived a stop (Config.StopTimeout): its row is
-	// deleted all the same.
-	// A deadlock with another instance's claim (as on MariaDB) is tried
-	// again: a row not deleted stays, and runs again when its lease ends.
+	// Deleted even after a stop; a deadlock with another instance's claim
+	// is tried again (ExecContended).
 	settleCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	settled, err := dialect.ExecContended(settleCtx, b.cfg.DB, stmts.Settle, r.ID, d.Time(lease))
@@ -400,16 +358,14 @@ func (r delayedRow) message() *message.Message {
 	return msg
 }
 
-// delayedTableExists reports whether the database has the delayed table:
-// a database the bus only runs transactions on may have none of
-// postroom's schema.
+// delayedTableExists reports whether the database has the delayed table
+// (one used only for transactions may have none of postroom's schema).
 func (b *Bus) delayedTableExists(ctx context.Context) bool {
 	_, _, err := storeinfo.DelayedSummary(ctx, b.cfg.DB)
 	return err == nil
 }
 
-// inTransaction returns the handler's transaction for a delayed message
-// sent from it, or nil when it has none.
+// inTransaction returns the handler's transaction, or nil.
 func inTransaction(ctx context.Context) *gorm.DB {
 	if uow.Active(ctx) {
 		return uow.Tx(ctx)

@@ -15,26 +15,23 @@ import (
 
 // DelayedRetries configures NServiceBus's second level of retries: a
 // message whose immediate retries ran out comes back to its handler alone
-// after each delay in turn, durably (it waits in the delayed table, holding
-// no broker delivery, goroutine or connection), and goes to the error topic
-// after the last. An unrecoverable error skips them. They are off unless
+// after each delay in turn, waiting in the delayed table, and goes to the
+// error topic after the last. An unrecoverable error skips them. Off unless
 // Delays is set (DelayedRetriesDefault() gives NServiceBus's 10 s, 20 s, 30 s).
 type DelayedRetries struct {
 	// Delays are the waits before each delayed retry. Defaults to none.
 	Delays []time.Duration
 }
 
-// DelayedRetriesDefault returns the delays of NServiceBus's default delayed
-// retries: 10 s, 20 s and 30 s (a new slice each call).
+// DelayedRetriesDefault returns NServiceBus's default delays, 10 s, 20 s
+// and 30 s, in a new slice.
 func DelayedRetriesDefault() []time.Duration {
 	return []time.Duration{10 * time.Second, 20 * time.Second, 30 * time.Second}
 }
 
 // keyHorizon is how long after its first delivery a message of hc can
 // still be handled: the redelivery horizon, and each delayed retry's wait
-// with its round of immediate retries and its lease. An inbox key purged
-// sooner would not stop a copy that succeeded meanwhile from being applied
-// again by a late delayed retry.
+// with its round of immediate retries and its lease.
 func (b *Bus) keyHorizon(hc handlerConfig) time.Duration {
 	delays := b.cfg.DelayedRetries.Delays
 	if hc.delays != nil {
@@ -47,9 +44,8 @@ func (b *Bus) keyHorizon(hc handlerConfig) time.Duration {
 	return horizon
 }
 
-// retryLater schedules msg's next delayed retry for handler, if it has one
-// left: it returns false when the message should go to the error topic
-// instead (none left, turned off, no delayed table, unrecoverable).
+// retryLater schedules msg's next delayed retry for handler; false: the
+// message goes to the error topic instead.
 func (b *Bus) retryLater(handler, topic string, msg *message.Message, reason error) (bool, error) {
 	b.mu.Lock()
 	ready := b.delayedReady
@@ -82,7 +78,7 @@ func (b *Bus) retryLater(handler, topic string, msg *message.Message, reason err
 }
 
 // claimedRetry is a delayed retry's row while an instance runs it under
-// its lease; rescheduled once it became the next retry (see reschedule).
+// its lease.
 type claimedRetry struct {
 	id          int64
 	lease       time.Time
@@ -92,11 +88,8 @@ type claimedRetry struct {
 type claimedKey struct{}
 
 // reschedule turns the claimed row into the next delayed retry out, in one
-// statement, while the lease holds: with a new row for the next retry and
-// a delete of the claimed one, a crash in between would leave both, and
-// the message would run its remaining retries twice and reach the error
-// topic twice. A lease lost meanwhile leaves the retry to the instance
-// that took it over.
+// statement (an insert and a delete could both survive a crash between
+// them), while the lease holds; a lease lost leaves it to the new holder.
 func (b *Bus) reschedule(c *claimedRetry, out outgoing) error {
 	d, stmts, err := b.delayedStatements(b.cfg.DB)
 	if err != nil {
@@ -118,9 +111,8 @@ func (b *Bus) reschedule(c *claimedRetry, out outgoing) error {
 	return nil
 }
 
-// runDelayedRetry runs a due delayed retry through its handler. It returns
-// an error when the retry did not settle (the bus closing, the error topic
-// refused): its row stays, and runs again when its lease ends.
+// runDelayedRetry runs a due delayed retry through its handler; an error
+// means it did not settle, and its row runs again when its lease ends.
 func (b *Bus) runDelayedRetry(ctx context.Context, r delayedRow, msg *message.Message) error {
 	b.mu.Lock()
 	target := b.retryTargets[r.TargetGroup]
@@ -129,14 +121,12 @@ func (b *Bus) runDelayedRetry(ctx context.Context, r delayedRow, msg *message.Me
 		return fmt.Errorf("bus: delayed retry %s: no handler of group %s here", r.MessageID, r.TargetGroup)
 	}
 	msg.SetContext(ctx)
-	// As a delivery from the broker: a stop lets it finish within
-	// Config.StopTimeout; runClaimed counts it in b.handling.
+	// A stop lets it finish within Config.StopTimeout, as a broker delivery.
 	defer b.outliveStop(msg)()
 	return target(r.Topic, msg)
 }
 
-// wantsDelayedRetries reports whether the bus or one of its handlers has
-// delayed retries configured.
+// wantsDelayedRetries reports whether any delayed retries are configured.
 func (b *Bus) wantsDelayedRetries() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -7,30 +7,24 @@ import (
 	"github.com/postroom/postroom/internal/dialect"
 )
 
-// Delayed deliveries that other buses publish and that stay overdue are
-// said at warn: strandedAfter past their due time (well past any poll
-// interval a running bus would have), looked for every strandedEvery,
-// each target group at most every strandedRepeat.
+// Delayed deliveries of other buses overdue by strandedAfter are looked
+// for every strandedEvery, each target group said at most every
+// strandedRepeat.
 var (
 	strandedAfter  = 5 * time.Minute
 	strandedEvery  = time.Minute
 	strandedRepeat = 10 * time.Minute
 )
 
-// strandedDelayed says when delayed deliveries wait, overdue, for a bus
-// that never comes: those of a transport reach or an endpoint this bus
-// does not publish. A sender whose broker URL names the broker otherwise
-// (localhost against 127.0.0.1) writes them for a reach no running bus
-// has; unsaid, they would wait in the table until a bus with that URL
-// runs. Another service on the database that is down shows the same way,
-// and is worth saying too.
+// strandedDelayed says when delayed deliveries of a reach or endpoint this
+// bus does not publish wait overdue: a sender whose broker URL names the
+// broker otherwise (localhost against 127.0.0.1), or a service that is down.
 type strandedDelayed struct {
 	last time.Time            // the last look
 	said map[string]time.Time // by target group: when it was last said
 }
 
-// check looks, at most every strandedEvery, for such deliveries, and says
-// each target group found at most every strandedRepeat.
+// check looks for such deliveries and says them.
 func (s *strandedDelayed) check(ctx context.Context, b *Bus) {
 	now := b.cfg.Now()
 	if !s.last.IsZero() && now.Sub(s.last) < strandedEvery {

@@ -16,47 +16,26 @@ import (
 )
 
 // BatchFunc handles messages of type T together, in one database
-// transaction that Tx(ctx) returns: for a handler that writes many rows in
-// one statement. Returning an error rolls back the batch's writes; each
-// message is then handled again alone, so that only the one that fails is
-// retried.
+// transaction that Tx(ctx) returns. Returning an error rolls back the
+// batch; each message is then handled again alone.
 type BatchFunc[T any] func(ctx context.Context, ms []*T) error
 
-// batchSizeDefault and the wait of uow.BatchWaitDefault are
-// HandleBatch's batches without WithBatch.
+// batchSizeDefault is HandleBatch's batch size without WithBatch.
 const batchSizeDefault = 100
 
 // HandleBatch registers fn for messages of type T, which it takes in
-// batches: the messages handled at the same time, up to WithBatch's size
-// (100 by default), the first of them waiting at most WithBatch's maxWait
-// (10ms by default) for the others; while messages come one at a time, a
-// batch of one runs at once. Each batch runs in one transaction, and each
-// message is acked once it has committed.
+// batches of up to WithBatch's size (100 by default) in one transaction,
+// each message acked once it committed. With WithInbox, fn sees only the
+// new messages. When fn fails or panics, it is called again with each
+// message alone, in a savepoint of its own: fn must have no effects outside
+// the transaction, and may see a message twice.
 //
-// With WithInbox or Inbox.Key, the batch's keys are inserted in one
-// statement before fn runs, and fn sees only the messages not handled
-// before (nor twice in the batch). When fn returns an error or panics, the
-// batch's writes and keys are rolled back and fn is called again with each
-// message alone, each in a savepoint of its own: the messages it handles
-// commit, the one that fails alone is retried (the bus's retries, delayed
-// retries and error topic, as for Handle). So fn must not have effects
-// outside the transaction (not with Inbox.ExternalEffects), and it may see a
-// message twice in one attempt, the second time alone.
+// What fn sends carries the correlation and causation of the call's first
+// message. MessageIDs(ctx) returns the call's IDs in the order of ms;
+// MessageID(ctx) and Metadata(ctx) are the first message's.
 //
-// Messages fn sends or publishes go through the outbox in the transaction
-// when the bus has one, else out after the commit, and then no message of
-// the call is acked before they are out: a stop during a broker outage
-// gives them all back, and without the inbox fn runs again for each and
-// sends again (with the inbox the sends are lost, said at error, as for
-// Handle: use Config.Outbox). Their correlation and
-// causation are those of the batch's first message (of the message, when
-// fn runs for one alone). MessageIDs(ctx) returns the IDs of the messages
-// of the call, in the order of ms; MessageID(ctx) and Metadata(ctx) are the
-// first message's.
-//
-// Not with WithStale (the stale check is per message: use Handle with
-// WithBatch) nor Inbox.MessageLog. On a transport that hands out one message
-// at a time (the SQL transport), batches hold one message.
+// Not with WithStale, Inbox.MessageLog or Inbox.ExternalEffects. See
+// docs/batching.md, "A batch handler".
 func HandleBatch[T any](b *Bus, fn BatchFunc[T], opts ...HandlerOption) error {
 	if b == nil || fn == nil {
 		return fmt.Errorf("bus: HandleBatch of %s: the bus and the handler function must not be nil", MessageName[T]())
@@ -144,9 +123,9 @@ type batchRun[T any] struct {
 	name    string // the handler's
 }
 
-// run claims the batch's keys and calls fn with the new messages, all at
-// once; when that fails, once per message, each in a savepoint. An error
-// it returns fails every message of the batch: a broken transaction.
+// run claims the batch's keys and calls fn with the new messages at once;
+// when that fails, once per message, each in a savepoint. Its error breaks
+// the whole batch.
 func (r batchRun[T]) run(ctx context.Context, items []*uow.Collected) error {
 	members := make([]*batchMember[T], len(items))
 	for i, it := range items {
@@ -154,8 +133,7 @@ func (r batchRun[T]) run(ctx context.Context, items []*uow.Collected) error {
 		members[i].item, members[i].pos = it, i
 	}
 	if len(members) == 1 {
-		// Alone: its failure rolls the whole transaction back, so it needs
-		// no savepoint.
+		// Alone: its failure rolls everything back, no savepoint needed.
 		m := members[0]
 		dup, err := r.claimAndCall(ctx, m)
 		var failed *batchFailed
@@ -194,8 +172,7 @@ func (r batchRun[T]) run(ctx context.Context, items []*uow.Collected) error {
 	case !claimed || !callFailed(err):
 		return err // the transaction broke, or the claim failed
 	default:
-		// Each alone, to retry only the one that fails; a copy of its key
-		// in the batch after it, a duplicate once it has committed.
+		// Each alone, to retry only the one that fails; then its copies.
 		for _, m := range fresh {
 			if len(fresh) == 1 {
 				m.item.Err = callError(err) // it failed alone
@@ -219,8 +196,7 @@ func (r batchRun[T]) run(ctx context.Context, items []*uow.Collected) error {
 }
 
 // duplicate counts m as a duplicate, or fails it alone when its key is an
-// unsettled claim of the external-effects mode (the handler ran
-// Inbox.ExternalEffects before). An error it returns is the transaction's.
+// unsettled external-effects claim. An error it returns is the transaction's.
 func (r batchRun[T]) duplicate(ctx context.Context, m *batchMember[T]) error {
 	failed, err := r.claimer.Duplicate(ctx, m.claim)
 	if err != nil {
@@ -234,12 +210,10 @@ func (r batchRun[T]) duplicate(ctx context.Context, m *batchMember[T]) error {
 	return nil
 }
 
-// originals sorts members by key, the order their keys are claimed in, so
-// that two batches with keys in common wait for each other instead of
-// deadlocking, and sets the later copies of a key apart, on the first
-// message with that key: a copy is a duplicate once that one commits, and
-// is handled alone if it does not. Without the inbox every member is its
-// own.
+// originals sorts members by key, the order keys are claimed in, so that
+// two batches with keys in common wait instead of deadlocking, and sets
+// the later copies of a key apart on the first message with it: a copy is
+// a duplicate once that one commits, else handled alone.
 func (r batchRun[T]) originals(members []*batchMember[T]) []*batchMember[T] {
 	if r.claimer == nil {
 		return members
@@ -266,10 +240,9 @@ func inArrival[T any](ms []*batchMember[T]) []*batchMember[T] {
 // byClaim orders members by key.
 func byClaim[T any](a, b *batchMember[T]) int { return inbox.CompareClaims(a.claim, b.claim) }
 
-// alone claims m's key and calls fn with m alone, in a savepoint of the
-// transaction in ctx: m fails alone when fn fails, and joins dups when
-// another message claimed its key first. An error it returns is the
-// transaction's.
+// alone claims m's key and calls fn with m alone, in a savepoint: m fails
+// alone when fn fails, and joins dups when its key was claimed first. An
+// error it returns is the transaction's.
 func (r batchRun[T]) alone(ctx context.Context, m *batchMember[T], dups *[]*batchMember[T]) error {
 	var dup bool
 	err := uow.Savepoint(ctx, func(ctx context.Context) (err error) {
@@ -289,8 +262,7 @@ func (r batchRun[T]) alone(ctx context.Context, m *batchMember[T], dups *[]*batc
 	return nil
 }
 
-// claimAndCall claims m's key in ctx and calls fn with m alone when it is
-// new; dup is true when it is not.
+// claimAndCall claims m's key and calls fn with m alone unless it is a dup.
 func (r batchRun[T]) claimAndCall(ctx context.Context, m *batchMember[T]) (dup bool, err error) {
 	if r.claimer != nil {
 		isNew, err := r.claimer.Claim(ctx, m.claim)
@@ -301,8 +273,7 @@ func (r batchRun[T]) claimAndCall(ctx context.Context, m *batchMember[T]) (dup b
 	return false, r.call(ctx, []*batchMember[T]{m})
 }
 
-// claimAll splits members into those whose keys are new, claimed in ctx,
-// and duplicates; all are new without the inbox.
+// claimAll claims members' keys, splitting the new from the duplicates.
 func (r batchRun[T]) claimAll(ctx context.Context, members []*batchMember[T]) (fresh, dups []*batchMember[T], err error) {
 	if r.claimer == nil {
 		return members, nil, nil
@@ -331,8 +302,7 @@ type batchFailed struct{ err error }
 func (e *batchFailed) Error() string { return e.err.Error() }
 
 // callFailed reports whether err, from a savepoint around fn, is fn's
-// failure: its error or panic, or a statement it ran that failed without
-// fn returning the error (uow.ErrSavepointAborted).
+// failure, including a failed statement fn ignored (uow.ErrSavepointAborted).
 func callFailed(err error) bool {
 	var failed *batchFailed
 	return errors.As(err, &failed) || errors.Is(err, uow.ErrSavepointAborted)
@@ -346,8 +316,8 @@ func callError(err error) error {
 	return err
 }
 
-// call calls fn with the messages of ms, as the first of them: what fn
-// sends is that message's. A failure drops what it queued to send.
+// call calls fn with ms, as the first of them (whose sends they are); a
+// failure drops what it queued.
 func (r batchRun[T]) call(ctx context.Context, ms []*batchMember[T]) (err error) {
 	if len(ms) == 0 {
 		return nil

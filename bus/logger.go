@@ -9,11 +9,9 @@ import (
 )
 
 // watermillLogger adapts the bus's logger for Watermill's router and the
-// outbox relay: info lines at debug level, errors as errors, except one
-// caused by a cancelled context (a stop cutting a poll short, as the
-// relay's "Error querying for message … context canceled"), which comes
-// at info with stopping=true. Once the bus begins to stop, every such
-// error comes at info (logsink.Sink.Stopping).
+// outbox relay: info lines at debug level, errors as errors, but one of a
+// cancelled context, or any once the bus stops, at info with stopping=true
+// (logsink.Sink.Stopping).
 func watermillLogger(l *slog.Logger) (*logsink.Sink, watermill.LoggerAdapter) {
 	sink := logsink.New(l)
 	return sink, sink.Watermill()

@@ -17,30 +17,22 @@ type Marshaler interface {
 	ContentType() string
 }
 
-// JSON is the default Marshaler. Its decoding is lenient, as
-// NServiceBus's and MassTransit's are: a field the type does not have is
-// ignored and a field the payload lacks keeps its zero value, so a
-// producer a version ahead or behind still gets through. A handler checks
-// what it needs and returns Unrecoverable for a message without it.
+// JSON is the default Marshaler. Its decoding is lenient, as NServiceBus's
+// is: unknown fields are ignored and missing ones keep their zero value, so
+// a producer a version ahead or behind still gets through.
 type JSON struct {
 	// DisallowUnknownFields refuses a payload with a field the message's
-	// type does not have (a misrouted message, a misspelt field) as
-	// malformed: it goes to the error topic instead of reaching the
-	// handler with zero values (another type's payload handled as an
-	// empty command). Use it when producers and consumers change their
-	// types together.
+	// type does not have as malformed, for producers and consumers that
+	// change their types together.
 	DisallowUnknownFields bool
 }
 
 // Marshal encodes v as JSON.
 func (JSON) Marshal(v any) ([]byte, error) { return json.Marshal(v) }
 
-// Unmarshal decodes JSON into v. A payload that is JSON null is an error:
-// a message has a value (encoding/json would leave v as it was, and the
-// handler would get a zero message). So is one that is not valid UTF-8,
-// which JSON must be (RFC 8259): encoding/json would put U+FFFD in place
-// of each bad byte, and a producer writing Latin-1 would have its text
-// changed without a word.
+// Unmarshal decodes JSON into v. JSON null is an error (the handler would
+// get a zero message), and so is invalid UTF-8, which encoding/json would
+// silently replace with U+FFFD.
 func (j JSON) Unmarshal(data []byte, v any) error {
 	if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
 		return errNullPayload
@@ -62,8 +54,7 @@ func (j JSON) Unmarshal(data []byte, v any) error {
 	return nil
 }
 
-// invalidUTF8At returns the offset of the first byte of data that is not
-// valid UTF-8.
+// invalidUTF8At returns the offset of data's first invalid UTF-8 byte.
 func invalidUTF8At(data []byte) int {
 	for i := 0; i < len(data); {
 		r, size := utf8.DecodeRune(data[i:])

@@ -20,19 +20,15 @@ import (
 	"github.com/postroom/postroom/store"
 )
 
-// addRouterMetrics registers Watermill's router metrics (handler execution
-// time and messages received) on the bus's registry. Their handler_name is
-// the router handler's, "<handler>@<topic>": the bus subscribes a handler
-// once per topic, whatever its concurrency and batch size.
+// addRouterMetrics registers Watermill's router metrics on the bus's
+// registry. Their handler_name is "<handler>@<topic>".
 func (b *Bus) addRouterMetrics() {
 	b.registry = prometheus.NewRegistry()
 	wmetrics.NewPrometheusMetricsBuilder(b.registry, "", "").AddPrometheusRouterMetrics(b.router)
 }
 
-// metricsHandler registers postroom's counters and gauges on the bus's
-// registry, beside Watermill's router metrics, and serves that registry.
-// A series that cannot be gathered is logged and left out; the rest is
-// served.
+// metricsHandler serves postroom's metrics beside Watermill's; a series
+// that cannot be gathered is logged and left out.
 func (b *Bus) metricsHandler(counters *metrics.Counters) http.Handler {
 	if err := b.registry.Register(counters); err != nil {
 		var again prometheus.AlreadyRegisteredError
@@ -58,8 +54,7 @@ func (b *Bus) needsTables() bool {
 	return b.needsCleanup
 }
 
-// reportTables sets the tables' row count and oldest-row age, and the
-// cleanup lag, until ctx is done.
+// reportTables sets the table gauges and the cleanup lag until ctx is done.
 func (b *Bus) reportTables(ctx context.Context, gauges metrics.GaugeSetter) {
 	var tables []string // those set: unknown when a read fails
 	unknown := func() {
@@ -106,13 +101,9 @@ func (b *Bus) reportTables(ctx context.Context, gauges metrics.GaugeSetter) {
 }
 
 // oldestOwnKey returns when the oldest inbox key of this endpoint's
-// consumers was received (zero: none). The cleanup lag is counted from it,
-// not from the table's oldest key: this endpoint's cleanup purges only its
-// own keys, and another endpoint on the database may keep its keys
-// longer, which would make the lag grow for ever and its alert fire on
-// the wrong service. The consumers "<endpoint>/…" are the
-// range from "<endpoint>/" to "<endpoint>0" ('0' follows '/'), which the
-// primary key serves.
+// consumers was received (zero: none), for the cleanup lag: another
+// endpoint on the database may keep its keys longer. "<endpoint>/…" is the
+// key range from "<endpoint>/" to "<endpoint>0" ('0' follows '/').
 func (b *Bus) oldestOwnKey(ctx context.Context) (time.Time, error) {
 	d, err := dialects.Of(b.cfg.DB)
 	if err != nil {
@@ -149,8 +140,7 @@ func every(ctx context.Context, interval time.Duration, f func()) {
 	}
 }
 
-// loopbackByDefault puts an address without a host (":9464") on loopback:
-// metrics are not served to other machines unless asked.
+// loopbackByDefault puts an address without a host (":9464") on loopback.
 func loopbackByDefault(addr string) string {
 	if host, port, err := net.SplitHostPort(addr); err == nil && host == "" {
 		return net.JoinHostPort("127.0.0.1", port)

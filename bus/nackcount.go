@@ -7,15 +7,12 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
-// nackCountLimit bounds the messages nackCount remembers: a message that
-// loops is nacked again within moments, so the oldest entries of a full
-// table are messages another instance has since settled.
+// nackCountLimit bounds the messages nackCount remembers: a looping
+// message is nacked again within moments, so the oldest are settled ones.
 const nackCountLimit = 10_000
 
 // nackCount counts, per handler group and message ID, the deliveries in
-// this process that ended in a nack: the poison-loop guard's count where
-// the transport neither counts nor marks redeliveries, or the bus has no
-// database (counterFor).
+// this process that ended in a nack (counterFor).
 type nackCount struct {
 	// tracked is len(count), read without the lock: while no message is
 	// nacked (the usual case) a delivery takes no lock and builds no key.

@@ -15,9 +15,8 @@ type namer interface {
 }
 
 // MessageName returns the stable name of T: its MessageName method if it
-// has one, else its full import path and type name
-// ("github.com/acme/billing/events.InvoiceCreated"), which two packages of
-// the same name cannot share.
+// has one, else its import path and type name
+// ("github.com/acme/billing/events.InvoiceCreated").
 func MessageName[T any]() string {
 	var zero T
 	if n, ok := any(zero).(namer); ok {
@@ -46,10 +45,9 @@ var (
 // identifiers at 63 bytes).
 const maxTopicLength = 40
 
-// topicOf turns a name into a topic every transport accepts: letters,
-// digits, '-', '_' and '.' (anything else becomes '-'), at most 40 bytes;
-// a name that had to change keeps its tail (the type name) and ends in a
-// hash of the whole, so distinct names stay distinct.
+// topicOf turns a name into a topic every transport accepts (letters,
+// digits, '-', '_' and '.', at most 40 bytes); a name that had to change
+// keeps its tail and ends in a hash of the whole, so names stay distinct.
 func topicOf(name string) string {
 	if len(name) <= maxTopicLength && isTopic(name) {
 		return name // the common case, without a regexp on every Send
@@ -63,8 +61,7 @@ func topicOf(name string) string {
 	return strings.TrimLeft(head, "-.") + "-" + hex.EncodeToString(sum[:4])
 }
 
-// isTopic reports whether name holds only the bytes topicOf keeps, and
-// neither begins nor ends with '-'.
+// isTopic reports whether topicOf would keep name as it is.
 func isTopic(name string) bool {
 	if name == "" || name[0] == '-' || name[len(name)-1] == '-' {
 		return false
@@ -80,20 +77,16 @@ func isTopic(name string) bool {
 }
 
 // EventTopic returns the topic events of the message name (MessageName[T]()
-// for a Go type T) are published to: on RabbitMQ the exchange a producer
-// in another language publishes to, on the SQL transport the table
-// "watermill_<topic>". It is the name made into a topic (see topicOf), not
-// always the name itself.
+// for a Go type T) are published to, for a producer in another language:
+// the name made into a valid topic, not always the name itself.
 func EventTopic(messageName string) string { return eventTopic(messageName) }
 
-// CommandTopic returns the topic commands of the message name are sent to
-// for endpoint.
+// CommandTopic returns the topic of endpoint's commands of the message name.
 func CommandTopic(endpoint, messageName string) string { return commandTopic(endpoint, messageName) }
 
-// GroupOf returns the subscriber group of a handler of endpoint: the queue
-// group its subscriptions share (on RabbitMQ its queue for a topic is
-// amqp.QueueName(topic, group); on the SQL transport its consumer group).
-// handler is the handler's name: bus.Named's, else its message's name.
+// GroupOf returns the subscriber group of a handler of endpoint (on
+// RabbitMQ, see amqp.QueueName). handler is the handler's name: bus.Named's,
+// else its message's name.
 func GroupOf(endpoint, handler string) string { return topicOf(endpoint + "." + handler) }
 
 // eventTopic is where events of a type are published.

@@ -13,23 +13,12 @@ import (
 	"github.com/postroom/postroom/metadata"
 )
 
-// poisonCount counts in the database (postroom_deliveries), per consumer
-// and message ID, the deliveries its transport marks as possibly repeating
-// one that ended with its process (metadata.Redelivered: RabbitMQ's
-// classic queues, the SQL transport's first read of a topic, each run of a
-// delayed retry). A message whose handling kills its process (out of
-// memory, a fatal error in C code, a watchdog's SIGKILL) reaches the error
-// topic after Config.MaxDeliveries instead of being delivered to each
-// restarted process forever (docs/guarantees.md). Only these deliveries
-// pay: one transaction (upsert and read) before the handler runs, and a
-// delete once the message is settled; a first delivery costs nothing.
-//
-// Every message in flight at a crash comes back marked. One that came
-// back before and was not settled since (looped: a crash loop or a nack
-// loop) waits for the bus's one slot, and is counted when its turn comes,
-// so that a crash in its run is counted against it alone. The first
-// redelivery after a crash, or after a connection was lost, runs as
-// usual, side by side: an innocent message is counted at most twice.
+// poisonCount counts in postroom_deliveries the deliveries its transport
+// marks metadata.Redelivered, so a message that kills its process reaches
+// the error topic after Config.MaxDeliveries. One that came back unsettled
+// before (looped) waits for the bus's one slot and is counted in its turn,
+// so a crash in its run counts against it alone: an innocent message is
+// counted at most twice.
 type poisonCount struct {
 	db       *gorm.DB
 	d        dialect.Dialect
@@ -55,8 +44,7 @@ func newPoisonCount(db *gorm.DB, now func() time.Time, stopping <-chan struct{})
 	return &poisonCount{db: db, d: d, stmts: stmts, now: now, slot: make(chan struct{}, 1), stopping: stopping}, nil
 }
 
-// previous counts a marked delivery and returns the deliveries before it
-// that were not settled; an unmarked one is a first delivery.
+// previous counts a marked delivery and returns the unsettled ones before it.
 func (r *poisonCount) previous(msg *message.Message, _, consumer string) (n int, counted bool, release func(), err error) {
 	release = func() {}
 	mark := msg.Metadata.Get(metadata.Redelivered)
@@ -79,12 +67,9 @@ func (r *poisonCount) previous(msg *message.Message, _, consumer string) (n int,
 }
 
 // count adds this delivery of msg to consumer's count and returns the
-// deliveries before it that were not settled (a settled message is acked,
-// and its count forgotten). A redelivery's count is that number: the
-// first delivery, which was not counted, and the redeliveries before this
-// one. A first read (the SQL transport) may be a message's first delivery:
-// its count less one, so that an innocent message is never counted early
-// (a message that ended a process it did not reach first counts one less).
+// unsettled deliveries before it: for a redelivery the stored count (the
+// uncounted first delivery included); for a first read (the SQL transport),
+// which may be a first delivery, one less, so none is counted early.
 func (r *poisonCount) count(ctx context.Context, consumer string, msg *message.Message) (int, error) {
 	var n int
 	err := r.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -102,19 +87,16 @@ func (r *poisonCount) count(ctx context.Context, consumer string, msg *message.M
 	return n, nil
 }
 
-// looped reports whether a count of msg is stored: it came back before,
-// and was not settled since. An error reads as no: count says it.
+// looped reports whether a count of msg is stored; an error reads as no.
 func (r *poisonCount) looped(ctx context.Context, consumer string, msg *message.Message) bool {
 	var n int
 	err := r.db.WithContext(ctx).Raw(r.stmts.Read, consumer, msg.UUID).Row().Scan(&n)
 	return err == nil && n > 0
 }
 
-// ended forgets the count of a message settled after a delivery that was
-// counted, or that its transport counted (an earlier one may have been
-// counted here: the SQL transport counts its own re-reads), or moved aside
-// (a replay starts counting again; another process may have counted it).
-// A nacked delivery keeps it: the transport marks the next one.
+// ended forgets the count of a message settled after a delivery counted
+// here or by its transport (which may follow one counted here), or moved
+// aside (a replay starts again). A nacked delivery keeps it.
 func (r *poisonCount) ended(msg *message.Message, _, consumer string, counted, nacked, moved bool) error {
 	if nacked || !counted && !moved && msg.Metadata.Get(metadata.DeliveryCount) == "" {
 		return nil

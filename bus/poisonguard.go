@@ -12,33 +12,22 @@ import (
 	"github.com/postroom/postroom/transport"
 )
 
-// deliveryCounter is the poison-loop guard's count of a message's
-// deliveries that ended without it being settled, for the deliveries whose
-// transport does not count them itself (metadata.DeliveryCount). The bus
-// chooses one per handler path, once, at Handle (counterFor).
+// deliveryCounter is the poison-loop guard's count of a message's unsettled
+// deliveries where the transport does not count them (counterFor).
 type deliveryCounter interface {
-	// previous returns how many deliveries of msg to the handler's group
-	// before this one were not settled, counting this one first where the
-	// counter must (counted: it did). Call release when the delivery ends.
+	// previous returns the unsettled deliveries of msg to the group before
+	// this one, counting this one first where it must (counted). Call
+	// release when the delivery ends.
 	previous(msg *message.Message, group, consumer string) (n int, counted bool, release func(), err error)
-	// ended records how a delivery ended: nacked (it comes again), or
-	// settled (handled, or moved to the error topic).
+	// ended records how a delivery ended: nacked, or settled (moved or not).
 	ended(msg *message.Message, group, consumer string, counted, nacked, moved bool) error
 }
 
-// counterFor chooses the count of the deliveries a transport offering
-// caps hands a handler:
-//   - none, when every redelivery carries the transport's count
-//     (RabbitMQ's quorum queues);
-//   - the database's (poisonCount), when the transport marks a delivery
-//     that may repeat one that ended with its process (RabbitMQ's classic
-//     queues, the SQL transport's first reads) and the bus has Config.DB:
-//     a message that kills each process it reaches is counted too;
-//   - this process's (nackCount) otherwise: a transport in memory, or no
-//     database (a crash loop is then not counted: docs/guarantees.md).
-//
-// A delayed retry run from the database is counted there whatever the
-// transport (delayedRetryCounter).
+// counterFor chooses the count of a handler's deliveries: none where each
+// redelivery carries the transport's count (quorum queues); the database's
+// (poisonCount) where the transport marks possible redeliveries and the
+// bus has Config.DB, counting crash loops too; else this process's
+// (nackCount), which does not (docs/guarantees.md).
 func (b *Bus) counterFor(caps transport.Capabilities) deliveryCounter {
 	switch {
 	case caps.CountsDeliveries:
@@ -50,8 +39,7 @@ func (b *Bus) counterFor(caps transport.Capabilities) deliveryCounter {
 	}
 }
 
-// delayedRetryCounter counts the runs of delayed retries, which the bus
-// marks metadata.RedeliveredFirstRead: in the database, where they wait.
+// delayedRetryCounter counts delayed retries' runs in the database.
 func (b *Bus) delayedRetryCounter() deliveryCounter {
 	if b.redeliveries != nil {
 		return b.redeliveries
@@ -59,8 +47,7 @@ func (b *Bus) delayedRetryCounter() deliveryCounter {
 	return &b.nacks
 }
 
-// countedByTransport is the count of a transport that counts every
-// redelivery: a delivery without metadata.DeliveryCount is a first one.
+// countedByTransport is for a transport that counts every redelivery.
 type countedByTransport struct{}
 
 func (countedByTransport) previous(*message.Message, string, string) (int, bool, func(), error) {
@@ -71,17 +58,9 @@ func (countedByTransport) ended(*message.Message, string, string, bool, bool, bo
 
 // guarded wraps a delivery with the poison-loop guard: a message delivered
 // Config.MaxDeliveries times without being settled goes to the error topic
-// on its next delivery, so that it stops blocking the messages behind it
-// and using the broker and the consumer in a loop. While the error topic
-// cannot take it, it is handled as usual. A delivery carrying
-// metadata.DeliveryCount is counted by its transport; any other by count.
-//
-// Every message in flight at a crash comes back as a redelivery. Counted
-// together, the innocent ones would reach MaxDeliveries with the one that
-// kills its process and go to the error topic with it. So a redelivery is
-// handled alone, not in a batch (WithBatch, HandleBatch), whose other
-// members it would take down with it again (see poisonCount for the
-// redeliveries counted in the database).
+// on its next delivery (handled as usual while the error topic refuses it).
+// A redelivery is handled alone, never in a batch: batched with the one
+// that kills its process, innocent ones would reach MaxDeliveries with it.
 func (b *Bus) guarded(handler, topic string, count deliveryCounter, delivery message.HandlerFunc) func(*message.Message) error {
 	group, consumer := b.group(handler), b.consumer(handler)
 	return func(msg *message.Message) error {
@@ -121,15 +100,14 @@ func (b *Bus) guarded(handler, topic string, count deliveryCounter, delivery mes
 }
 
 // ended tells count how a delivery ended; a count it could not forget is
-// kept (it counts on if the message comes again; cleanup purges it).
+// kept until cleanup.
 func (b *Bus) ended(handler string, count deliveryCounter, msg *message.Message, group, consumer string, counted, nacked, moved bool) {
 	if err := count.ended(msg, group, consumer, counted, nacked, moved); err != nil {
 		b.cfg.Logger.Warn("bus: "+err.Error(), "handler", handler)
 	}
 }
 
-// redelivery reports whether msg may be a redelivery to group: its
-// transport says so, or counts it, or this process saw it nacked. Such a
+// redelivery reports whether msg may be a redelivery to group; such a
 // message is handled alone (guarded), and a batch does not wait for it.
 func (b *Bus) redelivery(group string, msg *message.Message) bool {
 	return msg.Metadata.Get(metadata.Redelivered) != "" || msg.Metadata.Get(metadata.DeliveryCount) != "" ||

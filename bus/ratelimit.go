@@ -11,32 +11,23 @@ import (
 	"github.com/postroom/postroom/metrics"
 )
 
-// RateLimit configures automatic rate limiting (NServiceBus's name): when a
-// handler's attempts fail to reach its database Threshold times in a row
-// (dialect's transient failures: the connection refused or cut, the server
-// restarting), the handler goes down to one attempt at a time, Wait apart,
-// until one of them succeeds. While it is limited, such failures do not
-// spend the messages' retries, and a message whose retries ran out on them
-// waits with the others instead of going to the error topic: an outage of
-// the database leaves the messages in their queue, not in the error topic.
-// Only a success of an attempt begun after a failure proves the database
-// reachable again: one begun before (its COMMIT on its way when the
-// database went) may succeed after others failed.
+// RateLimit configures automatic rate limiting: when a handler fails to
+// reach its database Threshold times in a row, it goes down to one attempt
+// at a time, Wait apart, until one begun after the failures succeeds.
+// Meanwhile such failures spend no retries: an outage of the database
+// leaves the messages in their queue, not in the error topic.
 type RateLimit struct {
 	// Disabled turns rate limiting off: an outage longer than the retries
 	// moves the messages to the error topic.
 	Disabled bool
-	// Threshold is how many consecutive transient failures of a handler's
-	// attempts start the limiting. Defaults to 10.
+	// Threshold is how many consecutive transient failures start the
+	// limiting. Defaults to 10.
 	Threshold int
-	// Wait is the pause before each attempt while a handler is limited.
-	// Defaults to 1s.
+	// Wait is the pause before each attempt while limited. Defaults to 1s.
 	Wait time.Duration
 	// MaxWait bounds how long one message waits without spending its
-	// retries: after that it spends them and may reach the error topic, so
-	// a message whose own failure only looks like an outage (a connection
-	// that only it uses) cannot hold the handler forever. Defaults to 5
-	// minutes.
+	// retries, so a message whose own failure only looks like an outage
+	// cannot hold the handler forever. Defaults to 5 minutes.
 	MaxWait time.Duration
 }
 
@@ -46,8 +37,8 @@ const (
 	rateLimitMaxWaitDefault   = 5 * time.Minute
 )
 
-// limiter is one handler's rate limiting: consecutive transient failures,
-// and while open a single slot its attempts take in turn.
+// limiter is one handler's rate limiting: while open, its attempts take a
+// single slot in turn.
 type limiter struct {
 	handler string
 	cfg     RateLimit
@@ -55,14 +46,12 @@ type limiter struct {
 	gauges  metrics.GaugeSetter // nil: no gauge
 
 	// open, begun, newestSuccess and failures are read without the lock,
-	// so that an attempt of a handler that is not limited takes none; open
-	// and failures change under mu.
+	// so an attempt of a handler not limited takes none; open and failures
+	// change under mu.
 	open atomic.Bool
 	// begun numbers the attempts as they begin; newestSuccess is the
-	// greatest number of an attempt that succeeded. A success proves the
-	// database reachable only after the moment its attempt began: an
-	// attempt begun before an outage (its COMMIT on its way) may succeed
-	// after others failed.
+	// greatest number of one that succeeded, proof that the database was
+	// reachable after it began (one begun earlier may succeed mid-outage).
 	begun         atomic.Uint64
 	newestSuccess atomic.Uint64
 	failures      atomic.Int64 // consecutive transient failures
@@ -76,12 +65,10 @@ type limiter struct {
 // begin numbers an attempt that begins, for record.
 func (l *limiter) begin() uint64 { return l.begun.Add(1) }
 
-// mark returns the number of the last attempt begun: a failure's moment,
-// for succeededSince.
+// mark returns the number of the last attempt begun, for succeededSince.
 func (l *limiter) mark() uint64 { return l.begun.Load() }
 
-// succeededSince reports whether an attempt begun after mark succeeded:
-// the database was reachable after that moment.
+// succeededSince reports whether an attempt begun after mark succeeded.
 func (l *limiter) succeededSince(mark uint64) bool { return l.newestSuccess.Load() > mark }
 
 func newLimiter(handler string, cfg RateLimit, log *slog.Logger, rec metrics.Recorder) *limiter {
@@ -90,9 +77,9 @@ func newLimiter(handler string, cfg RateLimit, log *slog.Logger, rec metrics.Rec
 	return l
 }
 
-// acquire returns at once while the handler is not limited. While it is,
-// it takes the handler's one slot and waits cfg.Wait; release gives the
-// slot back. It fails only when ctx ends (the bus is closing).
+// acquire returns at once while the handler is not limited; else it takes
+// the one slot and waits cfg.Wait, release giving the slot back. It fails
+// only when ctx ends or the bus stops.
 func (l *limiter) acquire(ctx context.Context, stop <-chan struct{}) (release func(), limited bool, err error) {
 	if !l.open.Load() {
 		return func() {}, false, nil
@@ -122,9 +109,8 @@ func (l *limiter) acquire(ctx context.Context, stop <-chan struct{}) (release fu
 }
 
 // record counts the outcome of the attempt numbered n (begin): a success
-// ends the limiting and the run of failures, unless its attempt began
-// before the limiting, or the run, did; a transient failure may start the
-// limiting; other failures change nothing.
+// begun after the run of failures (or the limiting) began ends both; a
+// transient failure may start the limiting; others change nothing.
 func (l *limiter) record(n uint64, ok, transient bool) {
 	switch {
 	case ok:
@@ -156,8 +142,7 @@ func (l *limiter) record(n uint64, ok, transient bool) {
 	}
 }
 
-// start starts the limiting now (a message's retries ran out on transient
-// failures).
+// start starts the limiting now (retries ran out on transient failures).
 func (l *limiter) start() {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -26,8 +26,7 @@ import (
 	"github.com/postroom/postroom/transport"
 )
 
-// sendFailed names, as the failed handler in the error topic's metadata, a
-// command sent after a handler's commit that no queue took.
+// sendFailed is the error topic's "handler" of a committed send no queue took.
 type sendFailed struct{}
 
 func (sendFailed) MessageName() string { return "postroom.send" }
@@ -35,15 +34,13 @@ func (sendFailed) MessageName() string { return "postroom.send" }
 // ErrPanic wraps a handler's panic.
 var ErrPanic = errors.New("bus: handler panicked")
 
-// errStopping marks a delivery given back to the broker because the bus is
-// stopping: it is nacked without Watermill's error line (see Handle).
+// errStopping marks a delivery given back because the bus is stopping:
+// nacked without Watermill's error line.
 var errStopping = errors.New("the bus is stopping")
 
-// deliver runs one delivery: attempts with backoff, then the error topic.
-// A transient failure (the database out of reach) is waited out under the
-// handler's rate limiting instead (see RateLimit). It returns an error (a
-// nack: the broker delivers again) only when the message could not be
-// moved to the error topic or the bus is closing, so nothing is lost.
+// deliver runs one delivery: attempts with backoff, then the error topic
+// (an outage of the database is waited out). It returns an error (a nack)
+// only when the error topic refused the message or the bus is stopping.
 func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.HandlerFunc, lim *limiter) error {
 	b.cfg.Metrics.Recorder.Record(handler, metrics.Received)
 	if err := checkReceived(msg); err != nil {
@@ -53,23 +50,14 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 	var err error
 	attempts, retries, contentions := 0, 0, 0
 	// outageMark is the handler's last attempt begun at this message's
-	// previous transient failure (at its first, at that one): while no
-	// attempt of the handler begun since has succeeded, the database is
-	// out of reach for everyone, not just for this message, and waiting
-	// does not spend its retries. An attempt begun before may still
-	// succeed: a COMMIT on its way when the database went (counted, it
-	// would move a message to the error topic during an outage), or a
-	// statement on a connection the server had not closed yet while it
-	// refused new ones. Only a success between two of
-	// its failures says the failure is this message's own. It waits at
-	// most RateLimit.MaxWait that way.
+	// previous transient failure: while none begun since succeeded, the
+	// database is out for everyone and waiting spends no retries (for at
+	// most RateLimit.MaxWait).
 	var outageMark uint64
 	var outageSince time.Time
 	sawTransient := false
 	for {
-		// A message waiting its turn under rate limiting is not running:
-		// a stop gives it back at once instead of holding the stop for
-		// StopTimeout.
+		// Waiting its turn is not running: a stop gives it back at once.
 		release, limited, waitErr := lim.acquire(msg.Context(), b.stopping)
 		if errors.Is(waitErr, errStopping) {
 			return fmt.Errorf("bus: %s: %w while rate limited (after: %v)", handler, errStopping, err)
@@ -93,14 +81,9 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 			return nil
 		}
 		if msg.Context().Err() != nil && b.isStopping() {
-			// Most likely failed because the stop ended its context: no
-			// retry can run on it, and the message is not at fault.
+			// Most likely the stop ended its context: not the message's fault.
 			if errors.Is(err, inbox.ErrOutcomeUnknown) {
-				// A handler with external effects (Park) cut off
-				// mid-call: its key is parked, and the message reaches
-				// the error topic only at its next delivery (another
-				// instance, or this one's restart). Said at warn: an
-				// operator has an outcome to find out.
+				// At warn: an operator has an outcome to find out.
 				b.cfg.Logger.Warn("bus: attempt ended by the stop with its outcome unknown: its key is parked; the message goes back to the broker, "+
 					"and its next delivery moves it to the error topic", "handler", handler,
 					"message_id", msg.UUID, "attempt", attempts, "error", err)
@@ -110,21 +93,15 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 			}
 			return fmt.Errorf("bus: %s: %w: %w", handler, errStopping, err)
 		}
-		// A deadlock or lock wait lost to another transaction (WithBatch
-		// batches of competing processes claim keys in arrival order) is
-		// not the message's fault: retried after a pause, up to
-		// maxContentionRetries times, without spending its retries, so
-		// that a message does not reach the error topic for having lost
-		// to others.
+		// Lost to another transaction (competing WithBatch batches): not the
+		// message's fault, so no retry spent, up to maxContentionRetries.
 		contended := !transient && !IsUnrecoverable(err) && dialect.Contention(err) && contentions < maxContentionRetries
 		level := slog.LevelWarn
 		if contended {
 			level = slog.LevelInfo
 		}
 		if limited && transient {
-			// Waiting out an outage under rate limiting: the limiter says
-			// when it starts and ends, and a line per attempt (one a Wait,
-			// per handler and instance) would bury those.
+			// The limiter logs the outage's start and end.
 			level = slog.LevelDebug
 		}
 		b.cfg.Logger.Log(context.Background(), level, "bus: attempt failed", "handler", handler, "message_id", msg.UUID, "attempt", attempts,
@@ -148,9 +125,7 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 			outageMark = lim.mark() // the next failure looks for a success begun after this one
 		}
 		if outage && !b.cfg.RateLimit.Disabled && (limited || retries >= policy.MaxRetries) {
-			// The database is out of reach: wait it out in turn with the
-			// handler's other messages, without spending retries (nor
-			// counting them as retried).
+			// Wait the outage out without spending (or counting) retries.
 			lim.start()
 			continue
 		}
@@ -171,20 +146,17 @@ func (b *Bus) deliver(handler, topic string, msg *message.Message, h message.Han
 	return b.moveToErrorTopic(handler, topic, msg, attempts, err)
 }
 
-// maxContentionRetries bounds the attempts of one delivery that a deadlock
-// or lock wait ends without spending a retry; past it, they spend retries.
+// maxContentionRetries bounds the attempts lost to contention that spend
+// no retry.
 const maxContentionRetries = 10
 
-// contentionPause is the wait before the nth retry of an attempt lost to
-// another transaction: random, so that the two do not meet again, and
-// longer each time (up to about half a second).
+// contentionPause is the wait before the nth retry after contention:
+// random, so the two do not meet again, and growing (to about 0.5s).
 func contentionPause(n int) time.Duration {
 	return time.Duration(n) * (10*time.Millisecond + rand.N(40*time.Millisecond))
 }
 
-// pauseRetry waits d before the next attempt of msg. A stop during the
-// wait gives the message back at once (it is not running); so does the end
-// of its context. The error says which, around the attempt's err.
+// pauseRetry waits d; a stop or the end of msg's context cuts it short.
 func (b *Bus) pauseRetry(handler string, msg *message.Message, d time.Duration, err error) error {
 	select {
 	case <-time.After(d):
@@ -203,10 +175,7 @@ func (b *Bus) pauseRetry(handler string, msg *message.Message, d time.Duration, 
 var slowAttempt = time.Minute
 
 // watchSlowAttempt says at warn, once, that an attempt still runs after
-// slowAttempt: a handler that waits for what never comes (a lock, a
-// connection its own transaction holds, as a write through Config.DB on
-// SQLite does) otherwise hangs its message, and a stop, without a word.
-// The caller stops the returned timer when the attempt ends.
+// slowAttempt; the caller stops the timer when the attempt ends.
 func (b *Bus) watchSlowAttempt(handler, messageID string, attempt int) *time.Timer {
 	return time.AfterFunc(slowAttempt, func() {
 		b.cfg.Logger.Warn("bus: an attempt is still running after "+slowAttempt.String(), "handler", handler, "message_id", messageID,
@@ -215,8 +184,8 @@ func (b *Bus) watchSlowAttempt(handler, messageID string, attempt int) *time.Tim
 	})
 }
 
-// attempt runs the handler chain once, turning a panic into an error, and
-// dispatches the messages the handler sent once it has committed.
+// attempt runs the handler chain once, a panic as an error, then dispatches
+// what it sent.
 func (b *Bus) attempt(msg *message.Message, h message.HandlerFunc, handler string, n int) (ran bool, err error) {
 	parent := msg.Context()
 	in := &incoming{msg: msg}
@@ -254,12 +223,8 @@ func (b *Bus) attempt(msg *message.Message, h message.HandlerFunc, handler strin
 }
 
 // notDispatched says at error which messages a committed handler sent
-// could not be dispatched before its message's context ended (the bus
-// stopping, or the SQL transport's ack deadline, during a broker outage).
-// A handler with the inbox does not run again for the redelivery, so
-// without Config.Outbox they are lost; one without it sends them again.
-// For a HandleBatch call, every message of the call is named: each goes
-// back to the broker with the first (see batchSends).
+// were not dispatched (with the inbox and no outbox they are lost), and
+// for a HandleBatch call every message of the call.
 func (b *Bus) notDispatched(msg *message.Message, batch *batchSends, unsent []outgoing, err error) {
 	ids := make([]string, len(unsent))
 	for i, out := range unsent {
@@ -273,8 +238,8 @@ func (b *Bus) notDispatched(msg *message.Message, batch *batchSends, unsent []ou
 		"lost unless the handler runs again for a redelivery (with the inbox it does not; Config.Outbox keeps them)", attrs...)
 }
 
-// checkReceived refuses what the transport could not read in full (it says
-// why in metadata) and a message without an ID: no attempt can handle them.
+// checkReceived refuses what the transport could not read in full, and a
+// message without an ID.
 func checkReceived(msg *message.Message) error {
 	if reason := msg.Metadata.Get(metadata.TransportError); reason != "" {
 		return &unrecoverableError{fmt.Errorf("bus: the transport could not read the message: %s", reason)}
@@ -285,16 +250,14 @@ func checkReceived(msg *message.Message) error {
 	return nil
 }
 
-// publishCommitted publishes a message whose handler has committed. Running
-// the handler again would not send it (the inbox skips the duplicate), so
-// it keeps trying until the bus closes; only the outbox closes that window.
-// A command no queue takes goes to the error topic, with the reason.
+// publishCommitted publishes a message whose handler has committed, trying
+// until ctx ends: a rerun handler would not send it again (the inbox skips
+// it). A command no queue takes goes to the error topic.
 func (b *Bus) publishCommitted(ctx context.Context, out outgoing) error {
 	out.msg.SetContext(ctx) // a broker that never answers holds it only as long as the message's context
 	if !out.at.IsZero() {
-		// A delayed send is a row in the database: cheap and lasting, so
-		// written whatever becomes of the message's context (an ack
-		// deadline, the end of a stop's drain) once its handler committed.
+		// A delayed send is a cheap database row: written once the handler
+		// committed, whatever becomes of the message's context.
 		out.msg.SetContext(context.WithoutCancel(ctx))
 	}
 	for n := 1; ; n++ {
@@ -318,12 +281,9 @@ func (b *Bus) publishCommitted(ctx context.Context, out outgoing) error {
 	}
 }
 
-// publishFailed publishes failed to the error topic. A message whose
-// metadata the broker took from its producer may be refused once the error
-// metadata is added (RabbitMQ's frame_max): nacked, it would come back
-// forever. So if it is refused twice (once may be the broker's hiccup, and
-// the error copy is the only copy left), it goes without its largest
-// metadata values, which dropped names.
+// publishFailed publishes failed to the error topic; refused twice (the
+// error metadata may pass RabbitMQ's frame_max), it goes without its
+// largest metadata values, which dropped names, rather than loop.
 func (b *Bus) publishFailed(publish func(string, ...*message.Message) error, failed *message.Message) (dropped string, err error) {
 	if err = publish(b.cfg.ErrorTopic, failed); err == nil {
 		return "", nil
@@ -341,19 +301,15 @@ func (b *Bus) publishFailed(publish func(string, ...*message.Message) error, fai
 	return dropped, nil
 }
 
-// Bounds of withoutLargestMetadata: metadata over keptMetadataBytes (keys
-// and values) loses its largest values until it fits; an error reason over
-// keptReasonBytes is cut. The bus's own keys (postroom-…) stay.
+// Bounds of withoutLargestMetadata: metadata over keptMetadataBytes loses
+// its largest values but postroom's own; a reason over keptReasonBytes is cut.
 const (
 	keptMetadataBytes = 16 << 10
 	keptReasonBytes   = 4 << 10
 )
 
-// withoutLargestMetadata returns a copy of failed whose metadata fits in
-// keptMetadataBytes: the largest values other than the error metadata are
-// left out, largest first, and the error reason is cut to keptReasonBytes.
-// dropped names what was left out ("" when the metadata fits already: the
-// refusal had another cause).
+// withoutLargestMetadata returns a copy of failed whose metadata fits, and
+// what was left out ("" when it fits already: the refusal had another cause).
 func withoutLargestMetadata(failed *message.Message) (*message.Message, string) {
 	size := 0
 	for k, v := range failed.Metadata {
@@ -389,8 +345,7 @@ func withoutLargestMetadata(failed *message.Message) (*message.Message, string) 
 	return out, dropped
 }
 
-// errorTopicRefusedPause is how long a delivery whose move to the error
-// topic failed waits before it is nacked back to the broker.
+// errorTopicRefusedPause is the wait before a nack when the error topic refused.
 const errorTopicRefusedPause = time.Second
 
 func (b *Bus) moveToErrorTopic(handler, topic string, msg *message.Message, attempts int, reason error) error {
@@ -409,17 +364,14 @@ func (b *Bus) moveToErrorTopic(handler, topic string, msg *message.Message, atte
 	failed.Metadata.Set(metadata.ErrorTopic, topic)
 	failed.Metadata.Set(metadata.ErrorGroup, b.group(handler))
 	failed.Metadata.Set(metadata.ErrorAt, b.cfg.Now().UTC().Format(time.RFC3339Nano))
-	// Mandatory where the transport can tell: a message no error queue takes
-	// (it was deleted) is nacked, not acked into nothing.
+	// Mandatory: a message no error queue takes is nacked, not lost.
 	publish := b.cfg.Transport.Publisher().Publish
 	if m, ok := b.cfg.Transport.(transport.Mandatory); ok {
 		publish = m.PublishMandatory
 	}
 	dropped, err := b.publishFailed(publish, failed)
 	if errors.Is(err, transport.ErrNoRoute) {
-		// The error queue was deleted while the bus ran (an operator, a
-		// broker reset): declared again, it takes the message, which
-		// would otherwise be nacked and redelivered until a restart.
+		// The error queue was deleted while the bus ran: declare it again.
 		b.cfg.Logger.Error("bus: the error topic's queue is gone; declaring it again", "error_topic", b.cfg.ErrorTopic, "message_id", msg.UUID)
 		b.mu.Lock()
 		b.errorQueueDeclared = false
@@ -431,8 +383,7 @@ func (b *Bus) moveToErrorTopic(handler, topic string, msg *message.Message, atte
 		}
 	}
 	if err != nil {
-		// Not at once: the message comes back the moment it is nacked,
-		// and would loop as fast as the broker can deliver it.
+		// A nacked message comes back at once: pause, not to loop hot.
 		select {
 		case <-time.After(errorTopicRefusedPause):
 		case <-msg.Context().Done():
@@ -451,8 +402,8 @@ func (b *Bus) moveToErrorTopic(handler, topic string, msg *message.Message, atte
 	return nil
 }
 
-// failSpan marks the span in ctx as failed with reason: the message went to the
-// error topic although the delivery is acked.
+// failSpan marks the span in ctx failed: the delivery is acked, but to the
+// error topic.
 func failSpan(ctx context.Context, reason error) {
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {

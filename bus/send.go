@@ -22,9 +22,8 @@ import (
 	"github.com/postroom/postroom/transport"
 )
 
-// SendOption sets something on an outgoing message. Options are typed:
-// metadata never acts as an option (WithMetadata refuses the keys postroom
-// reads as instructions).
+// SendOption sets something on an outgoing message; metadata never acts as
+// an option (see WithMetadata).
 type SendOption func(*sendOptions)
 
 // sendOptions is what the options of one Send or Publish asked for.
@@ -57,17 +56,15 @@ func WithVersion(entityID string, at time.Time) SendOption {
 }
 
 // WithMessageID sets the message ID instead of a new UUIDv7, for a sender
-// that must send the same logical message again (a retried upload, a
-// scheduled slot) and have it deduplicated.
+// that sends the same logical message again and wants it deduplicated.
 func WithMessageID(id string) SendOption {
 	return func(o *sendOptions) { o.id, o.idSet = id, true }
 }
 
-// WithMetadata sets one metadata entry. The keys the bus sets itself from
-// the message and its options (the message ID and type) and those a bus or
-// transport reads as instructions (a command's endpoint, a delivery count,
-// a transport's error, the error topic's entries) are refused: Send and
-// Publish fail, naming the typed option to use where there is one.
+// WithMetadata sets one metadata entry. Keys postroom sets itself or reads
+// as instructions (the message ID and type, a command's endpoint, a
+// delivery count, the error topic's entries) are refused: Send and Publish
+// fail, naming the typed option to use where there is one.
 func WithMetadata(key, value string) SendOption {
 	return func(o *sendOptions) {
 		if instead, reserved := reservedMetadata[key]; reserved {
@@ -80,8 +77,7 @@ func WithMetadata(key, value string) SendOption {
 	}
 }
 
-// reservedMetadata are the keys WithMetadata refuses, each with the option
-// to use instead.
+// reservedMetadata are the keys WithMetadata refuses, with what to use instead.
 var reservedMetadata = map[string]string{
 	metadata.MessageID:            ": use WithMessageID",
 	metadata.MessageType:          ": the message's Go type names it",
@@ -109,11 +105,8 @@ func To(endpoint string) SendOption {
 
 // Send sends a command to the one endpoint that owns it: this endpoint, or
 // the one named with To. Inside a handler it is dispatched after the
-// handler's transaction commits, and not at all if it rolls back. Outside
-// a handler it returns once the broker has the message, or with an error
-// when ctx ends first (then the broker may have taken it or not: send it
-// again with the same WithMessageID, and a handler with the inbox skips a
-// copy).
+// handler's transaction commits. Outside one it returns once the broker has
+// the message, or when ctx ends (taken or not: resend with WithMessageID).
 func Send[T any](ctx context.Context, b *Bus, cmd *T, opts ...SendOption) error {
 	if cmd == nil {
 		return fmt.Errorf("bus: send %s: the command is a nil pointer", MessageName[T]())
@@ -163,8 +156,7 @@ func (b *Bus) newMessage(ctx context.Context, name string, payload any, opts []S
 		return nil, o, fmt.Errorf("bus: marshal %s: %w", name, err)
 	}
 	if _, isJSON := b.cfg.Marshaler.(JSON); isJSON && bytes.Equal(bytes.TrimSpace(body), []byte("null")) {
-		// A nil slice, map or pointer type, or a MarshalJSON returning
-		// null: every handler would refuse it (JSON.Unmarshal).
+		// Every handler would refuse a null payload (JSON.Unmarshal).
 		return nil, o, fmt.Errorf("bus: marshal %s: %w", name, errNullPayload)
 	}
 	id := o.id
@@ -197,10 +189,8 @@ func (b *Bus) newMessage(ctx context.Context, name string, payload any, opts []S
 		return nil, o, fmt.Errorf("bus: %s: %w", name, err)
 	}
 	if msg.Metadata.Get(metadata.Version) != "" {
-		// WithVersion("", t) or a zero t is refused here: every receiver's
-		// stale check would refuse it. Only with a version: an entity ID
-		// alone may be metadata of a sender whose receivers read the
-		// version from the payload.
+		// Refused here as every stale check would refuse it; an entity ID
+		// alone may go with a version in the payload.
 		v, err := stale.MetadataVersion(msg)
 		if err == nil {
 			err = v.Check()
@@ -212,8 +202,7 @@ func (b *Bus) newMessage(ctx context.Context, name string, payload any, opts []S
 	return msg, o, nil
 }
 
-// outgoingOf is the outgoing message for topic, with the delivery time o
-// asked for.
+// outgoingOf is the outgoing message for topic, at o's delivery time.
 func (b *Bus) outgoingOf(topic string, msg *message.Message, o sendOptions) outgoing {
 	at := o.at
 	if o.afterSet {
@@ -223,12 +212,11 @@ func (b *Bus) outgoingOf(topic string, msg *message.Message, o sendOptions) outg
 }
 
 // ErrBadMessageID is wrapped by Send and Publish for an ID no transport or
-// inbox could carry.
+// inbox could carry (empty, too long, not UTF-8, or with NUL).
 var ErrBadMessageID = errors.New("bad message ID")
 
-// checkID refuses an ID that some transport or store would not carry byte
-// for byte: every ID the bus accepts travels on every transport, through
-// the outbox, and fits the inbox.
+// checkID refuses an ID that some transport, the outbox or the inbox would
+// not carry byte for byte.
 func checkID(id string) error {
 	switch {
 	case id == "":
@@ -241,8 +229,7 @@ func checkID(id string) error {
 	return nil
 }
 
-// dispatch publishes out. In a handler it goes through the outbox in the
-// handler's transaction when there is one, else it waits for the commit.
+// dispatch publishes out; in a handler through the outbox, or after the commit.
 func (b *Bus) dispatch(ctx context.Context, out outgoing) error {
 	if !out.at.IsZero() {
 		if tx := inTransaction(ctx); tx != nil {
@@ -256,18 +243,14 @@ func (b *Bus) dispatch(ctx context.Context, out outgoing) error {
 		in.outgoing = append(in.outgoing, out)
 		return nil
 	}
-	// The publish waits for the broker only as long as the caller's
-	// context lasts: during an outage, a Send with a deadline returns at
-	// that deadline instead of waiting on past it.
+	// During an outage, a Send returns at its context's deadline.
 	out.msg.SetContext(ctx)
 	return b.publish(out)
 }
 
-// publish publishes out now, through the transport's mandatory publish
-// where it has one: a command sent to an endpoint with no queue fails
-// instead of being dropped by the broker, and an event nobody subscribes
-// to is logged at debug level and counted as unrouted (under the
-// message's type), which is not an error.
+// publish publishes out now, mandatory where the transport can be: a
+// command no queue takes fails instead of being dropped, and an event
+// nobody subscribes to is only logged at debug and counted as unrouted.
 func (b *Bus) publish(out outgoing) error {
 	if !out.at.IsZero() {
 		return b.delay(out.msg.Context(), b.cfg.DB, out)
