@@ -105,8 +105,10 @@ func To(endpoint string) SendOption {
 
 // Send sends a command to the one endpoint that owns it: this endpoint, or
 // the one named with To. Inside a handler it is dispatched after the
-// handler's transaction commits. Outside one it returns once the broker has
-// the message, or when ctx ends (taken or not: resend with WithMessageID).
+// handler's transaction commits, and not at all if it rolls back (with
+// Config.Outbox it is written in that transaction). Outside one it returns
+// once the broker has the message, or when ctx ends (taken or not: resend
+// with WithMessageID).
 func Send[T any](ctx context.Context, b *Bus, cmd *T, opts ...SendOption) error {
 	if cmd == nil {
 		return fmt.Errorf("bus: send %s: the command is a nil pointer", MessageName[T]())
