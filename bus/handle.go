@@ -454,28 +454,34 @@ func (hc handlerConfig) validateBatch() error {
 }
 
 // decoded checks and decodes each message before h, the handler's chain,
-// and passes it on in its context: bad input goes to the error topic at
-// once, before the inbox or the stale check touch the database.
+// and passes it on in the attempt's incoming: bad input goes to the error
+// topic at once, before the inbox or the stale check touch the database.
 func decoded[T any](b *Bus, h message.HandlerFunc) message.HandlerFunc {
 	name := MessageName[T]()
 	return func(msg *message.Message) ([]*message.Message, error) {
+		in := incomingFrom(msg.Context())
+		if in == nil {
+			return nil, fmt.Errorf("bus: %s handled outside an attempt of the bus", name)
+		}
 		m, err := decode[T](b, name, msg)
 		if err != nil {
 			return nil, err
 		}
-		msg.SetContext(context.WithValue(msg.Context(), decodedKey{}, m))
+		in.decoded = m
 		return h(msg)
 	}
 }
-
-type decodedKey struct{}
 
 // typed calls fn with the message decoded before the chain.
 func typed[T any](fn HandlerFunc[T]) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		ctx := msg.Context()
-		m, ok := ctx.Value(decodedKey{}).(*T)
-		if !ok {
+		in := incomingFrom(ctx)
+		var m *T
+		if in != nil {
+			m, _ = in.decoded.(*T)
+		}
+		if m == nil {
 			return nil, fmt.Errorf("bus: %s was not decoded before its handler", MessageName[T]())
 		}
 		if !uow.Active(ctx) {
@@ -484,9 +490,7 @@ func typed[T any](fn HandlerFunc[T]) message.HandlerFunc {
 		if err := fn(ctx, m); err != nil {
 			return nil, err
 		}
-		if in := incomingFrom(ctx); in != nil {
-			in.ran = true
-		}
+		in.ran = true
 		return nil, nil
 	}
 }
@@ -543,9 +547,11 @@ type namedRecorder struct {
 
 func (r namedRecorder) Record(_ string, e metrics.Event) { r.rec.Record(r.name, e) }
 
-// incoming is the bus's state for the message being handled.
+// incoming is the bus's state for the message being handled, the one
+// context value the bus adds to an attempt.
 type incoming struct {
 	msg      *message.Message
+	decoded  any // *T, set by decoded before the handler's chain
 	outgoing []outgoing
 	ran      bool
 	sends    *batchSends // a HandleBatch call's messages, when not nil
