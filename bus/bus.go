@@ -17,6 +17,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postroom/postroom/internal/dialect"
+	"github.com/postroom/postroom/internal/drain"
 	"github.com/postroom/postroom/internal/logsink"
 	"github.com/postroom/postroom/internal/metricseries"
 	"github.com/postroom/postroom/internal/uow"
@@ -47,13 +48,11 @@ type Bus struct {
 	// suspects holds the one redelivery the broker may have handed out
 	// after a crash that is being counted and handled (guarded).
 	suspects chan struct{}
-	// drain ends Config.StopTimeout after the bus began to stop (stopOnce):
-	// then the handlers still running have their context cancelled.
-	drain    context.Context
-	endDrain context.CancelFunc
-	stopOnce sync.Once
-	stopping chan struct{} // closed when the stop begins
-	handling handling      // the deliveries the handlers hold (drainingSubscriber waits for them)
+	// drain counts the deliveries the handlers hold (drainingSubscriber
+	// waits for them) and is cut Config.StopTimeout after the bus began to
+	// stop: then the handlers still running have their context cancelled.
+	drain    *drain.Drain
+	stopping <-chan struct{} // closed when the stop begins
 
 	mu        sync.Mutex
 	handlers  map[string]bool
@@ -114,8 +113,8 @@ func New(cfg Config) (*Bus, error) {
 	b := &Bus{cfg: cfg, router: router, wmSink: wmSink, wmLog: wmLog, handlers: map[string]bool{},
 		retryTargets: map[string]func(string, *message.Message) error{}, retryDelays: map[string][]time.Duration{},
 		delayedAttempts: map[int64]int{}, ownsTransport: ownsTransport}
-	b.drain, b.endDrain = context.WithCancel(context.Background())
-	b.stopping = make(chan struct{})
+	b.drain = drain.New(cfg.StopTimeout)
+	b.stopping = b.drain.Stopping()
 	b.suspects = make(chan struct{}, 1)
 	if b.redeliveries, err = newRedeliveries(cfg.DB); err != nil {
 		return nil, err

@@ -338,8 +338,8 @@ func (b *Bus) runClaimed(ctx context.Context, d dialect.Dialect, stmts dialect.D
 	// Held as a delivery from the broker is, from before its lease is
 	// renewed: a stop that begins meanwhile waits for it (Close), or it
 	// sees the stop below and releases the row.
-	b.handling.add()
-	defer b.handling.done()
+	b.drain.Add()
+	defer b.drain.Done()
 	if ctx.Err() != nil || b.isStopping() {
 		b.releaseClaimed(ctx, d, stmts, []delayedRow{r}, claimedUntil, "claimed and not begun when the bus stopped")
 		return errStopping

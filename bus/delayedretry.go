@@ -130,7 +130,7 @@ func (b *Bus) runDelayedRetry(ctx context.Context, r delayedRow, msg *message.Me
 	}
 	msg.SetContext(ctx)
 	// As a delivery from the broker: a stop lets it finish within
-	// Config.StopTimeout; runClaimed counts it in b.handling.
+	// Config.StopTimeout; runClaimed counts it in b.drain.
 	defer b.outliveStop(msg)()
 	return target(r.Topic, msg)
 }
