@@ -31,29 +31,23 @@ func New(grace time.Duration) *Drain {
 }
 
 // Add counts a hand-out, even once the stop began.
-func (d *Drain) Add() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.add()
-}
+func (d *Drain) Add() { d.add(true) }
 
 // TryAdd counts a hand-out unless the stop began, and reports whether it
 // did.
-func (d *Drain) TryAdd() bool {
+func (d *Drain) TryAdd() bool { return d.add(false) }
+
+func (d *Drain) add(evenStopped bool) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.stopped {
+	if d.stopped && !evenStopped {
 		return false
 	}
-	d.add()
-	return true
-}
-
-func (d *Drain) add() {
 	if d.n == 0 {
 		d.idle = make(chan struct{})
 	}
 	d.n++
+	return true
 }
 
 // Done marks a counted hand-out settled.
