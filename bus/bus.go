@@ -18,6 +18,7 @@ import (
 
 	"github.com/postroom/postroom/internal/dialect"
 	"github.com/postroom/postroom/internal/dialects"
+	"github.com/postroom/postroom/internal/drain"
 	"github.com/postroom/postroom/internal/logsink"
 	"github.com/postroom/postroom/internal/metricseries"
 	"github.com/postroom/postroom/internal/storeinfo"
@@ -41,12 +42,11 @@ type Bus struct {
 	// The poison-loop guard's counts (counterFor); redeliveries nil without DB.
 	nacks        nackCount
 	redeliveries *poisonCount
-	// drain ends Config.StopTimeout into a stop, cancelling the handlers.
-	drain    context.Context
-	endDrain context.CancelFunc
-	stopOnce sync.Once
-	stopping chan struct{} // closed when the stop begins
-	handling handling      // the deliveries the handlers hold (drainingSubscriber waits for them)
+	// drain counts the deliveries the handlers hold (drainingSubscriber
+	// waits for them) and is cut Config.StopTimeout into a stop, cancelling
+	// the handlers still running.
+	drain    *drain.Drain
+	stopping <-chan struct{} // closed when the stop begins
 
 	mu         sync.Mutex
 	handlers   map[string]bool
@@ -101,8 +101,8 @@ func New(cfg Config) (*Bus, error) {
 	b := &Bus{cfg: cfg, router: router, wmSink: wmSink, wmLog: wmLog, handlers: map[string]bool{},
 		retryTargets: map[string]func(string, *message.Message) error{}, retryDelays: map[string][]time.Duration{},
 		delayedAttempts: map[int64]int{}, ownsTransport: ownsTransport}
-	b.drain, b.endDrain = context.WithCancel(context.Background())
-	b.stopping = make(chan struct{})
+	b.drain = drain.New(cfg.StopTimeout)
+	b.stopping = b.drain.Stopping()
 	if b.redeliveries, err = newPoisonCount(cfg.DB, cfg.Now, b.stopping); err != nil {
 		return nil, err
 	}

@@ -299,8 +299,8 @@ func (b *Bus) retryLease() time.Duration {
 func (b *Bus) runClaimed(ctx context.Context, d dialect.Dialect, stmts dialect.DelayedStatements, r delayedRow, claimedUntil time.Time) error {
 	// Held like a broker delivery from before the renew: a stop waits for
 	// it, or it sees the stop below and releases the row.
-	b.handling.add()
-	defer b.handling.done()
+	b.drain.Add()
+	defer b.drain.Done()
 	if ctx.Err() != nil || b.isStopping() {
 		b.releaseClaimed(ctx, d, stmts, []delayedRow{r}, claimedUntil, "claimed and not begun when the bus stopped")
 		return errStopping

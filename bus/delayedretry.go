@@ -121,7 +121,8 @@ func (b *Bus) runDelayedRetry(ctx context.Context, r delayedRow, msg *message.Me
 		return fmt.Errorf("bus: delayed retry %s: no handler of group %s here", r.MessageID, r.TargetGroup)
 	}
 	msg.SetContext(ctx)
-	// A stop lets it finish within Config.StopTimeout, as a broker delivery.
+	// A stop lets it finish within Config.StopTimeout, as a broker delivery
+	// (runClaimed counts it in b.drain).
 	defer b.outliveStop(msg)()
 	return target(r.Topic, msg)
 }

@@ -258,8 +258,8 @@ func (b *Bus) register(name string, byRun bool, opts []HandlerOption, build func
 					}
 				}()
 			}
-			b.handling.add()
-			defer b.handling.done()
+			b.drain.Add()
+			defer b.drain.Done()
 			defer b.outliveStop(msg)()
 			err := guarded(msg)
 			// Settled before the delivery stops counting as held (drainingSubscriber).

@@ -8,19 +8,12 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
-// beginStop marks the start of the bus's stop, once: Watermill's errors
-// are routine from now on (logsink.Sink.Stopping), and the handlers
-// running have Config.StopTimeout left (drain).
+// beginStop begins the bus's stop (again: nothing more): Watermill's
+// errors are routine from now on (logsink.Sink.Stopping), and the
+// handlers running have Config.StopTimeout left (the drain's cut).
 func (b *Bus) beginStop() {
-	b.stopOnce.Do(func() {
-		close(b.stopping)
-		b.wmSink.Stopping()
-		if b.cfg.StopTimeout < 0 {
-			b.endDrain()
-			return
-		}
-		time.AfterFunc(b.cfg.StopTimeout, b.endDrain)
-	})
+	b.wmSink.Stopping()
+	b.drain.Stop()
 }
 
 // outliveStop gives msg a context that the bus's stop does not end until
@@ -48,53 +41,12 @@ func (b *Bus) outliveStop(msg *message.Message) (done func()) {
 			cancel()
 			return
 		}
-		context.AfterFunc(b.drain, cancel)
+		context.AfterFunc(b.drain.Context(), cancel)
 	})
 	msg.SetContext(ctx)
 	return func() {
 		stopAfter()
 		cancel()
-	}
-}
-
-// handling counts the deliveries the bus's handlers hold, from the
-// router's call to their ack or nack.
-type handling struct {
-	mu   sync.Mutex
-	n    int
-	idle chan struct{} // closed when n falls to 0; nil while n is 0
-}
-
-func (h *handling) add() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.n == 0 {
-		h.idle = make(chan struct{})
-	}
-	h.n++
-}
-
-func (h *handling) done() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.n--
-	if h.n == 0 {
-		close(h.idle)
-		h.idle = nil
-	}
-}
-
-// wait returns once no delivery is held, or when give closes.
-func (h *handling) wait(give <-chan struct{}) {
-	h.mu.Lock()
-	idle := h.idle
-	h.mu.Unlock()
-	if idle == nil {
-		return
-	}
-	select {
-	case <-idle:
-	case <-give:
 	}
 }
 
@@ -159,7 +111,7 @@ func (d *drainingSubscriber) Close() error {
 // no delivery, or the drain ended and drainWait passed.
 func (b *Bus) awaitHandling() {
 	giveUp := make(chan struct{})
-	stop := context.AfterFunc(b.drain, func() { time.AfterFunc(drainWait, func() { close(giveUp) }) })
-	b.handling.wait(giveUp)
+	stop := context.AfterFunc(b.drain.Context(), func() { time.AfterFunc(drainWait, func() { close(giveUp) }) })
+	b.drain.Wait(giveUp)
 	stop()
 }

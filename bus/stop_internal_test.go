@@ -26,9 +26,9 @@ func BenchmarkStopBookkeeping(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		msg.SetContext(ctx)
-		bs.handling.add()
+		bs.drain.Add()
 		done := bs.outliveStop(msg)
 		done()
-		bs.handling.done()
+		bs.drain.Done()
 	}
 }

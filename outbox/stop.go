@@ -2,11 +2,12 @@ package outbox
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/postroom/postroom/internal/drain"
 )
 
 // stoppingSubscriber is the relay's watermill-sql subscriber as the
@@ -30,48 +31,37 @@ import (
 // cutting the publish and the batch's transaction short (its published
 // messages are then relayed again).
 type stoppingSubscriber struct {
-	sub     *wsql.Subscriber
-	timeout time.Duration // negative: cut at once
-
-	mu       sync.Mutex
-	stopped  bool
-	cancels  []context.CancelFunc
-	inflight sync.WaitGroup // messages handed to the router, not yet acked or nacked
-
-	stopping  chan struct{} // closed when the stop begins
-	abort     chan struct{} // closed when the stop cuts what is left
-	abortOnce sync.Once
-	stopOnce  sync.Once
-	done      chan struct{} // closed when the stop is over
+	sub *wsql.Subscriber
+	// drain counts the messages handed to the router, not yet acked or
+	// nacked; its cut ends the subscriptions' contexts: a publish still
+	// in flight and the batch's transaction are cut short, and the
+	// batch's published messages are relayed again by the next relay.
+	drain *drain.Drain
+	done  chan struct{} // closed when the stop is over
 }
 
 func newStoppingSubscriber(sub *wsql.Subscriber, timeout time.Duration) *stoppingSubscriber {
-	return &stoppingSubscriber{sub: sub, timeout: timeout,
-		stopping: make(chan struct{}), abort: make(chan struct{}), done: make(chan struct{})}
+	return &stoppingSubscriber{sub: sub, drain: drain.New(timeout), done: make(chan struct{})}
 }
 
-// Subscribe subscribes on a context that only the stop's timeout ends;
-// ctx ending begins the stop. A ctx already done fails, as watermill-sql's
+// Subscribe subscribes on a context that only the stop's cut ends; ctx
+// ending begins the stop. A ctx already done fails, as watermill-sql's
 // Subscribe does: the relay was stopped while it started.
 func (s *stoppingSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	subCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s.mu.Lock()
-	if s.stopped {
-		s.mu.Unlock()
-		cancel()
+	if s.drain.Stopped() {
 		return nil, wsql.ErrSubscriberClosed
 	}
-	s.cancels = append(s.cancels, cancel)
-	s.mu.Unlock()
+	subCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	context.AfterFunc(s.drain.Context(), cancel)
 	in, err := s.sub.Subscribe(subCtx, topic)
 	if err != nil {
 		cancel()
 		return nil, err
 	}
-	context.AfterFunc(ctx, func() { go s.stop() })
+	context.AfterFunc(ctx, func() { go s.Close() })
 	out := make(chan *message.Message)
 	go func() {
 		defer close(out)
@@ -89,78 +79,38 @@ func (s *stoppingSubscriber) Subscribe(ctx context.Context, topic string) (<-cha
 // it is acked or nacked (watermill-sql hands out no other meanwhile), or
 // the stop cuts it.
 func (s *stoppingSubscriber) hand(msg *message.Message, out chan<- *message.Message) {
-	s.mu.Lock()
-	if s.stopped {
-		s.mu.Unlock()
+	if !s.drain.TryAdd() {
 		return
 	}
-	s.inflight.Add(1)
-	s.mu.Unlock()
-	defer s.inflight.Done()
+	defer s.drain.Done()
 	select {
 	case out <- msg:
-	case <-s.stopping:
+	case <-s.drain.Stopping():
 		return
 	}
 	select {
 	case <-msg.Acked():
 	case <-msg.Nacked():
-	case <-s.abort:
+	case <-s.drain.Context().Done():
 	}
 }
 
-// Close stops the subscriber (see stoppingSubscriber) and returns when the
-// stop is over. The router calls it when it closes.
+// Close stops the subscriber, once, and returns when the stop is over:
+// no message is handed to the router any more; the one in flight is
+// published and watermill-sql's subscriber closed, committing the
+// published messages of its batch, within timeout; then whatever is left
+// is cut. The router calls it when it closes.
 func (s *stoppingSubscriber) Close() error {
-	s.stop()
-	return nil
-}
-
-// stop, once: no message is handed to the router any more; the one in
-// flight is published and watermill-sql's subscriber closed, committing
-// the published messages of its batch, within timeout; then whatever is
-// left is cut.
-func (s *stoppingSubscriber) stop() {
-	s.stopOnce.Do(func() {
-		defer close(s.done)
-		defer s.cut()
-		s.mu.Lock()
-		s.stopped = true
-		s.mu.Unlock()
-		close(s.stopping)
-		if s.timeout < 0 {
-			s.cut()
-		} else {
-			t := time.AfterFunc(s.timeout, s.cut)
-			defer t.Stop()
-		}
-		settled := make(chan struct{})
-		go func() { s.inflight.Wait(); close(settled) }()
-		select {
-		case <-settled:
-		case <-s.abort:
-		}
+	if s.drain.Stop() {
+		s.drain.Wait(s.drain.Context().Done())
 		// watermill-sql's Close makes its subscription give up the
 		// message it waits to hand out, record the ones published, commit
 		// and return; the cut ends its context if that takes too long.
 		_ = s.sub.Close()
-		<-settled
-	})
+		s.drain.Wait(nil)
+		s.drain.Cut()
+		close(s.done)
+	}
 	<-s.done
-}
-
-// cut ends the subscriptions' contexts: a publish still in flight and the
-// batch's transaction are cut short, and the batch's published messages
-// are relayed again by the next relay.
-func (s *stoppingSubscriber) cut() {
-	s.abortOnce.Do(func() {
-		close(s.abort)
-		s.mu.Lock()
-		cancels := s.cancels
-		s.cancels = nil
-		s.mu.Unlock()
-		for _, cancel := range cancels {
-			cancel()
-		}
-	})
+	return nil
 }

@@ -10,6 +10,7 @@ import (
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/postroom/postroom/internal/drain"
 	"github.com/postroom/postroom/metadata"
 	"github.com/postroom/postroom/transport"
 )
@@ -24,10 +25,11 @@ type subscriber struct {
 	t     *Transport
 	group string
 
-	stopping  chan struct{} // closed first by Close: subscriptions take no more, and settle what they hold
-	closing   chan struct{} // closed by Close after closeGrace: forwarders stop offering
-	closeOnce sync.Once
-	forwards  sync.WaitGroup // one per Subscribe, until its channel is closed
+	// drain counts the subscriptions until their channels are closed. Its
+	// stop, begun by Close, makes them take no more and settle what they
+	// hold; its cut, at most closeGrace later, makes forwarders stop
+	// offering.
+	drain *drain.Drain
 
 	mu       sync.Mutex
 	handling map[string]chan struct{} // by topic and message ID: closed when that delivery is settled
@@ -36,7 +38,7 @@ type subscriber struct {
 }
 
 func newSubscriber(sub *wsql.Subscriber, t *Transport, group string) *subscriber {
-	return &subscriber{Subscriber: sub, t: t, group: group, stopping: make(chan struct{}), closing: make(chan struct{}),
+	return &subscriber{Subscriber: sub, t: t, group: group, drain: drain.New(closeGrace),
 		handling: map[string]chan struct{}{}, late: map[string]returns{}, read: map[string]bool{}}
 }
 
@@ -139,9 +141,9 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 			stopReading()
 		}
 	})
-	s.forwards.Add(1)
+	s.drain.Add()
 	go func() {
-		defer s.forwards.Done()
+		defer s.drain.Done()
 		defer close(out)
 		defer stopReading()
 		defer stopWatch()
@@ -154,12 +156,12 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 					return
 				}
 				msg, readIn = m, rd.current()
-			case <-s.stopping: // Close, and nothing held
+			case <-s.drain.Stopping(): // Close, and nothing held
 				return
 			}
 			mu.Lock()
-			acked = time.Time{}                     // read after the last ack's commit
-			if ctx.Err() != nil || s.isStopping() { // not handed out: rolled back with the read
+			acked = time.Time{}                        // read after the last ack's commit
+			if ctx.Err() != nil || s.drain.Stopped() { // not handed out: rolled back with the read
 				mu.Unlock()
 				return
 			}
@@ -171,7 +173,7 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 			if ok {
 				acked, ackCommitted = time.Now(), readIn
 			}
-			stopped := ctx.Err() != nil || s.isStopping()
+			stopped := ctx.Err() != nil || s.drain.Stopped()
 			mu.Unlock()
 			if stopped {
 				if ok {
@@ -204,7 +206,7 @@ func (s *subscriber) awaitCommit(in <-chan *message.Message, committed <-chan st
 	case <-committed:
 	case <-in:
 	case <-grace.C:
-	case <-s.closing:
+	case <-s.drain.Context().Done():
 	}
 }
 
@@ -270,7 +272,7 @@ func (s *subscriber) forward(ctx context.Context, topic string, msg *message.Mes
 	}
 	select {
 	case out <- cp:
-	case <-s.closing:
+	case <-s.drain.Context().Done():
 		return false
 	case <-ctx.Done():
 		return false
@@ -282,7 +284,7 @@ func (s *subscriber) forward(ctx context.Context, topic string, msg *message.Mes
 		s.returned(key)
 		msg.Nack()
 		return false
-	case <-s.closing:
+	case <-s.drain.Context().Done():
 		select {
 		case <-cp.Acked(): // an ack that raced the Close still counts
 		default:
@@ -329,7 +331,7 @@ func (s *subscriber) take(ctx context.Context, key string, read context.Context)
 		case <-busy:
 		case <-read.Done():
 			return nil, false
-		case <-s.closing:
+		case <-s.drain.Context().Done():
 			return nil, false
 		case <-ctx.Done():
 			return nil, false
@@ -411,39 +413,14 @@ func (s *subscriber) lateAck(key, topic string, msg *message.Message, took time.
 // which closes its subscribers once its handlers have finished, would
 // handle those messages again.
 func (s *subscriber) Close() error {
-	s.closeOnce.Do(func() {
-		close(s.stopping)
-		waitUntil(&s.forwards, time.Now().Add(closeGrace))
-		close(s.closing)
-	})
+	s.drain.Stop()
+	s.drain.Wait(s.drain.Context().Done())
+	s.drain.Cut()
 	err := s.Subscriber.Close()
-	s.forwards.Wait()
+	s.drain.Wait(nil)
 	return err
 }
 
 // closeGrace bounds how long Close waits for subscriptions to settle what
 // they hold.
 const closeGrace = ackCommitGrace + time.Second
-
-// waitUntil waits for wg until deadline.
-func waitUntil(wg *sync.WaitGroup, deadline time.Time) {
-	done := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(time.Until(deadline)):
-	}
-}
-
-// isStopping reports whether Close began.
-func (s *subscriber) isStopping() bool {
-	select {
-	case <-s.stopping:
-		return true
-	default:
-		return false
-	}
-}
