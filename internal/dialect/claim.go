@@ -2,9 +2,8 @@ package dialect
 
 import "strings"
 
-// Inbox row statuses. A row written by the transactional inbox is "done"
-// from the start; the external-effects mode moves a row through
-// "processing" to "done", or to "released" or "parked".
+// Inbox row statuses: the transactional inbox writes "done"; external
+// effects move a row from "processing" to "done", "released" or "parked".
 const (
 	StatusDone       = "done"
 	StatusProcessing = "processing"
@@ -80,10 +79,9 @@ func (d Shared) ClaimsUnresolved(table string) string {
 }
 
 // inboxExpired matches the inbox rows cleanup deletes: older than the
-// cut-off, not processing under a live lease, and not parked: a parked
-// key waits for a person (postroom inbox resolve) however old it is, or
-// a replay of its message would run an effect of unknown outcome again.
-// Arguments: cut-off, now.
+// cut-off, not under a live lease, and never parked (a parked key waits
+// for `postroom inbox resolve`, or a replay would rerun an effect of
+// unknown outcome). Arguments: cut-off, now.
 const inboxExpired = "received_at < ? AND status <> '" + StatusParked + "' AND (status <> '" + StatusProcessing + "' OR lease_until < ?)"
 
 func (d Shared) InboxCountDuplicate(table string) string {

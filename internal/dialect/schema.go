@@ -95,8 +95,8 @@ type Schema struct {
 	// exactly.
 	Key func(n int) string
 	// TableWithIndex creates a table and an index on one time column, both
-	// idempotently, so that a migration cut short (MySQL commits DDL at
-	// once) can run again. appendOnly tables' rows arrive in time order.
+	// idempotently (MySQL commits DDL at once: a cut-short migration runs
+	// again). appendOnly tables' rows arrive in time order.
 	TableWithIndex func(table, columns, indexed string, appendOnly bool) []string
 }
 
