@@ -24,21 +24,14 @@ func (Dialect) MessageSchema(batch int) (wsql.SchemaAdapter, wsql.OffsetsAdapter
 	return wideSchema(wsql.DefaultMySQLSchema{GeneratePayloadType: dialect.ColumnType("LONGBLOB"), SubscribeBatchSize: batch}), binaryGroups{}, nil
 }
 
-// OutboxSchema: the relay acks row by row (watermill-sql's queue schema:
-// an acked column, the rows not yet acked read in offset order). Reading
-// past the highest acked offset, as the offsets of a consumer group do,
-// loses a row: handlers commit their outbox rows in another order than
-// AUTO_INCREMENT handed out the offsets, so a row can commit after the
-// relay acked a higher one (bus TestOutboxRelaysEveryCommit).
+// OutboxSchema: the relay acks row by row (watermill-sql's queue schema),
+// since handlers commit outbox rows out of offset order and reading past
+// the highest acked offset would lose one.
 //
-// The relay reads at READ COMMITTED (readCommitted): its locking read of
-// the rows not acked then locks those rows only. At watermill-sql's
-// REPEATABLE READ it would also lock the gap after them, where every new
-// outbox row goes, for as long as its batch's publishes take: while a
-// broker takes publishes without confirming them (a memory alarm), every
-// handler sending through the outbox would wait up to the ack deadline
-// (30 s) and, with a lower innodb_lock_wait_timeout, fail to the error
-// topic.
+// The relay reads at READ COMMITTED, locking only the rows not acked: at
+// REPEATABLE READ it would also lock the gap where every new outbox row
+// goes, for as long as its batch's publishes take, and handlers would
+// wait (or fail) while a broker is slow to confirm.
 func (Dialect) OutboxSchema(batch int) (wsql.SchemaAdapter, wsql.OffsetsAdapter, string, error) {
 	return readCommitted{wideSchema(wsql.MySQLQueueSchema{GeneratePayloadType: dialect.ColumnType("LONGBLOB"), SubscribeBatchSize: batch})},
 		queueOffsets{}, "", nil // the queue schema has no consumer groups
@@ -54,12 +47,9 @@ func (readCommitted) SchemaInitializingQueries(params wsql.SchemaInitializingQue
 	return []wsql.Query{{Query: outboxTable(params.Topic)}}, nil
 }
 
-// queueOffsets is watermill-sql's MySQLQueueOffsetsAdapter acking only the
-// rows of a batch up to the last one handled. Its own AckMessageQuery marks
-// every row the relay read: a row still unpublished when its ack deadline
-// (30 s) runs out, as in a broker outage in the middle of a batch, would
-// be marked acked with every row behind it and never relayed, without a
-// log line (outbox TestAnOutageMidBatchLosesNothing).
+// queueOffsets is watermill-sql's MySQLQueueOffsetsAdapter acking only a
+// batch's rows up to the last handled: its own marks every row read, so
+// an outage mid-batch past the ack deadline would lose the rest silently.
 type queueOffsets struct{ wsql.MySQLQueueOffsetsAdapter }
 
 func (a queueOffsets) AckMessageQuery(p wsql.AckMessageQueryParams) (wsql.Query, error) {
@@ -74,8 +64,7 @@ func (a queueOffsets) AckMessageQuery(p wsql.AckMessageQueryParams) (wsql.Query,
 }
 
 // outboxTable creates the outbox's message table: watermill-sql's with the
-// wide ID column, the acked column and the index of the relay's query (the
-// rows not acked, in offset order).
+// wide ID column, and the index of the relay's query of rows not acked.
 func outboxTable(topic string) string {
 	messages, _ := messageTables(topic)
 	return "CREATE TABLE IF NOT EXISTS " + messages + " (`offset` BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, `uuid` VARCHAR(" + strconv.Itoa(dialect.MessageIDColumnLength) + ") NOT NULL," +
@@ -83,9 +72,8 @@ func outboxTable(topic string) string {
 		" `acked` BOOLEAN NOT NULL DEFAULT FALSE, INDEX postroom_outbox_acked (`acked`, `offset`))"
 }
 
-// NarrowIDTables lists the tables an older postroom or watermill-sql
-// created, which the schema adapter does not widen: MySQL has no
-// conditional DDL, and an ALTER at each subscribe would wait for every
+// NarrowIDTables: the schema adapter does not widen these, since MySQL has
+// no conditional DDL and an ALTER at each subscribe would wait for every
 // open transaction on the table.
 func (Dialect) NarrowIDTables() string {
 	return fmt.Sprintf("SELECT table_name FROM information_schema.columns WHERE table_schema = DATABASE()"+
@@ -116,9 +104,8 @@ func (Dialect) OutboxBacklog(topic string) (string, []any) {
 		" FROM " + messages + " WHERE NOT `acked`", nil
 }
 
-// GroupStarts: the adapter orders by offset alone, so the start is the
-// greatest offset, read before the insert so that the insert locks no row
-// of the message table.
+// GroupStarts: the start is the greatest offset, read before the insert
+// so that the insert locks no row of the message table.
 func (Dialect) GroupStarts(topic string) dialect.GroupStart {
 	messages, offsets := messageTables(topic)
 	return dialect.GroupStart{
@@ -137,12 +124,9 @@ const (
 )
 
 // binaryGroups is watermill-sql's offsets adapter with the consumer group
-// compared byte for byte. Its column is VARCHAR under the database's
-// default collation, which on MySQL and MariaDB ignores case (and trailing
-// spaces): two groups named alike but for case ("audit", "Audit": two
-// handlers, two endpoints) would share one offsets row, and each get a
-// part of the topic's messages, the rest acked by the other. Every other key
-// postroom keeps is binary too (schema).
+// compared byte for byte: under the default collation, which ignores case
+// and trailing spaces, "audit" and "Audit" would share one offsets row and
+// each get a part of the messages.
 type binaryGroups struct {
 	wsql.DefaultMySQLOffsetsAdapter
 }
