@@ -17,22 +17,19 @@ const inboxColumns = "consumer, source, message_id, message_type, received_at"
 // Shared holds the statements alike on every database; a driver embeds it.
 type Shared struct{}
 
-// InsertKeys is the insert of n inbox keys (Dialect.InboxInsertMany)
-// without its clause that skips a duplicate.
+// InsertKeys is Dialect.InboxInsertMany without its duplicate clause.
 func InsertKeys(table string, n int) string {
 	return "INSERT INTO " + table + " (" + inboxColumns + ") VALUES " + strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?), ", n), ", ")
 }
 
-// InsertLogged is Dialect.InboxInsertLogged without its clause that skips
-// a duplicate.
+// InsertLogged is Dialect.InboxInsertLogged without its duplicate clause.
 func InsertLogged(table string) string {
 	return "INSERT INTO " + table + " (" + inboxColumns + ", checksum, payload) VALUES (?, ?, ?, ?, ?, ?, ?)"
 }
 
 const keyMatch = "consumer = ? AND source = ? AND message_id = ?"
 
-// InsertClaim is Dialect.ClaimInsert without its clause that skips a
-// duplicate.
+// InsertClaim is Dialect.ClaimInsert without its duplicate clause.
 func InsertClaim(table string) string {
 	return "INSERT INTO " + table + " (" + inboxColumns + ", status, lease_until, attempts, checksum, payload)" +
 		" VALUES (?, ?, ?, ?, ?, '" + StatusProcessing + "', ?, 1, ?, ?)"

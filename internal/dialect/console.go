@@ -16,8 +16,7 @@ func InboxLookup(table string) (string, error) {
 		" WHERE message_id = ? AND (? = '' OR consumer = ?) ORDER BY consumer, source LIMIT ?", nil
 }
 
-// ActivityOn returns Dialect.InboxActivity with bucket, the expression of
-// received_at's bucket of a width (the argument).
+// ActivityOn is Dialect.InboxActivity with bucket's expression.
 func ActivityOn(table, bucket string) (string, error) {
 	if err := ValidateIdentifier(table); err != nil {
 		return "", err
@@ -55,8 +54,7 @@ func ErrorTopicOn(d Dialect, topic string, table func(topic string) string, offs
 	}, nil
 }
 
-// validTopic reports whether topic is a watermill-sql topic name (it goes
-// into a quoted table name).
+// validTopic reports whether topic is a watermill-sql topic name.
 func validTopic(topic string) bool {
 	if topic == "" {
 		return false

@@ -17,17 +17,14 @@ type DelayedStatements struct {
 	// first, locked and skipped by others (SKIP LOCKED): id, topic,
 	// target_group, message_id, payload, metadata.
 	Due string
-	// Claim moves a delayed retry's due time to its lease's end while it
-	// runs (arguments: the time, the id), so a dead process's runs again.
+	// Claim moves a running retry's due time to its lease's end (time, id).
 	Claim string
-	// Renew moves a claimed retry's lease to a new end, only if it still
-	// holds the old one (arguments: the new end, the id, the old end): 0
-	// rows when its lease ran out and another instance claimed it.
+	// Renew moves a claimed retry's lease end if it still holds the old one
+	// (new end, id, old end): 0 rows when another instance claimed it.
 	Renew string
 	// Delete removes a delivered message (argument: its id).
 	Delete string
-	// Settle removes a delayed retry that ran, only if it still holds its
-	// lease (arguments: the id, the lease's end).
+	// Settle removes a retry that ran if it still holds its lease (id, end).
 	Settle string
 	// Reschedule turns a retry that ran into its next one if it still holds
 	// its lease (arguments: next due time, metadata, id, lease's end); one
@@ -35,8 +32,7 @@ type DelayedStatements struct {
 	Reschedule string
 	// Summary counts the messages and returns the earliest due time.
 	Summary string
-	// List selects up to a number of messages, earliest due first: id,
-	// due_at, topic, target_group, message_id, created_at.
+	// List selects up to a number of messages, earliest due first.
 	List string
 	// Stranded counts, per reach or endpoint target group not among some
 	// groups, the deliveries due by a time (arguments: the time, the
@@ -63,8 +59,7 @@ func DelayedByReach(reach string) string {
 	return byReach + reach
 }
 
-// DelayedByEndpoint is the target_group of a delayed delivery sent by
-// endpoint through a transport without a reach.
+// DelayedByEndpoint is the target_group for a transport without a reach.
 func DelayedByEndpoint(endpoint string) string { return byEndpoint + endpoint }
 
 // DelayedRelay says who publishes the delayed delivery of target_group
@@ -82,8 +77,7 @@ func DelayedRelay(group string) (relay string, ok bool) {
 	return "", false
 }
 
-// DelayedOn returns the statements on table, after checking its name;
-// lock ends Due.
+// DelayedOn validates table and returns its statements; lock ends Due.
 func DelayedOn(table, lock string) (DelayedStatements, error) {
 	if err := ValidateIdentifier(table); err != nil {
 		return DelayedStatements{}, err

@@ -13,10 +13,9 @@ import (
 	"gorm.io/gorm"
 )
 
-// Dialect is a database postroom speaks: every statement postroom runs on
-// it, and what else differs. internal/dialects finds a *gorm.DB's.
-// Statements alike everywhere come from [Shared], which a driver embeds.
-// Statements use ? placeholders (see Native).
+// Dialect is a database postroom speaks: every statement it runs there
+// (with ? placeholders), and what else differs. A driver embeds [Shared]
+// for the statements alike everywhere.
 type Dialect interface {
 	// String names the database ("postgres", "mysql", "sqlite").
 	String() string
@@ -25,13 +24,11 @@ type Dialect interface {
 
 	// Open opens a pool on dsn, a DSN of this database, with cfg.
 	Open(dsn string, cfg *gorm.Config) (*gorm.DB, error)
-	// LocalFile returns the file a DSN of this database names, and false
-	// for a server's or an in-memory database.
+	// LocalFile returns the file dsn names; false for a server or memory.
 	LocalFile(dsn string) (path string, ok bool)
 
-	// Native rewrites ? placeholders into the driver's own ($1, $2, … on
-	// PostgreSQL) for statements run without gorm; postroom's statements
-	// never contain a literal question mark.
+	// Native rewrites ? placeholders into the driver's own, for statements
+	// run without gorm (no statement holds a literal question mark).
 	Native(query string) string
 	// Time returns t to bind for a timestamp column: UTC, microsecond
 	// precision; fixed-width text (TimeText) where there is no time type.
@@ -47,20 +44,17 @@ type Dialect interface {
 	// InboxInsertMany is InboxInsert for n keys: one row affected per new
 	// key. Arguments: InboxInsert's, key after key.
 	InboxInsertMany(table string, n int) string
-	// InboxInsertLogged is InboxInsert that also stores the checksum and
-	// the payload (possibly NULL). Arguments: InboxInsert's, checksum,
-	// payload.
+	// InboxInsertLogged is InboxInsert also storing checksum and payload
+	// (possibly NULL), its last two arguments.
 	InboxInsertLogged(table string) string
-	// InboxCountDuplicate adds one to a key's count of duplicates skipped.
-	// Arguments: consumer, source, message_id.
+	// InboxCountDuplicate adds one to a key's duplicates (consumer, source, message_id).
 	InboxCountDuplicate(table string) string
 	// InboxCountDone is InboxCountDuplicate for a key that is done only:
 	// no row affected for an unsettled claim. Same arguments.
 	InboxCountDone(table string) string
-	// InboxActivity returns the console's "handled" query: keys done per
-	// consumer and time bucket since a time. Arguments: bucket width in
-	// seconds, the time. Columns: consumer, bucket (Unix seconds / width,
-	// rounded down), n. Its received_at filter uses cleanup's index.
+	// InboxActivity returns the console's keys done per consumer and time
+	// bucket since a time. Arguments: bucket width in seconds, the time.
+	// Columns: consumer, bucket (Unix seconds / width, floored), n.
 	InboxActivity(table string) (string, error)
 
 	// ClaimInsert claims a new key as processing, attempt 1; no row
@@ -72,15 +66,12 @@ type Dialect interface {
 	// ClaimReadLocked is ClaimRead with the row locked where the store can,
 	// so MySQL reads the row as it is now, not the snapshot's.
 	ClaimReadLocked(table string) string
-	// ClaimTakeover takes a claim over as the next attempt if it is still
-	// in the status and attempt read. Retention restarts (received_at):
-	// the copy that took over may be delivered again. Arguments:
-	// lease_until, received_at, consumer, source, message_id, status,
-	// attempts.
+	// ClaimTakeover takes a claim over as the next attempt if still in the
+	// status and attempt read, restarting retention (received_at). Arguments:
+	// lease_until, received_at, consumer, source, message_id, status, attempts.
 	ClaimTakeover(table string) string
-	// ClaimTakeReleased marks a released key done as the next attempt (a
-	// plain inbox after external effects). Arguments: received_at,
-	// consumer, source, message_id.
+	// ClaimTakeReleased marks a released key done as the next attempt.
+	// Arguments: received_at, consumer, source, message_id.
 	ClaimTakeReleased(table string) string
 	// ClaimMove moves a claim of one attempt to a new status, if it is in
 	// one of two statuses (pass one twice for one). Arguments: status,
@@ -93,22 +84,18 @@ type Dialect interface {
 	// ClaimResolveAttempt is ClaimResolve for the attempt the operator saw
 	// only. Arguments: ClaimResolve's, attempts.
 	ClaimResolveAttempt(table string) string
-	// ClaimsUnresolved lists the unresolved claims, oldest first.
-	// Arguments: now, limit.
+	// ClaimsUnresolved lists unresolved claims, oldest first (now, limit).
 	ClaimsUnresolved(table string) string
 
-	// WatermarkRead reads one watermark after WatermarkUpsert found it
-	// newer, locking where the store can so that it reads the row the
-	// upsert locked, not an older snapshot (MySQL's REPEATABLE READ).
+	// WatermarkRead reads a watermark after WatermarkUpsert, locking where
+	// the store can so MySQL reads the upserted row, not its snapshot.
 	// Arguments: consumer, message_type, entity_id. Columns: version_at,
 	// message_id.
 	WatermarkRead(table string) string
-	// WatermarkUpsert is the conditional upsert of a watermark (one per
-	// consumer): at least one row affected when the incoming version is
-	// newer, none otherwise. Equal versions are ordered by message ID as
-	// bytes (the greater wins), so every order of arrival converges.
-	// Arguments: consumer, message_type, entity_id, version_at,
-	// message_id, updated_at.
+	// WatermarkUpsert affects at least one row when the incoming version is
+	// newer, none otherwise; of equal versions the greater message ID (as
+	// bytes) wins, so every order of arrival converges. Arguments:
+	// consumer, message_type, entity_id, version_at, message_id, updated_at.
 	WatermarkUpsert(table string) string
 
 	// Delayed validates table and returns the delayed messages' statements.
@@ -117,82 +104,63 @@ type Dialect interface {
 	Deliveries(table string) (DeliveriesStatements, error)
 	// Schedules validates table and returns the statements on it.
 	Schedules(table string) (ScheduleStatements, error)
-	// Cleanup validates the names and the outbox topic ("": no outbox)
-	// and returns cleanup's statements.
+	// Cleanup validates the names and outboxTopic ("": no outbox).
 	Cleanup(t Tables, outboxTopic string) (CleanupStatements, error)
-	// Stats validates the inbox and watermark tables' names and returns
-	// their queries, inbox first.
+	// Stats validates and describes the inbox and watermarks, in order.
 	Stats(t Tables) ([]StatsQueries, error)
 
 	// MigrationsTable validates table and returns the statements on it.
 	MigrationsTable(table string) (MigrationStatements, error)
-	// Migrations returns the schema as versioned steps, oldest first;
-	// version 1 creates every table. A released step never changes: new
-	// schema goes in a new step, tested by migrating up from version 1.
-	// Key columns (inbox keys, watermarks, schedule names, redelivery
-	// counts) compare bytes exactly.
+	// Migrations returns the schema as versioned steps, oldest first. A
+	// released step never changes: new schema goes in a new step, tested
+	// by migrating up from version 1. Key columns compare bytes exactly.
 	Migrations(t Tables) []Migration
-	// MigrationLock returns the statements that take and release the lock
-	// serialising migrations; "" where none is needed (SQLite).
+	// MigrationLock takes and releases the migrations' lock; "" for SQLite.
 	MigrationLock() (lock, unlock string)
 	// NarrowIDTables lists the watermill_<topic> tables whose ID column is
 	// narrower than MessageIDColumnLength, where the schema adapter cannot
 	// widen them (MySQL); "" elsewhere. Column: the table's name.
 	NarrowIDTables() string
-	// WidenID returns the statement that widens the ID column of the
-	// message table named table (unquoted; one NarrowIDTables listed).
+	// WidenID widens the ID column of table, as NarrowIDTables names it.
 	WidenID(table string) string
 
 	// MessageSchema returns watermill-sql's adapters for a message table:
-	// binary payloads (a malformed one must still reach the error topic),
-	// an ID column of MessageIDColumnLength, and batch messages a query (1
-	// when a crash must not lose a batch's acks). ErrUnsupported where
-	// watermill-sql has no adapter.
+	// binary payloads, an ID column of MessageIDColumnLength, batch messages
+	// a query. ErrUnsupported where watermill-sql has no adapter.
 	MessageSchema(batch int) (wsql.SchemaAdapter, wsql.OffsetsAdapter, error)
 	// OutboxSchema returns the outbox table's adapters and the relay's
 	// consumer group ("" where the relay acks row by row).
 	OutboxSchema(batch int) (wsql.SchemaAdapter, wsql.OffsetsAdapter, string, error)
-	// TransportSchema returns the SQL transport's adapters: MessageSchema's,
-	// one message a query, with reads that never skip a row that lands late
-	// (observing gaps through db where needed).
+	// TransportSchema returns MessageSchema(1)'s adapters, never skipping a
+	// row that lands late (observing gaps through db where needed).
 	TransportSchema(db *sql.DB) (wsql.SchemaAdapter, wsql.OffsetsAdapter, error)
-	// OutboxTables returns the statements creating the outbox's tables for
-	// topic (messages and offsets) with the wide ID column, for `postroom
-	// migrate`, so a bus needs no DDL rights. None where there is no outbox.
+	// OutboxTables creates the outbox's tables for topic with the wide ID
+	// column, for `postroom migrate`; none where there is no outbox.
 	OutboxTables(topic string) []string
-	// OutboxTablesExist returns a query (reading no row) that fails unless
-	// the relay's tables for topic exist.
+	// OutboxTablesExist fails unless the relay's tables exist (no row read).
 	OutboxTablesExist(topic string) string
-	// OutboxBacklog returns the query, and its arguments, of the count of
-	// unpublished messages and the oldest's age in seconds.
+	// OutboxBacklog counts unpublished messages, with the oldest's age in s.
 	OutboxBacklog(topic string) (string, []any)
-	// GroupStarts returns the statements of GroupStart for topic; the zero
-	// GroupStart without watermill-sql tables.
+	// GroupStarts returns topic's GroupStart; zero without watermill-sql.
 	GroupStarts(topic string) GroupStart
 	// GroupsBinary returns the upgrade of topic's offsets table; zero where
 	// groups compare bytes already. A row two groups alike but for case
-	// shared stays the first's; the other's running subscription then reads
-	// the topic from its start (its inbox absorbs what it handled).
+	// shared stays the first's; the other then reads the topic from its start.
 	GroupsBinary(topic string) GroupsBinaryUpgrade
-	// ErrorTopic returns the statements on topic's message table (SQL
-	// transport databases).
+	// ErrorTopic returns the console's statements on topic's table.
 	ErrorTopic(topic string) (ErrorTopicStatements, error)
 
-	// ClockQuery returns the query of the server's clock in microseconds
-	// since 1970, UTC; "" for a database in this process, on its clock.
+	// ClockQuery reads the server's clock in Unix microseconds; "" in process.
 	ClockQuery() string
 	// FoundRowsProbe returns a statement affecting 0 rows of a migrated
 	// database, 1 on a connection counting found rows; "" where none can.
 	FoundRowsProbe() string
-	// TimeZoneProbe returns a query returning 1 when the connection sends
-	// time arguments (a winter and a summer time) as UTC; "" where the
-	// driver has no zone of its own.
+	// TimeZoneProbe returns 1 when a winter and a summer time argument are
+	// sent as UTC; "" where the driver has no zone of its own.
 	TimeZoneProbe() string
-	// PoolWarning returns what a pool not opened by store.Open lacks on
-	// this database, "" for nothing.
+	// PoolWarning says what a pool not opened by store.Open lacks, or "".
 	PoolWarning(db *sql.DB) string
-	// ReleaseWithNext reports whether a savepoint's RELEASE may be sent
-	// with the next statement (internal/pgdriver).
+	// ReleaseWithNext: a savepoint's RELEASE may go with the next statement.
 	ReleaseWithNext() bool
 }
 
@@ -202,8 +170,7 @@ type Dialect interface {
 // SQLite is the one unsupported.
 var ErrUnsupported = errors.New("dialect: unsupported")
 
-// ErrBadDSN is returned for a DSN that names no supported database
-// (store.ErrBadDSN).
+// ErrBadDSN is store.ErrBadDSN: a DSN naming no supported database.
 var ErrBadDSN = errors.New("store: bad DSN")
 
 // DSNForms lists the DSNs store.Open takes, for its errors.
@@ -231,8 +198,7 @@ func ValidateIdentifier(name string) error {
 // refused otherwise.
 func ExactText(s string) bool { return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 }
 
-// OpenOn opens gorm with dialector on the pool sqlDB of postroom's own
-// driver, closing the pool if that fails.
+// OpenOn opens gorm with dialector on sqlDB, closing sqlDB if that fails.
 func OpenOn(sqlDB *sql.DB, dialector gorm.Dialector, cfg *gorm.Config) (*gorm.DB, error) {
 	db, err := gorm.Open(dialector, cfg)
 	if err != nil {

@@ -46,8 +46,7 @@ func (s WideSchema) SchemaInitializingQueries(params wsql.SchemaInitializingQuer
 	return qs, nil
 }
 
-// UnmarshalMessage reads a row of offset, uuid, payload and metadata by
-// ReadMessage's rule.
+// UnmarshalMessage reads a row by ReadMessage's rule.
 func (s WideSchema) UnmarshalMessage(params wsql.UnmarshalMessageParams) (wsql.Row, error) {
 	r := wsql.Row{}
 	return ReadMessage(r, params.Row.Scan(&r.Offset, &r.UUID, &r.Payload, &r.Metadata))

@@ -8,22 +8,19 @@ type GroupStart struct {
 	// Exists reads one row when the group (the argument) has its row; a
 	// plain read, never waiting for a subscription holding it locked.
 	Exists string
-	// End returns the position to start at, for Insert's second argument
-	// (MySQL only; "" on PostgreSQL).
+	// End reads Insert's start position (MySQL; "" elsewhere).
 	End string
 	// Insert adds the group's row at the end (arguments: the group, then
 	// End's result on MySQL), doing nothing if it exists.
 	Insert string
-	// InsertAtStart adds the group's row at the first message (argument:
-	// the group), doing nothing if it exists.
+	// InsertAtStart is Insert at the first message (argument: the group).
 	InsertAtStart string
 }
 
 // GroupsBinaryUpgrade holds the statements that make an older MySQL/MariaDB
 // offsets table's case-insensitive group column binary.
 type GroupsBinaryUpgrade struct {
-	// Check returns the column's data type, lower case (no row: no such
-	// table). Argument: Table.
+	// Check reads the column's type, lower case (argument: Table).
 	Check string
 	// Table is the offsets table's name, unquoted.
 	Table string

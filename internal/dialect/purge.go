@@ -2,28 +2,24 @@ package dialect
 
 import "fmt"
 
-// PurgeTarget is what cleanup deletes from one table: the rows a cut-off
-// expires, a batch at a time.
+// PurgeTarget is what cleanup deletes from one table, a batch at a time.
 type PurgeTarget struct {
 	// Table is the table's name ("" for no table).
 	Table string
 	// Count counts the rows Delete would delete, all batches together.
 	Count string
-	// Delete deletes at most a limit of them; the limit is its last
-	// argument, after the target's own.
+	// Delete deletes at most a limit of them, its last argument.
 	Delete string
 }
 
 // CleanupStatements are cleanup's targets, built once by [Dialect.Cleanup].
 type CleanupStatements struct {
-	// Inbox: keys received before the cut-off, not processing under a live
-	// lease. Arguments: cut-off, now.
+	// Inbox: expired keys (inboxExpired). Arguments: cut-off, now.
 	Inbox PurgeTarget
 	// Watermarks: watermarks updated before the cut-off. Argument: cut-off.
 	Watermarks PurgeTarget
-	// InboxOf and WatermarksOf are Inbox and Watermarks for the consumers
-	// whose names start with a prefix (an endpoint's, "billing/"):
-	// arguments as theirs, then the prefix's length and the prefix.
+	// InboxOf and WatermarksOf narrow them to an endpoint's consumers
+	// (consumerPrefix's arguments last).
 	InboxOf, WatermarksOf PurgeTarget
 	// Deliveries: redelivery counts updated before the cut-off. Argument:
 	// cut-off. DeliveriesOf narrows it as InboxOf does.

@@ -2,8 +2,7 @@ package dialect
 
 import "fmt"
 
-// StatsQueries are the queries that describe one of postroom's tables: its
-// rows and its oldest row. [Dialect.Stats] builds them.
+// StatsQueries describe one table's rows and its oldest row.
 type StatsQueries struct {
 	// Table is the table's name.
 	Table string
@@ -13,8 +12,7 @@ type StatsQueries struct {
 	EstimateArgs []any
 	// Count counts the rows exactly.
 	Count string
-	// Oldest is the oldest time of the table's time column, NULL when the
-	// table is empty.
+	// Oldest reads the oldest time (NULL when empty).
 	Oldest string
 	// OldestBelow is Oldest at or below its one argument.
 	OldestBelow string
