@@ -44,10 +44,10 @@
 // A group reads a topic in order, so a message whose handling ended its
 // process (out of memory, SIGKILL) is the next process's first read: the
 // transport marks each process's first read of a topic
-// metadata.RedeliveredFirstRead and the bus counts it in
-// postroom_deliveries, so such a message reaches the error topic after
-// bus.Config.MaxDeliveries. A re-read after a nack in the process carries
-// the count of deliveries nacked (or acked late) in metadata.DeliveryCount.
+// metadata.RedeliveredFirstRead, which the bus counts in
+// postroom_deliveries up to bus.Config.MaxDeliveries (a process that took
+// it over from one that died does not count it). A re-read after a nack in
+// the process carries the deliveries nacked in metadata.DeliveryCount.
 //
 // # PostgreSQL: one slow message holds back every reader
 //
@@ -74,7 +74,6 @@
 //
 // # Commands
 //
-// The transport cannot tell that no endpoint reads a topic: a command sent
-// to an endpoint that never started waits in its table until one does
-// (bus.Send does not fail).
+// A command sent to an endpoint that never started waits in its table
+// until one does: bus.Send does not fail.
 package sql

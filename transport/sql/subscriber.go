@@ -15,10 +15,8 @@ import (
 	"github.com/postroom/postroom/transport"
 )
 
-// subscriber is watermill-sql's subscriber of one group. The group gets its
-// offsets row when it declares a topic: at the topic's end for an event
-// topic (SubscribeInitializeFromNow), at its start otherwise (a command
-// sent before its endpoint first ran waits for it).
+// subscriber is watermill-sql's subscriber of one group (see
+// transport.FromNow for where the group starts reading).
 type subscriber struct {
 	*wsql.Subscriber
 	t     *Transport
@@ -88,17 +86,14 @@ func (s *subscriber) start(topic string, fromNow bool) error {
 }
 
 // Subscribe reads topic for the group from where the group stopped (from
-// the topic's first message for a group that never declared it).
+// the start for a group that never declared it). The channel is
+// watermill-sql's, forwarded, so that Close returns only once it is closed.
 //
-// The channel is watermill-sql's, forwarded, so that Close returns only
-// once it is closed (watermill-sql's Close returns a moment before).
-//
-// When ctx ends, the channel closes, and the message handed out is still
-// settled by its ack or nack. watermill-sql's reading runs on a context of
-// its own that ends once nothing is handed out and the last ack is
-// committed (at most ackCommitGrace after it), or at Close: ended with
-// ctx, it would roll back an ack made around the stop, and the message
-// would be handled again.
+// When ctx ends, the channel closes and the message handed out is still
+// settled. watermill-sql's reading runs on a context of its own, ended once
+// nothing is handed out and the last ack is committed (at most
+// ackCommitGrace later), or at Close: ended with ctx, it would roll back
+// an ack made around the stop.
 func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if err := s.SubscribeInitialize(topic); err != nil {
 		return nil, err
@@ -199,11 +194,9 @@ func (s *subscriber) awaitCommit(in <-chan *message.Message, committed <-chan st
 	}
 }
 
-// firstRead reports whether this is the first message of topic that the
-// subscriber hands out: it is marked metadata.RedeliveredFirstRead (see
-// the package doc, "A message that ends its process"). A process that
-// started earlier and takes such a message over from one that died does
-// not count it.
+// firstRead reports whether this is the first message of topic the
+// subscriber hands out, marked metadata.RedeliveredFirstRead (see the
+// package doc, "A message that ends its process").
 func (s *subscriber) firstRead(topic string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -283,9 +276,8 @@ func pastDeadline(read context.Context) bool {
 	return read.Err() != nil && ok && !time.Now().Before(deadline)
 }
 
-// take marks the delivery of key as handled once no other delivery of it
-// is; ok is false when read or the subscription ended first. Release it
-// when settled.
+// take marks the delivery of key as handled once no other is; ok is false
+// when read or the subscription ended first.
 func (s *subscriber) take(ctx context.Context, key string, read context.Context) (settled chan struct{}, ok bool) {
 	for {
 		s.mu.Lock()
@@ -317,8 +309,7 @@ func (s *subscriber) release(key string, settled chan struct{}) {
 	close(settled)
 }
 
-// returns counts the deliveries of a message that ended unsettled in this
-// process: nacked, or acked after their deadline.
+// returns counts a message's deliveries nacked or acked late in this process.
 type returns struct {
 	n    int
 	last time.Time
