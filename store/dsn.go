@@ -5,8 +5,7 @@ import (
 	"github.com/postroom/postroom/internal/dsnparse"
 )
 
-// ErrBadDSN is what the error of Open wraps for a DSN that names no
-// supported database.
+// ErrBadDSN is wrapped by Open's error for a DSN naming no supported database.
 var ErrBadDSN = dialect.ErrBadDSN
 
 // Redact returns dsn with every password replaced by "xxxxx": a URL's

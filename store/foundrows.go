@@ -19,8 +19,7 @@ import (
 var ErrFoundRows = mysql.ErrFoundRows
 
 // CheckFoundRows fails with ErrFoundRows when db, on MySQL/MariaDB, was
-// opened with clientFoundRows=true (a *gorm.DB not opened by Open), by a
-// no-op update of the migrations table rolled back. Nothing to check on
+// opened with clientFoundRows=true (not by Open). Nothing to check on
 // other databases, or before the first migration.
 func CheckFoundRows(ctx context.Context, db *gorm.DB) error {
 	d, err := dialects.Of(db)

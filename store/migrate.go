@@ -19,8 +19,7 @@ import (
 type Tables struct {
 	// Inbox holds one row per handled message key. Defaults to "postroom_inbox".
 	Inbox string
-	// Watermarks holds the newest applied version per entity. Defaults to
-	// "postroom_stale_watermarks".
+	// Watermarks holds the newest version per entity. Defaults to "postroom_stale_watermarks".
 	Watermarks string
 	// Schedules holds the durable schedules. Defaults to "postroom_schedules".
 	Schedules string
@@ -32,9 +31,8 @@ func (t Tables) WithDefaults() Tables { return Tables(dialect.Tables(t).WithDefa
 // Validate reports every name that is not a valid identifier.
 func (t Tables) Validate() error { return dialect.Tables(t).Validate() }
 
-// Migrate applies every migration that the database has not recorded yet,
-// under a lock so that several instances starting at once apply each step
-// once. It returns the versions it applied.
+// Migrate applies every migration not recorded yet, under a lock so that
+// instances starting at once apply each step once, and returns them.
 func Migrate(ctx context.Context, db *gorm.DB, names Tables) ([]int, error) {
 	d, tables, err := prepare(db, names)
 	if err != nil {
@@ -109,8 +107,7 @@ func widenIDs(conn *gorm.DB, d dialect.Dialect) error {
 	return nil
 }
 
-// prepare returns db's dialect and the validated table names, defaults
-// filled in.
+// prepare returns db's dialect and the validated, defaulted table names.
 func prepare(db *gorm.DB, tables Tables) (dialect.Dialect, dialect.Tables, error) {
 	d, err := dialects.Of(db)
 	if err != nil {

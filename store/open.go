@@ -11,7 +11,8 @@ import (
 )
 
 // MaxIdleConnsDefault is how many idle connections a PostgreSQL or MySQL
-// pool keeps (database/sql keeps 2; SQLite's pool holds one connection).
+// pool keeps (database/sql's default, 2, would mean a connection per
+// message under higher concurrency).
 const MaxIdleConnsDefault = 16
 
 // BusyTimeoutDefault is how long a SQLite statement waits for the writer lock.
@@ -31,8 +32,6 @@ func Open(dsn string) (*gorm.DB, error) {
 		}
 		return nil, fmt.Errorf("store: open %s: %w", dsnparse.Redact(dsn), dsnparse.RedactErr(err, dsn))
 	}
-	// database/sql's 2 idle connections would mean a connection per
-	// message under higher concurrency.
 	if sqlDB, e := db.DB(); e == nil {
 		sqlDB.SetMaxIdleConns(MaxIdleConnsDefault)
 	}
