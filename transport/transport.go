@@ -17,11 +17,9 @@ type Transport interface {
 	// Publisher publishes to topics.
 	Publisher() message.Publisher
 	// Subscriber returns a subscriber for one queue group whose
-	// subscriptions each hand out up to inFlight (at least 1) messages not
-	// settled yet. The bus subscribes a handler once per topic with
-	// inFlight its concurrency (times its batch size). When a
-	// subscription's context ends, the messages it handed out are still
-	// settled by their Ack or Nack until the subscriber closes; a
+	// subscriptions each hand out up to inFlight (≥ 1) unsettled messages.
+	// When a subscription's context ends, the messages it handed out are
+	// still settled by their Ack or Nack until the subscriber closes; a
 	// message's own context ends with the subscription's.
 	Subscriber(group string, inFlight int) (message.Subscriber, error)
 	// Capabilities says what the transport offers and what it limits.
@@ -50,8 +48,7 @@ type Capabilities struct {
 	DeliveryLimit int
 	// CountsDeliveries is true for a transport whose every redelivery,
 	// after a nack or the end of a process, carries metadata.DeliveryCount
-	// (RabbitMQ's quorum queues): the bus's poison-loop guard
-	// (bus.Config.MaxDeliveries) counts nothing of its own.
+	// (quorum queues): the poison-loop guard counts nothing of its own.
 	CountsDeliveries bool
 	// MarksRedeliveries is true for a transport that marks with
 	// metadata.Redelivered a delivery that may repeat one that ended with
@@ -72,13 +69,12 @@ func DropControl(md message.Metadata) {
 }
 
 // ErrNoRoute is wrapped by PublishMandatory's error when no queue takes the
-// message (a command to an endpoint that never started, or a typo in its
-// name).
+// message (an endpoint that never started, a typo).
 var ErrNoRoute = errors.New("transport: no queue takes the message")
 
 // Mandatory is implemented by a transport that can tell when a published
-// message reaches no queue. The bus sends commands through it, so a
-// command to a missing endpoint fails at Send instead of being dropped.
+// message reaches no queue: the bus sends commands through it, so Send
+// fails instead of dropping them.
 type Mandatory interface {
 	// PublishMandatory publishes like Publisher().Publish, but fails with
 	// an error wrapping ErrNoRoute when a message reached no queue.
@@ -101,16 +97,15 @@ type FromNow interface {
 	SubscribeInitializeFromNow(topic string) error
 }
 
-// ErrorQueueGroup is the group of the queue that keeps the error topic's
-// messages for an operator (on RabbitMQ "<error topic>_postroom_errors").
-// A transport declares it without a broker-side delivery limit: an
-// operator browsing it must never make the broker drop what it holds.
+// ErrorQueueGroup is the group of the queue keeping the error topic's
+// messages (on RabbitMQ "<error topic>_postroom_errors"), declared without
+// a delivery limit, so an operator browsing it never makes the broker drop
+// what it holds.
 const ErrorQueueGroup = "postroom_errors"
 
-// Connectivity is implemented by a transport that holds connections to a
-// broker (RabbitMQ). Connected reports whether they are up: false while a
-// subscriber's connection reconnects. The bus serves it as the gauge
-// postroom_transport_connected.
+// Connectivity is implemented by a transport holding broker connections:
+// Connected is false while one reconnects (the gauge
+// postroom_transport_connected).
 type Connectivity interface {
 	Connected() bool
 }
