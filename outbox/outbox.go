@@ -56,12 +56,10 @@ type Config struct {
 	// broker (transport.ErrUnreachable) or the SQL transport's database is
 	// not counted. Defaults to 5.
 	MaxRelayAttempts int
-	// PublishCommand publishes a command (marked by bus.Send), failing
-	// when no queue takes it, so it reaches ErrorTopic after
-	// MaxRelayAttempts. Defaults to nil: commands go through Destination.
+	// PublishCommand publishes a command (from bus.Send), failing when no
+	// queue takes it. Defaults to nil: commands go through Destination.
 	PublishCommand func(topic string, msg *message.Message) error
-	// OnMovedAside is called for each message moved to ErrorTopic (for a
-	// metric). Defaults to nil.
+	// OnMovedAside is called for each message moved to ErrorTopic. Defaults to nil.
 	OnMovedAside func(topic string, msg *message.Message, reason error)
 	// StopTimeout is how long a stop (Run's context ending, or Close)
 	// lets the relay finish the publish in flight and record its batch as
@@ -75,11 +73,10 @@ type Config struct {
 	// Defaults to watermill.NopLogger.
 	Logger watermill.LoggerAdapter
 
-	// ackDeadline is how long the relay waits for one publish before it
-	// reads its batch again (30 s; tests shorten it).
-	ackDeadline time.Duration
-	// outageReminder is how often the relay repeats that it keeps
-	// failing (outageReminderDefault; tests shorten it).
+	// ackDeadline (30 s) and outageReminder (outageReminderDefault) are
+	// shortened by tests: how long the relay waits for one publish before
+	// it reads its batch again, and how often it repeats that it fails.
+	ackDeadline    time.Duration
 	outageReminder time.Duration
 }
 
