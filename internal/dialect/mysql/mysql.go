@@ -21,8 +21,8 @@ type Dialect struct{ dialect.Shared }
 
 var _ dialect.Dialect = Dialect{}
 
-// skip makes an insert affect no row on a duplicate key, without failing.
-// Without CLIENT_FOUND_ROWS an update to the same value counts as 0 rows.
+// skip makes an insert affect no row on a duplicate key (without
+// CLIENT_FOUND_ROWS an update to the same value counts as 0 rows).
 const skip = " ON DUPLICATE KEY UPDATE message_id = message_id"
 
 const skipLocked = " FOR UPDATE SKIP LOCKED"
@@ -129,8 +129,7 @@ func (Dialect) TimeZoneProbe() string {
 		"CAST(? AS DATETIME(6)) = CAST('2000-07-01 00:00:00' AS DATETIME(6))"
 }
 
-// Open refuses a DSN that sets clientFoundRows, or a loc other than UTC,
-// and has the driver parse times.
+// Open refuses a DSN checkDSN refuses, and has the driver parse times.
 func (Dialect) Open(dsn string, cfg *gorm.Config) (*gorm.DB, error) {
 	dsn = parseTime(strings.TrimPrefix(dsn, "mysql://"))
 	if err := checkDSN(dsn); err != nil {
