@@ -36,7 +36,7 @@
 // The transport holds the copy until the first delivery's handler returns
 // (in this process), logs a late ack at error and counts it in the copy's
 // metadata.DeliveryCount, so the poison-loop guard moves the message aside
-// after Config.MaxDeliveries. Each late run may have committed: without
+// after bus.Config.MaxDeliveries. Each late run may have committed: without
 // the inbox, its effects happen once per run.
 //
 // # A message that ends its process
@@ -45,9 +45,10 @@
 // process (out of memory, SIGKILL) is the next process's first read: the
 // transport marks each process's first read of a topic
 // metadata.RedeliveredFirstRead, which the bus counts in
-// postroom_deliveries up to bus.Config.MaxDeliveries (a process that took
-// it over from one that died does not count it). A re-read after a nack in
-// the process carries the deliveries nacked in metadata.DeliveryCount.
+// postroom_deliveries up to bus.Config.MaxDeliveries (a process already
+// running that takes it over from one that died does not count it). A
+// re-read after a nack in the process carries the deliveries nacked in
+// metadata.DeliveryCount.
 //
 // # PostgreSQL: one slow message holds back every reader
 //

@@ -75,9 +75,8 @@ func New(cfg Config) (*Transport, error) {
 		return nil, fmt.Errorf("sql: %w", err)
 	}
 	t := &Transport{cfg: cfg, log: logsink.New(cfg.Logger), dialect: d}
-	// Binary payloads (a malformed message must still reach the error
-	// topic); batches of one, since the offsets adapter acks a whole
-	// fetched batch; an ID column wide enough for every ID the bus accepts.
+	// Batches of one (Dialect.TransportSchema): the offsets adapter acks a
+	// whole fetched batch.
 	sqlDB, err := cfg.DB.DB()
 	if err != nil {
 		return nil, fmt.Errorf("sql: %w", err)
