@@ -44,9 +44,8 @@ func Contention(err error) bool {
 // ContendedAttempts is how many times ExecContended runs a statement.
 const ContendedAttempts = 5
 
-// ExecContended runs one statement on db, again after a growing pause when
-// it lost to Contention (safe: it changed nothing), up to
-// ContendedAttempts runs, and returns the rows it changed.
+// ExecContended runs a statement, again after a growing pause while it
+// loses to Contention (safe: it changed nothing), and returns rows changed.
 func ExecContended(ctx context.Context, db *gorm.DB, query string, args ...any) (int64, error) {
 	var err error
 	for attempt := 1; attempt <= ContendedAttempts; attempt++ {

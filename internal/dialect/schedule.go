@@ -1,10 +1,8 @@
 package dialect
 
-// ScheduleStatements are the statements on one schedules table, built once
-// by [Dialect.Schedules].
+// ScheduleStatements are the statements on one schedules table.
 type ScheduleStatements struct {
-	// Insert inserts a schedule unless one of that name exists.
-	// Arguments: name, spec, next_run_at, updated_at.
+	// Insert adds a schedule unless its name exists (name, spec, next_run_at, updated_at).
 	Insert string
 	// Redefine stores a schedule's new spec and next slot if its spec
 	// changed. Arguments: spec, next_run_at, updated_at, name, spec.
@@ -27,8 +25,7 @@ type ScheduleStatements struct {
 	// late one keeps its oldest slot, for its missed-slot policy) or
 	// paused. Arguments: next_run_at, name, next_run_at.
 	Trigger string
-	// List reads every schedule by name: name, spec, next_run_at,
-	// last_run_at, last_fired_by, paused.
+	// List reads every schedule, by name.
 	List string
 }
 
