@@ -35,9 +35,7 @@ type orderedSchema struct {
 	gaps *gapClock
 }
 
-// SelectQuery reads the first row past the group's acked offset, waiting
-// for an uncommitted one, and returns it if it follows the acked offset
-// or stands after a gap seen for GapWait.
+// SelectQuery reads the first row past the acked offset, by that rule.
 func (s orderedSchema) SelectQuery(params wsql.SelectQueryParams) (wsql.Query, error) {
 	next, err := params.OffsetsAdapter.NextOffsetQuery(wsql.NextOffsetQueryParams{Topic: params.Topic, ConsumerGroup: params.ConsumerGroup})
 	if err != nil {
@@ -58,8 +56,7 @@ func (s orderedSchema) SelectQuery(params wsql.SelectQueryParams) (wsql.Query, e
 	return wsql.Query{Query: q, Args: args}, nil
 }
 
-// gapClock times the gaps the groups of one transport see: per topic and
-// group, the acked offset and the next row past it, and since when.
+// gapClock times the gaps seen, per topic and group.
 type gapClock struct {
 	db *sql.DB
 

@@ -11,8 +11,7 @@ import (
 	"github.com/postroom/postroom/internal/dialect"
 )
 
-// messageTables returns the quoted names of watermill-sql's tables for
-// topic: its messages, and its consumer groups' offsets.
+// messageTables returns the quoted names of topic's message and offsets tables.
 func messageTables(topic string) (messages, offsets string) {
 	return wsql.DefaultMySQLSchema{}.MessagesTable(topic), wsql.DefaultMySQLOffsetsAdapter{}.MessagesOffsetsTable(topic)
 }
@@ -37,8 +36,8 @@ func (Dialect) OutboxSchema(batch int) (wsql.SchemaAdapter, wsql.OffsetsAdapter,
 		queueOffsets{}, "", nil // the queue schema has no consumer groups
 }
 
-// readCommitted reads at READ COMMITTED (see OutboxSchema), and creates
-// the outbox's table as the migration does (outboxTable).
+// readCommitted reads at READ COMMITTED (see OutboxSchema) and creates
+// the table with outboxTable.
 type readCommitted struct{ dialect.WideSchema }
 
 func (readCommitted) SubscribeIsolationLevel() sql.IsolationLevel { return sql.LevelReadCommitted }
@@ -85,8 +84,7 @@ func (Dialect) WidenID(table string) string {
 	return fmt.Sprintf("ALTER TABLE %s MODIFY `uuid` VARCHAR(%d) NOT NULL", "`"+strings.ReplaceAll(table, "`", "``")+"`", dialect.MessageIDColumnLength)
 }
 
-// OutboxTables: the message table has the acked column of per-row acks
-// (OutboxSchema) and its index.
+// OutboxTables: outboxTable, and the offsets table.
 func (Dialect) OutboxTables(topic string) []string {
 	oqs, _ := binaryGroups{}.SchemaInitializingQueries(wsql.OffsetsSchemaInitializingQueriesParams{Topic: topic})
 	return dialect.Statements(append([]wsql.Query{{Query: outboxTable(topic)}}, oqs...))
@@ -131,8 +129,7 @@ type binaryGroups struct {
 	wsql.DefaultMySQLOffsetsAdapter
 }
 
-// SchemaInitializingQueries creates the offsets table with a binary group
-// column.
+// SchemaInitializingQueries makes the group column binary.
 func (a binaryGroups) SchemaInitializingQueries(params wsql.OffsetsSchemaInitializingQueriesParams) ([]wsql.Query, error) {
 	qs, err := a.DefaultMySQLOffsetsAdapter.SchemaInitializingQueries(params)
 	if err != nil {
