@@ -39,58 +39,44 @@ type Config struct {
 	Destination message.Publisher
 	// Topic is the outbox's watermill-sql topic. Defaults to "postroom_outbox".
 	Topic string
-	// Reach names the subscribers Destination reaches (the bus: its
-	// transport's, see transport.Capabilities.Reach). Messages are written with it, and
-	// a relay that publishes one of another reach says so at error: the
-	// services sharing this outbox may be on transports that do not reach
-	// each other, and then messages go where nobody reads them. Defaults
-	// to "".
+	// Reach names the subscribers Destination reaches
+	// (transport.Capabilities.Reach). Messages are written with it, and a
+	// relay publishing one of another reach says so at error: services
+	// sharing this outbox may not reach each other. Defaults to "".
 	Reach string
 	// PollInterval is how often the relay looks for new messages when idle. Defaults to 100ms.
 	PollInterval time.Duration
-	// ErrorTopic receives a message the destination refused MaxRelayAttempts
-	// times in a row while it accepted others, with the reason in its
-	// metadata, so that one poison message does not stop the relay.
-	// Defaults to "error".
+	// ErrorTopic receives a message the destination refused
+	// MaxRelayAttempts times, with the reason in its metadata, so one
+	// poison message does not stop the relay. Defaults to "error".
 	ErrorTopic string
 	// MaxRelayAttempts is how often the relay tries one message before it
-	// moves it to ErrorTopic. A message is moved only when ErrorTopic takes
-	// it: while the broker refuses everything (an outage), the relay keeps
-	// trying. An attempt that could not reach the broker at all, or lost
-	// its connection mid-publish (transport.ErrUnreachable), or found the
-	// database of the SQL transport out of reach, is not counted. Defaults
-	// to 5.
+	// moves it to ErrorTopic (only if ErrorTopic takes it: through an
+	// outage the relay keeps trying). An attempt that could not reach the
+	// broker (transport.ErrUnreachable) or the SQL transport's database is
+	// not counted. Defaults to 5.
 	MaxRelayAttempts int
-	// PublishCommand publishes a command (a message bus.Send marked with
-	// its endpoint), failing when no queue takes it; such a message is then
-	// moved to ErrorTopic after MaxRelayAttempts like any the transport
-	// refuses. Defaults to nil: commands go through Destination.
+	// PublishCommand publishes a command (from bus.Send), failing when no
+	// queue takes it. Defaults to nil: commands go through Destination.
 	PublishCommand func(topic string, msg *message.Message) error
-	// OnMovedAside is called for each message moved to ErrorTopic (for a
-	// metric). Defaults to nil.
+	// OnMovedAside is called for each message moved to ErrorTopic. Defaults to nil.
 	OnMovedAside func(topic string, msg *message.Message, reason error)
 	// StopTimeout is how long a stop (Run's context ending, or Close)
-	// lets the relay finish the publish in flight and record its batch's
-	// published messages as relayed. Past it, the publish is cut short
-	// and the messages of the batch it published are relayed again by the
-	// next relay (the bus's, any endpoint's on the database). Defaults to
-	// 20 s; negative: cut at once.
+	// lets the relay finish the publish in flight and record its batch as
+	// relayed; past it, the batch's published messages are relayed again
+	// by the next relay. Defaults to 20 s; negative: cut at once.
 	StopTimeout time.Duration
-	// Logger is Watermill's logger. The relay logs a transport that refuses
-	// its messages (a broker outage) once when it starts failing, then at
-	// most every 30 s, and once at info when a publish succeeds again; the
-	// warnings come at warn through a logger with a
-	// Log(slog.Level, string, error, watermill.LogFields) method (the bus's)
-	// and at error through one without (Watermill's adapters have no warn
-	// level). Defaults to watermill.NopLogger.
+	// Logger is Watermill's logger. A refusing transport is logged when
+	// the relay starts failing, then at most every 30 s, and at info when
+	// it recovers; at warn through a logger with a Log(slog.Level, string,
+	// error, watermill.LogFields) method (the bus's), else at error.
+	// Defaults to watermill.NopLogger.
 	Logger watermill.LoggerAdapter
 
-	// ackDeadline is how long the relay waits for one message to be
-	// published before it reads its batch again: watermill-sql's 30 s
-	// default unless a test shortens it.
-	ackDeadline time.Duration
-	// outageReminder is how often the relay reminds that it keeps
-	// failing: outageReminderDefault unless a test shortens it.
+	// ackDeadline (30 s) and outageReminder (outageReminderDefault) are
+	// shortened by tests: how long the relay waits for one publish before
+	// it reads its batch again, and how often it repeats that it fails.
+	ackDeadline    time.Duration
 	outageReminder time.Duration
 }
 
@@ -189,9 +175,8 @@ func (o *Outbox) Publish(ctx context.Context, tx *gorm.DB, topic string, msgs ..
 	return nil
 }
 
-// sqlTxOf finds the database/sql transaction under a gorm connection pool:
-// the transaction itself, or gorm's prepared-statement wrapper of it
-// (Session{PrepareStmt: true}).
+// sqlTxOf finds the *sql.Tx under a gorm pool, also inside gorm's
+// prepared-statement wrapper.
 func sqlTxOf(pool gorm.ConnPool) (*sql.Tx, bool) {
 	switch p := pool.(type) {
 	case *sql.Tx:
@@ -204,11 +189,9 @@ func sqlTxOf(pool gorm.ConnPool) (*sql.Tx, bool) {
 }
 
 // Run relays committed messages until ctx is done or Close is called (at
-// once if Close came first). It first creates the outbox tables if they
-// are missing (`postroom migrate` creates them, and then the bus needs no
-// DDL rights). When ctx ends, Run returns once the relay stopped: it
-// finishes the publish in flight and records its batch's published
-// messages as relayed, within Config.StopTimeout.
+// once if Close came first), creating the outbox tables first if
+// `postroom migrate` has not. When ctx ends, Run returns once the relay
+// stopped, within Config.StopTimeout (see there).
 func (o *Outbox) Run(ctx context.Context) error {
 	if o.isClosed() {
 		return nil
@@ -239,10 +222,9 @@ func (o *Outbox) isClosed() bool {
 // Running is closed once the relay runs.
 func (o *Outbox) Running() chan struct{} { return o.forwarder.Running() }
 
-// Close stops the relay as Run's context ending does, and returns once
-// it stopped. A relay that never ran (Run not called, or its
-// router's subscribe failed) is not closed: Watermill's router would wait
-// its whole close timeout (30 s) for handlers that never started.
+// Close stops the relay as Run's context ending does, and returns once it
+// stopped. A router that never ran is not closed: it would wait its whole
+// close timeout for handlers that never started.
 func (o *Outbox) Close() error {
 	o.mu.Lock()
 	o.closed = true

@@ -19,17 +19,15 @@ import (
 	"github.com/postroom/postroom/transport"
 )
 
-// relayPublisher is the relay's destination: it publishes to the
-// transport, and moves a message the transport keeps refusing to the error
-// topic, so that one poison message does not hold up every one behind it.
+// relayPublisher is the relay's destination: it publishes to the transport
+// and moves a message the transport keeps refusing to the error topic.
 type relayPublisher struct {
 	cfg      Config
 	mu       sync.Mutex
 	attempts map[string]int // failed attempts per topic and message ID
 
-	// The failed publishes in a row, of any message: while the broker is
-	// unreachable the relay reads the same message again every
-	// PollInterval, and says so once, then every outageReminder.
+	// Failed publishes in a row, of any message (an outage retries every
+	// PollInterval; it is logged once, then every outageReminder).
 	failures     int
 	failingSince time.Time
 	remindedAt   time.Time
@@ -38,19 +36,15 @@ type relayPublisher struct {
 	elsewhereN  int       // messages of another reach published
 }
 
-// reachKey is the metadata an outbox message carries with the reach of
-// the transport it is for (Config.Reach): a relay of another reach does
-// says so when it publishes it. Taken off before the message is
-// published.
+// reachKey is the metadata carrying an outbox message's Config.Reach;
+// taken off before the message is published.
 const reachKey = "postroom-outbox-reach"
 
 // errElsewhere is the error logged for a message of another reach.
 var errElsewhere = errors.New("outbox: the message was written for another transport's subscribers")
 
-// errRefused marks the error the relay gives Watermill's forwarder for a
-// message it will try again. The relay has logged the failure itself (at
-// most every outageReminder), so the forwarder's router does not
-// (relayLogger).
+// errRefused marks an error for a message the relay will try again; the
+// relay logged it already, so the router does not (relayLogger).
 var errRefused = errors.New("outbox: the transport refused the message, the relay will retry")
 
 // outageReminderDefault is how often the relay says it is still failing.
@@ -87,18 +81,13 @@ func (p *relayPublisher) publish(topic string, msg *message.Message) error {
 		return nil
 	}
 	if errors.Is(err, context.Canceled) {
-		// The relay's stop cut the publish short: not the message's
-		// refusal, and not counted against it; it stays in the outbox for
-		// the next start.
+		// A stop cut the publish short: not counted; it stays in the outbox.
 		p.failed(err, watermill.LogFields{"topic": topic, "message_uuid": msg.UUID, "attempt": p.attempts[key]})
 		return fmt.Errorf("%w: %w", errRefused, err)
 	}
 	if errors.Is(err, transport.ErrUnreachable) || dialect.Transient(err) {
-		// The broker (or the SQL transport's database) could not be
-		// reached: an outage, not this message's refusal, and not counted
-		// against it: were they counted, an outage would use up the
-		// message's attempts, and a heal between the last of them and the
-		// error topic's copy (or a flapping broker) would move it aside.
+		// An outage, not counted: else a heal between the last attempt and
+		// the error topic's copy (or a flapping broker) would move it aside.
 		p.failed(err, watermill.LogFields{"topic": topic, "message_uuid": msg.UUID, "attempt": p.attempts[key], "unreachable": true})
 		return fmt.Errorf("%w: %w", errRefused, err)
 	}
@@ -115,8 +104,7 @@ func (p *relayPublisher) publish(topic string, msg *message.Message) error {
 	failed.Metadata.Set(metadata.ErrorTopic, topic)
 	failed.Metadata.Set(metadata.ErrorAt, time.Now().UTC().Format(time.RFC3339Nano))
 	if moveErr := p.cfg.Destination.Publish(p.cfg.ErrorTopic, failed); moveErr != nil {
-		// The broker refuses the error topic too: an outage, not a poison
-		// message. Keep trying; nothing is moved aside.
+		// The error topic refused too: an outage; keep trying.
 		p.failed(err, watermill.LogFields{"topic": topic, "message_uuid": msg.UUID, "attempt": n, "error_topic_error": moveErr.Error()})
 		return fmt.Errorf("%w: %w", errRefused, err)
 	}
@@ -133,17 +121,10 @@ func (p *relayPublisher) publish(topic string, msg *message.Message) error {
 func (p *relayPublisher) Close() error { return nil }
 
 // elsewhere says, at error and at most every outageReminder, that the
-// relay publishes a message written by a service whose transport has
-// another reach: two services share this database's outbox and their
-// transports may not reach each other (two brokers or vhosts, RabbitMQ and
-// the SQL transport), and then the message goes where its subscribers
-// never read it (an event dropped as unrouted, a command to the wrong
-// error topic, or handled by the wrong service). The message is published
-// all the same and the misconfiguration said, not left silent
-// (docs/guarantees.md). It is not held back for the relay of its reach:
-// the relays would hold each other back, and a reach that changes between
-// deploys (a URL naming the broker another way) would hold a relay's
-// messages back for good.
+// relay publishes a message written for another reach (see Config.Reach).
+// The message is published all the same, not held for the relay of its
+// reach: relays would hold each other back, and a reach that changes
+// between deploys would hold messages back for good.
 func (p *relayPublisher) elsewhere(topic string, msg *message.Message, reach string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -218,11 +199,9 @@ func logAt(l watermill.LoggerAdapter, level slog.Level, msg string, err error, f
 	l.Info(msg, fields)
 }
 
-// relayLogger is the logger of the relay's Watermill router. Its
-// "Handler returned error" for a message the relay refused (errRefused)
-// comes at debug: the relay has said it already, and at the poll rate
-// it would be two lines at error ten times a second through a broker
-// outage. Every other error passes.
+// relayLogger is the relay router's logger: its "Handler returned error"
+// for errRefused comes at debug (the relay said it already; at the poll
+// rate it would flood the log at error through an outage).
 type relayLogger struct{ watermill.LoggerAdapter }
 
 func (l relayLogger) Error(msg string, err error, fields watermill.LogFields) {

@@ -8,9 +8,8 @@ import (
 
 // Returned is a middleware for plain Watermill handlers: the messages a
 // handler returns are written to the outbox for topic through the unit of
-// work's transaction (it must run inside the unit-of-work middleware), and
-// not handed to the router's publisher. They are relayed after commit, and
-// dropped with everything else if the transaction rolls back.
+// work's transaction (it must run inside the unit-of-work middleware)
+// instead of going to the router's publisher.
 func Returned(o *Outbox, topic string) message.HandlerMiddleware {
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {

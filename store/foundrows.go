@@ -13,19 +13,14 @@ import (
 )
 
 // ErrFoundRows is the error of a MySQL connection that counts the rows an
-// update matched instead of those it changed (CLIENT_FOUND_ROWS, the
-// driver's clientFoundRows=true). The inbox tells a new key from a
-// duplicate, and the stale check a newer version from an older one, by the
-// rows their statements changed: on such a connection every duplicate
-// would be handled again, every older update applied, without a word.
+// update matched instead of those it changed (clientFoundRows=true): the
+// inbox and the stale check decide by rows changed, so every duplicate
+// would be handled again and every older update applied, silently.
 var ErrFoundRows = mysql.ErrFoundRows
 
 // CheckFoundRows fails with ErrFoundRows when db, on MySQL/MariaDB, was
-// opened with clientFoundRows=true (a *gorm.DB not opened by Open). It
-// updates a row of the migrations table to its own value, in a
-// transaction it rolls back: 0 rows changed on a right connection, 1
-// found on such a one. Nothing to check on other databases, or before the
-// first migration.
+// opened with clientFoundRows=true (not by Open). Nothing to check on
+// other databases, or before the first migration.
 func CheckFoundRows(ctx context.Context, db *gorm.DB) error {
 	d, err := dialects.Of(db)
 	if err != nil || d.FoundRowsProbe() == "" {

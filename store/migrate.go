@@ -12,20 +12,14 @@ import (
 )
 
 // Tables names postroom's tables; an unset field takes its default. Each
-// name must be a plain identifier (letters, digits, '_'), which Migrate and
-// the other functions check. Three tables always have their default names:
-// postroom_migrations, which records the applied schema versions;
-// postroom_delayed, which holds the messages sent for later delivery
-// (bus.DeliverAt) and the delayed retries that every bus of the database
-// relays; and postroom_deliveries, which counts the redeliveries of
-// messages on a transport that does not count them itself (RabbitMQ's
-// classic queues, the SQL transport, delayed retries), so that a message
-// that kills its process each time reaches the error topic.
+// name must be a plain identifier (letters, digits, '_'). Three tables
+// always have their default names: postroom_migrations (applied
+// versions), postroom_delayed (bus.DeliverAt and delayed retries) and
+// postroom_deliveries (redelivery counts where the transport keeps none).
 type Tables struct {
 	// Inbox holds one row per handled message key. Defaults to "postroom_inbox".
 	Inbox string
-	// Watermarks holds the newest applied version per entity. Defaults to
-	// "postroom_stale_watermarks".
+	// Watermarks holds the newest version per entity. Defaults to "postroom_stale_watermarks".
 	Watermarks string
 	// Schedules holds the durable schedules. Defaults to "postroom_schedules".
 	Schedules string
@@ -37,9 +31,8 @@ func (t Tables) WithDefaults() Tables { return Tables(dialect.Tables(t).WithDefa
 // Validate reports every name that is not a valid identifier.
 func (t Tables) Validate() error { return dialect.Tables(t).Validate() }
 
-// Migrate applies every migration that the database has not recorded yet,
-// under a lock so that several instances starting at once apply each step
-// once. It returns the versions it applied.
+// Migrate applies every migration not recorded yet, under a lock so that
+// instances starting at once apply each step once, and returns them.
 func Migrate(ctx context.Context, db *gorm.DB, names Tables) ([]int, error) {
 	d, tables, err := prepare(db, names)
 	if err != nil {
@@ -63,10 +56,9 @@ func Migrate(ctx context.Context, db *gorm.DB, names Tables) ([]int, error) {
 		}
 		for _, m := range d.Migrations(tables) {
 			ran := false
-			// The check and the step share one transaction, so on SQLite
-			// (no advisory lock) two processes still apply a step once.
-			// MySQL commits DDL at once; every statement is idempotent and
-			// the version row is written last, so a step cut short reruns.
+			// One transaction for check and step: SQLite has no lock.
+			// MySQL commits DDL at once; statements are idempotent and the
+			// version row comes last, so a step cut short reruns.
 			err := conn.Transaction(func(tx *gorm.DB) error {
 				var n int64
 				if err := tx.Raw(stmts.Applied, m.Version).Scan(&n).Error; err != nil {
@@ -96,10 +88,8 @@ func Migrate(ctx context.Context, db *gorm.DB, names Tables) ([]int, error) {
 }
 
 // widenIDs widens the ID column of every SQL-transport topic table that
-// still has watermill-sql's 36 bytes (MySQL, a table created by
-// watermill-sql or an older postroom): a longer ID (an outbox event's, an
-// EDI control number) is refused there, and the outbox relay stops
-// behind it. Tables already wide are not touched.
+// still has watermill-sql's 36 bytes (MySQL), where a longer ID would stop
+// the outbox relay.
 func widenIDs(conn *gorm.DB, d dialect.Dialect) error {
 	q := d.NarrowIDTables()
 	if q == "" {
@@ -117,8 +107,7 @@ func widenIDs(conn *gorm.DB, d dialect.Dialect) error {
 	return nil
 }
 
-// prepare returns db's dialect and the validated table names, defaults
-// filled in.
+// prepare returns db's dialect and the validated, defaulted table names.
 func prepare(db *gorm.DB, tables Tables) (dialect.Dialect, dialect.Tables, error) {
 	d, err := dialects.Of(db)
 	if err != nil {

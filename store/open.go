@@ -11,16 +11,15 @@ import (
 )
 
 // MaxIdleConnsDefault is how many idle connections a PostgreSQL or MySQL
-// pool keeps (database/sql keeps 2; SQLite's pool holds one connection).
+// pool keeps (database/sql's default, 2, would mean a connection per
+// message under higher concurrency).
 const MaxIdleConnsDefault = 16
 
 // BusyTimeoutDefault is how long a SQLite statement waits for the writer lock.
 const BusyTimeoutDefault = sqlite.BusyTimeout
 
-// Open opens the database named by dsn (see the package documentation for
-// the forms it takes); a DSN of no form it knows is an error wrapping
-// ErrBadDSN, never a new SQLite file. Errors never contain the DSN's
-// password.
+// Open opens the database named by dsn, of a form the package doc lists
+// (else ErrBadDSN). Errors never contain the DSN's password.
 func Open(dsn string) (*gorm.DB, error) {
 	d, err := dsnparse.Dialect(dsn)
 	if err != nil {
@@ -33,9 +32,6 @@ func Open(dsn string) (*gorm.DB, error) {
 		}
 		return nil, fmt.Errorf("store: open %s: %w", dsnparse.Redact(dsn), dsnparse.RedactErr(err, dsn))
 	}
-	// database/sql keeps 2 idle connections by default: under a
-	// concurrency above that, connections would be opened and closed per
-	// message.
 	if sqlDB, e := db.DB(); e == nil {
 		sqlDB.SetMaxIdleConns(MaxIdleConnsDefault)
 	}

@@ -12,20 +12,15 @@ import (
 )
 
 // ErrTimeZone is the error of a MySQL connection whose driver converts
-// times to a zone other than UTC (the driver's loc, e.g. loc=Local).
-// postroom's time columns are DATETIME, which keep a wall-clock time
-// without its zone, and postroom writes and compares them in UTC: through
-// such a connection every time is shifted by the zone's offset, against
-// the times other connections wrote: with loc=Europe/Berlin, cleanup
-// purges inbox keys early (a duplicate is then applied again), a delayed
-// message is delivered before its time, and a schedule loses a slot when
-// the clocks go back.
+// times to a zone other than UTC (loc=Local, say). postroom's DATETIME
+// columns hold UTC without a zone, so such a connection shifts every time:
+// cleanup purges inbox keys early, delayed messages come early, a
+// schedule loses a slot when the clocks go back.
 var ErrTimeZone = mysql.ErrTimeZone
 
 // CheckTimeZone fails with ErrTimeZone when db, on MySQL/MariaDB, sends
-// times in a zone other than UTC (a *gorm.DB not opened by Open, whose
-// DSN set loc): it binds UTC times of winter and summer and compares them
-// with the same times written as text. Nothing to check on other databases.
+// times in a zone other than UTC (a *gorm.DB not opened by Open, whose DSN
+// set loc). Nothing to check on other databases.
 func CheckTimeZone(ctx context.Context, db *gorm.DB) error {
 	d, err := dialects.Of(db)
 	if err != nil || d.TimeZoneProbe() == "" {

@@ -2,9 +2,8 @@ package dialect
 
 import "strings"
 
-// Inbox row statuses. A row written by the transactional inbox is "done"
-// from the start; the external-effects mode moves a row through
-// "processing" to "done", or to "released" or "parked".
+// Inbox row statuses: the transactional inbox writes "done"; external
+// effects move a row from "processing" to "done", "released" or "parked".
 const (
 	StatusDone       = "done"
 	StatusProcessing = "processing"
@@ -18,22 +17,19 @@ const inboxColumns = "consumer, source, message_id, message_type, received_at"
 // Shared holds the statements alike on every database; a driver embeds it.
 type Shared struct{}
 
-// InsertKeys is the insert of n inbox keys (Dialect.InboxInsertMany)
-// without its clause that skips a duplicate.
+// InsertKeys is Dialect.InboxInsertMany without its duplicate clause.
 func InsertKeys(table string, n int) string {
 	return "INSERT INTO " + table + " (" + inboxColumns + ") VALUES " + strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?), ", n), ", ")
 }
 
-// InsertLogged is Dialect.InboxInsertLogged without its clause that skips
-// a duplicate.
+// InsertLogged is Dialect.InboxInsertLogged without its duplicate clause.
 func InsertLogged(table string) string {
 	return "INSERT INTO " + table + " (" + inboxColumns + ", checksum, payload) VALUES (?, ?, ?, ?, ?, ?, ?)"
 }
 
 const keyMatch = "consumer = ? AND source = ? AND message_id = ?"
 
-// InsertClaim is Dialect.ClaimInsert without its clause that skips a
-// duplicate.
+// InsertClaim is Dialect.ClaimInsert without its duplicate clause.
 func InsertClaim(table string) string {
 	return "INSERT INTO " + table + " (" + inboxColumns + ", status, lease_until, attempts, checksum, payload)" +
 		" VALUES (?, ?, ?, ?, ?, '" + StatusProcessing + "', ?, 1, ?, ?)"
@@ -80,10 +76,9 @@ func (d Shared) ClaimsUnresolved(table string) string {
 }
 
 // inboxExpired matches the inbox rows cleanup deletes: older than the
-// cut-off, not processing under a live lease, and not parked: a parked
-// key waits for a person (postroom inbox resolve) however old it is, or
-// a replay of its message would run an effect of unknown outcome again.
-// Arguments: cut-off, now.
+// cut-off, not under a live lease, and never parked (a parked key waits
+// for `postroom inbox resolve`, or a replay would rerun an effect of
+// unknown outcome). Arguments: cut-off, now.
 const inboxExpired = "received_at < ? AND status <> '" + StatusParked + "' AND (status <> '" + StatusProcessing + "' OR lease_until < ?)"
 
 func (d Shared) InboxCountDuplicate(table string) string {

@@ -5,10 +5,9 @@ import (
 	"strings"
 )
 
-// InboxLookup returns the query of the web console's inbox lookup: the
-// keys of one message ID in table, with every consumer that holds one,
-// by consumer and source. Arguments: message_id, consumer (empty for
-// every consumer) twice, limit.
+// InboxLookup returns the console's query of the keys of one message ID,
+// by consumer and source. Arguments: message_id, consumer ("" for all)
+// twice, limit.
 func InboxLookup(table string) (string, error) {
 	if err := ValidateIdentifier(table); err != nil {
 		return "", err
@@ -17,8 +16,7 @@ func InboxLookup(table string) (string, error) {
 		" WHERE message_id = ? AND (? = '' OR consumer = ?) ORDER BY consumer, source LIMIT ?", nil
 }
 
-// ActivityOn returns Dialect.InboxActivity with bucket, the expression of
-// received_at's bucket of a width (the argument).
+// ActivityOn is Dialect.InboxActivity with bucket's expression.
 func ActivityOn(table, bucket string) (string, error) {
 	if err := ValidateIdentifier(table); err != nil {
 		return "", err
@@ -27,25 +25,21 @@ func ActivityOn(table, bucket string) (string, error) {
 		" WHERE received_at >= ? AND status = '" + StatusDone + "' GROUP BY consumer, bucket", nil
 }
 
-// ErrorTopicStatements are the web console's statements on the error
-// topic's message table of the SQL transport (watermill-sql's
-// "watermill_<topic>"). Nothing consumes that table: the bus appends a
-// message after its last failed attempt, and an operator reads, retries
-// or deletes it.
+// ErrorTopicStatements are the console's statements on the SQL transport's
+// error topic table ("watermill_<topic>"), which nothing consumes: an
+// operator reads, retries or deletes its messages.
 type ErrorTopicStatements struct {
 	// Exists fails unless the table exists (it reads no row).
 	Exists string
 	// List selects up to a number of messages, oldest first, locked for
-	// the transaction (another console's action waits): offset, uuid,
-	// payload, metadata.
+	// the transaction: offset, uuid, payload, metadata.
 	List string
 	// Delete removes one message (argument: its offset).
 	Delete string
 }
 
-// ErrorTopicOn returns d's statements on the message table of topic:
-// table returns the quoted table's name (nil: d has no SQL transport),
-// offset is the quoted offset column.
+// ErrorTopicOn returns d's statements on topic's table: table quotes its
+// name (nil: d has no SQL transport), offset is the quoted offset column.
 func ErrorTopicOn(d Dialect, topic string, table func(topic string) string, offset string) (ErrorTopicStatements, error) {
 	if !validTopic(topic) {
 		return ErrorTopicStatements{}, fmt.Errorf("dialect: topic %q: watermill-sql allows only letters, digits and - $ : . _", topic)
@@ -60,8 +54,7 @@ func ErrorTopicOn(d Dialect, topic string, table func(topic string) string, offs
 	}, nil
 }
 
-// validTopic reports whether topic is a watermill-sql topic name (it goes
-// into a quoted table name).
+// validTopic reports whether topic is a watermill-sql topic name.
 func validTopic(topic string) bool {
 	if topic == "" {
 		return false

@@ -9,20 +9,15 @@ import (
 	"gorm.io/gorm"
 )
 
-// Contention reports whether err is, or was caused by, the database ending
-// a statement or a transaction because another transaction held what it
-// needed: a deadlock (PostgreSQL 40P01, MySQL/MariaDB 1213), a
-// serialization failure (PostgreSQL 40001) or a lock wait timeout
-// (MySQL/MariaDB 1205). Such a failure says nothing about the message: the
-// same work succeeds once the other transaction has ended, which is what
-// the server's message says ("try restarting transaction"). SQLite has no
-// deadlocks: a writer waits for the other ("database is locked", see
-// Transient).
+// Contention reports whether err, or an error in its chain, is the
+// database ending work because another transaction held what it needed: a
+// deadlock (PostgreSQL 40P01, MySQL/MariaDB 1213), a serialization failure
+// (40001) or a lock wait timeout (1205). The same work succeeds once the
+// other transaction ends. SQLite waits instead (see Transient).
 //
-// Every error in err's chain is looked at, not only the first database
-// error: on MySQL/MariaDB a deadlock ends the whole transaction, and the
-// rollback to a savepoint that follows fails with its own error (1305,
-// no such savepoint), which a batch reports with the deadlock behind it.
+// The whole chain is looked at: on MySQL/MariaDB a deadlock ends the
+// transaction, and the savepoint rollback after it fails with its own
+// error (1305), which a batch reports with the deadlock behind it.
 func Contention(err error) bool {
 	if err == nil {
 		return false
@@ -49,10 +44,8 @@ func Contention(err error) bool {
 // ContendedAttempts is how many times ExecContended runs a statement.
 const ContendedAttempts = 5
 
-// ExecContended runs one statement on db, again when it lost to
-// contention (a deadlock, a serialization failure, a lock wait timeout),
-// up to ContendedAttempts runs in all with a growing pause, and returns the rows it changed. A single
-// statement that lost changed nothing, so running it again is safe.
+// ExecContended runs a statement, again after a growing pause while it
+// loses to Contention (safe: it changed nothing), and returns rows changed.
 func ExecContended(ctx context.Context, db *gorm.DB, query string, args ...any) (int64, error) {
 	var err error
 	for attempt := 1; attempt <= ContendedAttempts; attempt++ {

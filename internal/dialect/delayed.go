@@ -8,61 +8,49 @@ import (
 
 // DelayedStatements are the statements on the delayed-messages table.
 type DelayedStatements struct {
-	// Insert adds a message: due_at, topic, target_group (for a message
-	// published to its topic, who publishes it: DelayedByReach or
-	// DelayedByEndpoint; a handler's group for a delayed retry, delivered
-	// to that handler alone), message_id, payload, metadata (JSON),
-	// created_at.
+	// Insert adds a message: due_at, topic, target_group (DelayedByReach,
+	// DelayedByEndpoint, or a handler's group for a delayed retry),
+	// message_id, payload, metadata (JSON), created_at.
 	Insert string
 	// Due selects up to a number of messages due at a time for some target
 	// groups (arguments: the time, the groups, the number), oldest due
-	// first, locked for this transaction and skipped by others (SKIP
-	// LOCKED; SQLite has one writer anyway): id, topic, target_group,
-	// message_id, payload, metadata.
+	// first, locked and skipped by others (SKIP LOCKED): id, topic,
+	// target_group, message_id, payload, metadata.
 	Due string
-	// Claim moves a delayed retry's due time to the end of its lease while
-	// a handler runs it (arguments: the time, the id): a process that dies
-	// meanwhile leaves it to be run again.
+	// Claim moves a running retry's due time to its lease's end (time, id).
 	Claim string
-	// Renew moves a claimed retry's lease to a new end, only if it still
-	// holds the old one (arguments: the new end, the id, the old end): 0
-	// rows when its lease ran out and another instance claimed it.
+	// Renew moves a claimed retry's lease end if it still holds the old one
+	// (new end, id, old end): 0 rows when another instance claimed it.
 	Renew string
 	// Delete removes a delivered message (argument: its id).
 	Delete string
-	// Settle removes a delayed retry that ran, only if it still holds its
-	// lease (arguments: the id, the lease's end).
+	// Settle removes a retry that ran if it still holds its lease (id, end).
 	Settle string
-	// Reschedule turns a delayed retry that ran into its next one, only if
-	// it still holds its lease (arguments: the next due time, the metadata,
-	// the id, the lease's end): one statement, so a crash cannot leave both.
+	// Reschedule turns a retry that ran into its next one if it still holds
+	// its lease (arguments: next due time, metadata, id, lease's end); one
+	// statement, so a crash cannot leave both.
 	Reschedule string
 	// Summary counts the messages and returns the earliest due time.
 	Summary string
-	// List selects up to a number of messages, earliest due first: id,
-	// due_at, topic, target_group, message_id, created_at.
+	// List selects up to a number of messages, earliest due first.
 	List string
-	// Stranded counts, per target group, the delayed deliveries due at or
-	// before a time that other buses publish (a transport reach or an
-	// endpoint, not a handler's delayed retry), leaving out some groups
-	// (arguments: the time, the groups): target_group, n, oldest due_at.
+	// Stranded counts, per reach or endpoint target group not among some
+	// groups, the deliveries due by a time (arguments: the time, the
+	// groups): target_group, n, oldest due_at.
 	Stranded string
 }
 
-// A delayed delivery's target_group says which buses publish it when it
-// is due: those whose transport has the sender's reach (byReach, then the
-// reach), or, for a transport without one (in memory), the sending
-// endpoint's (byEndpoint, then the endpoint). Handler groups, which name
-// delayed retries, start with neither. An empty target_group (the
-// column's default) is published by every bus.
+// A delayed delivery's target_group says which buses publish it: those of
+// the sender's reach (byReach + reach), or for a transport without one
+// the sending endpoint (byEndpoint + endpoint). Handler groups (delayed
+// retries) start with neither; "" is published by every bus.
 const (
 	byReach    = ">"
 	byEndpoint = "@"
 )
 
 // DelayedByReach is the target_group of a delayed delivery sent through a
-// transport of reach (transport.Capabilities.Reach); a reach too long for the column
-// is replaced by its hash, the same for every bus.
+// transport of reach; a reach too long for the column becomes its hash.
 func DelayedByReach(reach string) string {
 	if len(byReach+reach) > 255 {
 		sum := sha256.Sum256([]byte(reach))
@@ -71,8 +59,7 @@ func DelayedByReach(reach string) string {
 	return byReach + reach
 }
 
-// DelayedByEndpoint is the target_group of a delayed delivery sent by
-// endpoint through a transport without a reach.
+// DelayedByEndpoint is the target_group for a transport without a reach.
 func DelayedByEndpoint(endpoint string) string { return byEndpoint + endpoint }
 
 // DelayedRelay says who publishes the delayed delivery of target_group
@@ -90,8 +77,7 @@ func DelayedRelay(group string) (relay string, ok bool) {
 	return "", false
 }
 
-// DelayedOn returns the statements on table, after checking its name;
-// lock ends Due.
+// DelayedOn validates table and returns its statements; lock ends Due.
 func DelayedOn(table, lock string) (DelayedStatements, error) {
 	if err := ValidateIdentifier(table); err != nil {
 		return DelayedStatements{}, err

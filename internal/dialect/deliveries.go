@@ -1,8 +1,8 @@
 package dialect
 
-// DeliveriesStatements count the redeliveries of messages per consumer
-// group on a transport that does not count them itself: the poison-loop
-// guard's count across processes and crashes.
+// DeliveriesStatements count a message's deliveries per consumer group
+// where the transport does not: the poison-loop guard's count across
+// processes and crashes.
 type DeliveriesStatements struct {
 	// Count adds one to a message's count, 1 for its first row.
 	// Arguments: consumer, message_id, updated_at.

@@ -13,24 +13,19 @@ import (
 	"github.com/postroom/postroom/transport"
 )
 
-// ReadMessage completes r, a row of a message table scanned with err,
-// also one another program inserted: metadata must be a JSON object; a
-// string value is taken as it is, null as "", any other value (number,
-// boolean, object, array) as its JSON text. watermill-sql's own adapters
-// fail on anything but string values, and a row that fails to read is
-// fetched again at every poll, forever, holding up every row behind it.
-// Metadata that is not a JSON object (or not JSON) leaves the message with
-// metadata.TransportError set to the reason, so the bus moves it to the
-// error topic.
+// ReadMessage completes r, a message row scanned with err, also one
+// another program inserted, by the rule in transport/sql/doc.go ("Rows
+// from other programs"). watermill-sql's adapters fail on non-string
+// values and refetch such a row forever; here metadata that is not a JSON
+// object sets metadata.TransportError, so the bus moves it aside.
 func ReadMessage(r wsql.Row, err error) (wsql.Row, error) {
 	if err != nil {
 		return wsql.Row{}, fmt.Errorf("could not scan message row: %w", err)
 	}
 	r.Msg = message.NewMessage(string(r.UUID), r.Payload)
 	md, err := ForeignMetadata(r.Metadata)
-	// Only this read says how the message was delivered: the keys set by a
-	// producer (or kept by a replayed copy) would send the message to the
-	// error topic at every delivery.
+	// Only this read says how the message was delivered: control keys from
+	// a producer or a replayed copy would send it to the error topic.
 	transport.DropControl(md)
 	if err != nil { // kept as text for the error topic, so the operator sees what the producer wrote
 		md = message.Metadata{metadata.TransportError: "sql: " + err.Error(),

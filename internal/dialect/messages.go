@@ -14,19 +14,16 @@ const OutboxTopicDefault = "postroom_outbox"
 // OutboxRelayGroup is the consumer group of the outbox relay.
 const OutboxRelayGroup = "postroom_relay"
 
-// MessageIDColumnLength is the width of the message ID column of
-// watermill-sql's message tables as postroom creates them. watermill-sql's
-// own is VARCHAR(36), a UUID: a longer ID (a scheduler slot, an EDI control
-// number with its sender) would fail with "value too long" on every
-// attempt. Every ID the bus accepts (at most 200 bytes) fits.
+// MessageIDColumnLength is the width of the ID column of the message tables
+// postroom creates: watermill-sql's VARCHAR(36) fails on longer IDs (a
+// scheduler slot, say); every ID the bus accepts (≤ 200 bytes) fits.
 const MessageIDColumnLength = 255
 
 // ColumnType is a watermill-sql payload column type of t.
 func ColumnType(t string) func(string) string { return func(string) string { return t } }
 
-// WideSchema is a watermill-sql schema adapter whose message tables take
-// IDs of MessageIDColumnLength bytes, and whose rows are read by
-// ReadMessage's rule.
+// WideSchema is a schema adapter with IDs of MessageIDColumnLength bytes
+// and rows read by ReadMessage.
 type WideSchema struct{ wsql.SchemaAdapter }
 
 // RequiresTransaction forwards to the wrapped adapter (PostgreSQL creates
@@ -49,15 +46,14 @@ func (s WideSchema) SchemaInitializingQueries(params wsql.SchemaInitializingQuer
 	return qs, nil
 }
 
-// UnmarshalMessage reads a row of offset, uuid, payload and metadata by
-// ReadMessage's rule.
+// UnmarshalMessage reads a row by ReadMessage's rule.
 func (s WideSchema) UnmarshalMessage(params wsql.UnmarshalMessageParams) (wsql.Row, error) {
 	r := wsql.Row{}
 	return ReadMessage(r, params.Row.Scan(&r.Offset, &r.UUID, &r.Payload, &r.Metadata))
 }
 
-// Statements returns the queries of watermill-sql's schema and offsets
-// adapters as statements to run in a migration, which holds its own lock.
+// Statements returns adapter queries as migration statements (without
+// the advisory lock: a migration holds its own).
 func Statements(qs []wsql.Query) []string {
 	var out []string
 	for _, q := range qs {

@@ -2,45 +2,37 @@ package dialect
 
 import "fmt"
 
-// PurgeTarget is what cleanup deletes from one table: the rows a cut-off
-// expires, a batch at a time.
+// PurgeTarget is what cleanup deletes from one table, a batch at a time.
 type PurgeTarget struct {
 	// Table is the table's name ("" for no table).
 	Table string
 	// Count counts the rows Delete would delete, all batches together.
 	Count string
-	// Delete deletes at most a limit of them; the limit is its last
-	// argument, after the target's own.
+	// Delete deletes at most a limit of them, its last argument.
 	Delete string
 }
 
 // CleanupStatements are cleanup's targets, built once by [Dialect.Cleanup].
 type CleanupStatements struct {
-	// Inbox: keys received before the cut-off, not processing under a live
-	// lease. Arguments: cut-off, now.
+	// Inbox: expired keys (inboxExpired). Arguments: cut-off, now.
 	Inbox PurgeTarget
 	// Watermarks: watermarks updated before the cut-off. Argument: cut-off.
 	Watermarks PurgeTarget
-	// InboxOf and WatermarksOf are Inbox and Watermarks for the consumers
-	// whose names start with a prefix (an endpoint's, "billing/"):
-	// arguments as theirs, then the prefix's length and the prefix.
+	// InboxOf and WatermarksOf narrow them to an endpoint's consumers
+	// (consumerPrefix's arguments last).
 	InboxOf, WatermarksOf PurgeTarget
-	// Deliveries: redelivery counts updated before the cut-off (a message
-	// counted and never delivered again: its queue purged or deleted).
-	// Argument: cut-off. DeliveriesOf narrows it as InboxOf does.
+	// Deliveries: redelivery counts updated before the cut-off. Argument:
+	// cut-off. DeliveriesOf narrows it as InboxOf does.
 	Deliveries, DeliveriesOf PurgeTarget
-	// Outbox: messages relayed (at or below the relay's acked offset) and
-	// created more than a number of seconds ago, by the database's own
-	// clock. Argument: that age in seconds. Its Table is "" without an
-	// outbox topic.
+	// Outbox: messages relayed (at or below the relay's offset) and older
+	// than an age in seconds (the argument), by the database's clock.
+	// Table "" without an outbox topic.
 	Outbox PurgeTarget
 }
 
-// CleanupOn validates the table names and the outbox topic ("": no
-// outbox) and returns d's statements of cleanup: purge deletes at most a
-// limit of the rows of table matching where (the limit its last
-// argument); outbox returns the outbox's table and the condition of its
-// rows cleanup deletes (nil: d has no outbox).
+// CleanupOn is Dialect.Cleanup on d: purge deletes at most a limit (its
+// last argument) of table's rows matching where; outbox returns the
+// outbox's table and the condition of its expired rows (nil: no outbox).
 func CleanupOn(d Dialect, t Tables, outboxTopic string, purge func(table, where string) string, outbox func(topic string) (table, where string)) (CleanupStatements, error) {
 	if err := t.Validate(); err != nil {
 		return CleanupStatements{}, err
@@ -69,8 +61,7 @@ func CleanupOn(d Dialect, t Tables, outboxTopic string, purge func(table, where 
 	return c, nil
 }
 
-// consumerPrefix narrows a purge to the consumers whose names start with
-// a prefix (arguments: its length, the prefix). SUBSTR, not LIKE: an
-// endpoint's name may hold '_', a LIKE wildcard; it is ASCII, so characters
-// and bytes count alike.
+// consumerPrefix narrows a purge to consumers starting with a prefix
+// (arguments: its length, the prefix). SUBSTR, not LIKE: a name may hold
+// '_'; names are ASCII, so characters and bytes count alike.
 const consumerPrefix = " AND SUBSTR(consumer, 1, ?) = ?"

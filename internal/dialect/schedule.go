@@ -1,47 +1,36 @@
 package dialect
 
-// ScheduleStatements are the statements on one schedules table, built once
-// by [Dialect.Schedules]. Each is run with gorm's Raw or Exec and ?
-// placeholders.
+// ScheduleStatements are the statements on one schedules table.
 type ScheduleStatements struct {
-	// Insert inserts a schedule unless one of that name exists.
-	// Arguments: name, spec, next_run_at, updated_at.
+	// Insert adds a schedule unless its name exists (name, spec, next_run_at, updated_at).
 	Insert string
 	// Redefine stores a schedule's new spec and next slot if its spec
 	// changed. Arguments: spec, next_run_at, updated_at, name, spec.
 	Redefine string
 	// Lock locks a schedule's row if it still holds the next_run_at read
-	// and is not paused, skipping a row another instance's claim holds:
-	// no row means this instance does not fire it now. Without it, a
-	// claim would wait for another instance's claim to end, and so would
-	// every schedule behind it in the tick: one emit that hangs would stop
-	// every schedule on every instance. Empty on SQLite, which
-	// locks the whole database for a write. Arguments: name, old
-	// next_run_at.
+	// and is not paused, skipping a row another instance holds (no row:
+	// do not fire now), so one hanging emit cannot stop every schedule on
+	// every instance. Empty on SQLite. Arguments: name, old next_run_at.
 	Lock string
-	// Claim moves a schedule's next_run_at forward only if it still holds
-	// the value read (compare-and-set) and is not paused: one row affected
-	// means this instance owns the slot. A pause committed between the
-	// tick's read and its claim stops the fire. Arguments: new next_run_at, last_run_at,
+	// Claim moves next_run_at forward only if it still holds the value read
+	// and is not paused (compare-and-set): one row affected means this
+	// instance owns the slot. Arguments: new next_run_at, last_run_at,
 	// last_fired_by, updated_at, name, old next_run_at.
 	Claim string
 	// State reads a schedule's next_run_at and paused. Argument: name.
 	State string
 	// SetPaused pauses or resumes a schedule. Arguments: paused, name.
 	SetPaused string
-	// Trigger makes a schedule due at a time unless it is due earlier
-	// already (a late schedule keeps its oldest due slot, so its missed
-	// slots still follow its policy) or paused (it would not fire).
-	// Arguments: next_run_at, name, next_run_at.
+	// Trigger makes a schedule due at a time unless due earlier already (a
+	// late one keeps its oldest slot, for its missed-slot policy) or
+	// paused. Arguments: next_run_at, name, next_run_at.
 	Trigger string
-	// List reads every schedule by name: name, spec, next_run_at,
-	// last_run_at, last_fired_by, paused.
+	// List reads every schedule, by name.
 	List string
 }
 
-// SchedulesOn validates table and returns the statements on it: skip ends
-// Insert, making it affect no row for a name that exists; lock ends Lock's
-// read ("": no Lock).
+// SchedulesOn validates table and returns its statements: skip ends Insert
+// (no row for an existing name); lock ends Lock's read ("": no Lock).
 func SchedulesOn(table, skip, lock string) (ScheduleStatements, error) {
 	if err := ValidateIdentifier(table); err != nil {
 		return ScheduleStatements{}, err

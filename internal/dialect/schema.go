@@ -61,8 +61,7 @@ func IndexName(table, suffix string) string {
 	return table + "_" + suffix
 }
 
-// MigrationStatements are the statements on the migrations table, built
-// once by [Dialect.MigrationsTable].
+// MigrationStatements are the statements on the migrations table.
 type MigrationStatements struct {
 	// Create creates the table if it does not exist.
 	Create string
@@ -72,8 +71,7 @@ type MigrationStatements struct {
 	Record string
 }
 
-// MigrationsTableOn validates table and returns the statements on it,
-// applied_at of type timestamp.
+// MigrationsTableOn is Dialect.MigrationsTable with applied_at's type.
 func MigrationsTableOn(table, timestamp string) (MigrationStatements, error) {
 	if err := ValidateIdentifier(table); err != nil {
 		return MigrationStatements{}, err
@@ -85,18 +83,16 @@ func MigrationsTableOn(table, timestamp string) (MigrationStatements, error) {
 	}, nil
 }
 
-// Schema is what a database's tables are made of: the column types, and
-// how a table gets its index on a time column.
+// Schema is a database's column types and how it indexes a time column.
 type Schema struct {
 	// Timestamp, Blob and Boolean are column types; Serial is an
 	// auto-incremented primary key column named id.
 	Timestamp, Blob, Boolean, Serial string
-	// Key is the type of a key column of n bytes that compares bytes
-	// exactly.
+	// Key is the type of an n-byte key column comparing bytes exactly.
 	Key func(n int) string
 	// TableWithIndex creates a table and an index on one time column, both
-	// idempotently, so that a migration cut short (MySQL commits DDL at
-	// once) can run again. appendOnly tables' rows arrive in time order.
+	// idempotently (MySQL commits DDL at once: a cut-short migration runs
+	// again). appendOnly tables' rows arrive in time order.
 	TableWithIndex func(table, columns, indexed string, appendOnly bool) []string
 }
 
@@ -109,8 +105,7 @@ func CreateWithIndex(table, columns, indexed, using string) []string {
 	}
 }
 
-// Migrations is Dialect.Migrations of a database of this schema, whose
-// outbox's tables outbox creates.
+// Migrations is Dialect.Migrations; outbox creates the outbox's tables.
 func (s Schema) Migrations(t Tables, outbox []string) []Migration {
 	t = t.WithDefaults()
 	ts, key := s.Timestamp, s.Key

@@ -2,20 +2,17 @@ package dialect
 
 import "fmt"
 
-// StatsQueries are the queries that describe one of postroom's tables: its
-// rows and its oldest row. [Dialect.Stats] builds them.
+// StatsQueries describe one table's rows and its oldest row.
 type StatsQueries struct {
 	// Table is the table's name.
 	Table string
-	// Estimate is the planner's row estimate of the table, -1 when there is
-	// none yet, with its arguments EstimateArgs; "" on SQLite, which keeps
-	// none.
+	// Estimate is the planner's row estimate (-1: none yet), with its
+	// arguments EstimateArgs; "" on SQLite.
 	Estimate     string
 	EstimateArgs []any
 	// Count counts the rows exactly.
 	Count string
-	// Oldest is the oldest time of the table's time column, NULL when the
-	// table is empty.
+	// Oldest reads the oldest time (NULL when empty).
 	Oldest string
 	// OldestBelow is Oldest at or below its one argument.
 	OldestBelow string
@@ -24,10 +21,8 @@ type StatsQueries struct {
 	brin   bool // the time column's index is BRIN, which cannot answer MIN
 }
 
-// StatsOn validates the names of the inbox and watermark tables and
-// returns the queries that describe them, inbox first: estimate returns a
-// table's Estimate and its arguments, nil for none; inboxBRIN says the
-// inbox's time index is BRIN.
+// StatsOn is Dialect.Stats: estimate returns a table's Estimate and its
+// arguments (nil: none); inboxBRIN says the inbox's time index is BRIN.
 func StatsOn(t Tables, estimate func(table string) (string, []any), inboxBRIN bool) ([]StatsQueries, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
@@ -51,13 +46,10 @@ func statsQueries(table, column string, brin bool, estimate func(table string) (
 	return q
 }
 
-// OldestSample returns, for a table whose time column has a BRIN index
-// (the inbox on PostgreSQL), a query of the oldest time in a sample of
-// about sampleRows of its estimated rows; "" where MIN is an index lookup
-// already. The sample's oldest is an upper bound of the table's:
-// OldestBelow then finds the exact one through the BRIN index, reading
-// only the block ranges that hold anything older, instead of the whole
-// table.
+// OldestSample returns, for a table with a BRIN time index (the inbox on
+// PostgreSQL), a query of the oldest time in a sample of about sampleRows;
+// "" where MIN is an index lookup already. That upper bound lets
+// OldestBelow read only the older block ranges, not the whole table.
 func (q StatsQueries) OldestSample(estimatedRows int64) string {
 	if !q.brin || estimatedRows <= 0 {
 		return ""
@@ -67,9 +59,8 @@ func (q StatsQueries) OldestSample(estimatedRows int64) string {
 	return fmt.Sprintf("SELECT MIN(%s) FROM %s TABLESAMPLE SYSTEM (%.4f)", q.column, q.Table, percent)
 }
 
-// InboxSummary validates the inbox table's name and returns the query of
-// its keys per consumer, by consumer: consumer, rows, oldest received_at,
-// duplicates skipped.
+// InboxSummary validates table and returns the query of the inbox keys per
+// consumer: consumer, rows, oldest received_at, duplicates skipped.
 func InboxSummary(table string) (string, error) {
 	if err := ValidateIdentifier(table); err != nil {
 		return "", err

@@ -13,23 +13,14 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Transient reports whether err is a failure to reach the database, which
-// the same statement may not have a moment later: the connection refused,
-// cut or reset, the server shutting down or starting. Such a failure says
-// nothing about the message; the bus's rate limiting waits it out instead
-// of spending the message's retries. Only errors of the database drivers
-// and of their network connection count: anything else (a constraint, a
-// syntax error, a value the column refuses, a decoding error, an HTTP
-// client's error, a context that ended) is not transient.
+// Transient reports whether err is a failure to reach the database
+// (connection refused, cut or reset; server shutting down or starting),
+// which says nothing about the message: the bus waits it out instead of
+// spending retries. Only driver and connection errors count; a
+// constraint, a syntax error, a decoding error or an ended context does
+// not.
 //
-// PostgreSQL: SQLSTATE class 08 (connection exception), 57P01 to 57P03
-// (admin shutdown, crash shutdown, cannot connect now), 53300 (too many
-// connections); a connection pgx could not make or found closed.
-// MySQL/MariaDB: the driver's invalid or bad connection, errors 1040 (too
-// many connections), 1053 (server shutdown), 1927 (connection killed),
-// 4031 (disconnected by the server). SQLite: "database is locked"
-// (SQLITE_BUSY). All stores: a network operation on the connection that
-// failed (net.OpError: refused, reset, unreachable).
+// SQLite's "database is locked" (SQLITE_BUSY) counts too.
 func Transient(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false

@@ -8,19 +8,15 @@ import (
 )
 
 // groupsAlterWait bounds how long making a topic's groups binary waits for
-// the transactions reading the offsets table (a subscription of a running
-// process holds one while its message is handled): past it the topic
-// keeps its old column until the next start.
+// the readers of the offsets table; past it the column stays as it was
+// until the next start.
 const groupsAlterWait = 5 * time.Second
 
-// binaryGroups makes the group column of topic's offsets table binary on
-// MySQL/MariaDB where a table created before has it case insensitive
-// (dialect.GroupsBinary): there two groups alike but for case share one
-// offsets row and each gets a part of the messages. It looks once per
-// table and process; once altered, the check finds the binary column. An
-// ALTER that cannot get the table within groupsAlterWait is said at warn,
-// with the statement, unless another process altered it meanwhile, and
-// the subscription goes on.
+// binaryGroups makes the group column of topic's offsets table binary where
+// an older MySQL/MariaDB table has it case insensitive (dialect.GroupsBinary):
+// two groups alike but for case would share one offsets row. It looks once
+// per table and process. An ALTER that fails within groupsAlterWait is
+// logged at warn with the statement, and the subscription goes on.
 func (s *subscriber) binaryGroups(topic string) error {
 	up := s.t.dialect.GroupsBinary(topic)
 	if up.Check == "" {
@@ -41,9 +37,8 @@ func (s *subscriber) binaryGroups(topic string) error {
 		return err
 	}
 	err := db.Connection(func(pinned *gorm.DB) error {
-		// Each statement on an instance of its own: on Connection's own,
-		// a failed ALTER's error stays, and the restore after it never
-		// runs (TestAnOffsetsTableItCannotAlterIsSaid).
+		// A fresh instance per statement: on Connection's own, a failed
+		// ALTER's error sticks and the restore never runs.
 		conn := pinned.Session(&gorm.Session{NewDB: true})
 		var was int64
 		if err := conn.Raw(up.Wait).Scan(&was).Error; err != nil {
@@ -53,8 +48,8 @@ func (s *subscriber) binaryGroups(topic string) error {
 			return err
 		}
 		alterErr := conn.Exec(up.Alter).Error
-		// The connection goes back to the pool: with the session's own
-		// value (one a DSN set, say), not the server's default.
+		// Restore the session's own value (a DSN may have set it) before
+		// the connection goes back to the pool.
 		if err := conn.Exec(fmt.Sprintf(up.SetWait, was)).Error; err != nil {
 			return fmt.Errorf("restore lock_wait_timeout: %w (after: %v)", err, alterErr)
 		}

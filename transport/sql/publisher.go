@@ -10,10 +10,8 @@ import (
 	"github.com/postroom/postroom/internal/dialect"
 )
 
-// publisher is watermill-sql's publisher, whose refusal of an ID too long
-// for a topic table from before postroom widened its ID column says what
-// to do: the bare "Data too long for column 'uuid'" gives the operator of
-// a stopped outbox relay no hint.
+// publisher is watermill-sql's publisher whose refusal of an ID too long
+// for an old topic table says to run `postroom migrate`.
 type publisher struct {
 	*wsql.Publisher
 }

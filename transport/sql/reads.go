@@ -9,12 +9,10 @@ import (
 )
 
 // reads follows the transactions of one subscription's reading:
-// watermill-sql reads a message, waits for its ack and records the ack in
-// the same transaction, one transaction at a time per subscription. A
-// stopped subscription ends its reading once the ack of its last message
-// is committed; knowing when that transaction ends lets it stop then,
-// instead of waiting ackCommitGrace for a next read that an empty topic
-// never brings.
+// watermill-sql reads a message and records its ack in one transaction, one
+// at a time per subscription. Knowing when it ends lets a stopped
+// subscription stop once its last ack is committed, instead of waiting
+// ackCommitGrace for a read an empty topic never brings.
 type reads struct {
 	mu   sync.Mutex
 	open chan struct{} // closed when the transaction open now ends; nil: none
@@ -24,9 +22,8 @@ type reads struct {
 // watermill-sql hands to BeginTx.
 type readsKey struct{}
 
-// current returns a channel closed when the transaction open now ends:
-// the one that read the message handed out, while its ack is not yet
-// recorded. Closed already when none is open.
+// current returns a channel closed when the transaction open now ends
+// (closed already when none is open).
 func (r *reads) current() <-chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -54,9 +51,8 @@ func (r *reads) end(done chan struct{}) {
 	}
 }
 
-// trackedBeginner is the database watermill-sql's subscribers read from:
-// a transaction begun on a subscription's reading context is followed by
-// its reads.
+// trackedBeginner has transactions begun on a subscription's reading
+// context followed by its reads.
 type trackedBeginner struct{ wsql.Beginner }
 
 func (b trackedBeginner) BeginTx(ctx context.Context, opts *sql.TxOptions) (wsql.Tx, error) {

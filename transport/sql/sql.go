@@ -31,15 +31,11 @@ type Config struct {
 	// PollInterval is how long a subscriber waits when it found no message. Defaults to 100ms.
 	PollInterval time.Duration
 	// AckDeadline is how long a message may take from the moment it is
-	// read, its handler, retries and their backoff included: then its
-	// context ends, and it is read again (see the package documentation).
-	// While a message is handled, its group's read transaction stays open
-	// (on PostgreSQL it holds back the rows every reader of the server's
-	// topics sees). Defaults to AckDeadlineDefault (30 s).
+	// read, retries and backoff included; then it is read again (see the
+	// package documentation). Defaults to AckDeadlineDefault (30 s).
 	AckDeadline time.Duration
-	// Logger receives watermill-sql's logs (a row it cannot read, a failed
-	// poll); SetLogger replaces it later, and the bus sets its own.
-	// Defaults to discarding them.
+	// Logger receives watermill-sql's logs; SetLogger replaces it, and the
+	// bus sets its own. Defaults to discarding them.
 	Logger *slog.Logger
 }
 
@@ -79,10 +75,8 @@ func New(cfg Config) (*Transport, error) {
 		return nil, fmt.Errorf("sql: %w", err)
 	}
 	t := &Transport{cfg: cfg, log: logsink.New(cfg.Logger), dialect: d}
-	// Binary payloads (the marshaler is pluggable, and a malformed message
-	// must still reach the handler, and so the error topic); batches of
-	// one, since the offsets adapter acks a whole fetched batch; an ID
-	// column wide enough for every ID the bus accepts.
+	// Batches of one (Dialect.TransportSchema): the offsets adapter acks a
+	// whole fetched batch.
 	sqlDB, err := cfg.DB.DB()
 	if err != nil {
 		return nil, fmt.Errorf("sql: %w", err)
@@ -99,17 +93,16 @@ func New(cfg Config) (*Transport, error) {
 	return t, nil
 }
 
-// SetLogger sends watermill-sql's logs to l from now on, also for the
-// publisher and subscribers created before. Nil discards them.
+// SetLogger sends watermill-sql's logs to l from now on, also those of
+// publishers and subscribers created before. Nil discards them.
 func (t *Transport) SetLogger(l *slog.Logger) { t.log.Set(l) }
 
 // Publisher returns the publisher.
 func (t *Transport) Publisher() message.Publisher { return t.publisher }
 
 // Subscriber returns a subscriber of consumer group group. Its
-// subscriptions hand out one message at a time whatever inFlight is:
-// watermill-sql's subscriptions of one group take turns on the group's
-// offsets row (transport.Capabilities.Sequential).
+// subscriptions hand out one message at a time whatever inFlight is
+// (transport.Capabilities.Sequential).
 func (t *Transport) Subscriber(group string, _ int) (message.Subscriber, error) {
 	sub, err := wsql.NewSubscriber(trackedBeginner{t.db}, wsql.SubscriberConfig{
 		ConsumerGroup:    group,
@@ -128,13 +121,10 @@ func (t *Transport) Subscriber(group string, _ int) (message.Subscriber, error) 
 	return s, nil
 }
 
-// Capabilities: Sequential, since the subscriptions of one group take
-// turns on its offsets row, so one message of a group is handled at a
-// time; Reach "sql" for every SQL transport, since its topics are tables
-// of its database, which is, as a rule, the one the bus keeps its delayed
-// messages in, so any SQL transport that sees them reaches the same tables;
-// MarksRedeliveries, since it marks each process's first read of a topic
-// and counts the deliveries nacked or acked late in this process.
+// Capabilities: Sequential (a group's subscriptions take turns on its
+// offsets row); Reach "sql", since its topics are tables of the database
+// the bus keeps its delayed messages in; MarksRedeliveries (first reads
+// and deliveries nacked or acked late are marked).
 func (t *Transport) Capabilities() transport.Capabilities {
 	return transport.Capabilities{Sequential: true, Reach: "sql", MarksRedeliveries: true}
 }

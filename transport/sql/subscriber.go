@@ -15,20 +15,16 @@ import (
 	"github.com/postroom/postroom/transport"
 )
 
-// subscriber is watermill-sql's subscriber of one group. The group gets its
-// offsets row when it declares a topic: at the topic's end for an event
-// topic (SubscribeInitializeFromNow: a handler added later does not get
-// the events published before it existed), at its start otherwise (a
-// command sent before its endpoint first ran waits for it).
+// subscriber is watermill-sql's subscriber of one group (see
+// transport.FromNow for where the group starts reading).
 type subscriber struct {
 	*wsql.Subscriber
 	t     *Transport
 	group string
 
-	// drain counts the subscriptions until their channels are closed. Its
-	// stop, begun by Close, makes them take no more and settle what they
-	// hold; its cut, at most closeGrace later, makes forwarders stop
-	// offering.
+	// drain counts the subscriptions until their channels close. Close's
+	// stop makes them settle what they hold; its cut, at most closeGrace
+	// later, makes forwarders stop offering.
 	drain *drain.Drain
 
 	mu       sync.Mutex
@@ -89,21 +85,15 @@ func (s *subscriber) start(topic string, fromNow bool) error {
 	return db.Exec(q.Insert, s.group, end, end).Error
 }
 
-// Subscribe reads topic for the group, from where the group stopped, or
-// for a group that never declared it, from the topic's first message.
-//
-// Its channel is watermill-sql's, forwarded, so that Close returns only
-// once it is closed: watermill-sql's Close returns when its reading ends,
-// a moment before it closes the channel.
+// Subscribe reads topic for the group from where the group stopped (from
+// the start for a group that never declared it). The channel is
+// watermill-sql's, forwarded, so that Close returns only once it is closed.
 //
 // When ctx ends, the channel closes and the message handed out is still
-// settled by its ack or nack (a stopping bus lets it finish; its context
-// ends with ctx). watermill-sql's reading, whose transaction holds the
-// message, runs on a context of its own for that: it ends once nothing is
-// handed out and the last ack is committed (the transaction that read it
-// ended, see reads; at most ackCommitGrace after the ack), or at Close.
-// Ended with ctx, it would roll back an ack made just before or after the
-// stop with the read, and the message would be handled again.
+// settled. watermill-sql's reading runs on a context of its own, ended once
+// nothing is handed out and the last ack is committed (at most
+// ackCommitGrace later), or at Close: ended with ctx, it would roll back
+// an ack made around the stop.
 func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if err := s.SubscribeInitialize(topic); err != nil {
 		return nil, err
@@ -126,8 +116,7 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		switch {
 		case handedOut: // stopped once it is settled (below)
 		case !acked.IsZero() && time.Since(acked) < ackCommitGrace:
-			// watermill-sql may still be committing that ack, on the read's
-			// context: ending it now would roll the ack back.
+			// Ending the read's context now would roll back that ack.
 			committed, grace := ackCommitted, time.NewTimer(ackCommitGrace-time.Since(acked))
 			go func() {
 				defer stopReading()
@@ -186,19 +175,14 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	return out, nil
 }
 
-// ackCommitGrace bounds how long a stopped subscription waits for
-// watermill-sql to commit the ack of its last message (awaitCommit). An
-// ack whose commit outlasts it is rolled back with the read, and the
-// message is handled again (the inbox skips it). It waits for the commit,
-// not the grace (TestAnAckJustBeforeAStopHolds), so a longer grace costs
-// only a stop whose commit is slow: 5 s, since a commit on a loaded
-// machine can take over a second.
+// ackCommitGrace bounds how long a stopped subscription waits for the
+// commit of its last ack (awaitCommit); an ack committed later is rolled
+// back and the message handled again. Only a slow commit waits that long,
+// and on a loaded machine one can take over a second.
 const ackCommitGrace = 5 * time.Second
 
-// awaitCommit waits until watermill-sql has committed the ack it was just
-// given: the transaction that recorded it ended (committed), or the next
-// read began, after that commit (the message read is not handed out and
-// goes back with the read), or ackCommitGrace passed.
+// awaitCommit waits until the ack just given is committed (its transaction
+// ended, or the next read began), or ackCommitGrace passed.
 func (s *subscriber) awaitCommit(in <-chan *message.Message, committed <-chan struct{}) {
 	grace := time.NewTimer(ackCommitGrace)
 	defer grace.Stop()
@@ -210,18 +194,9 @@ func (s *subscriber) awaitCommit(in <-chan *message.Message, committed <-chan st
 	}
 }
 
-// firstRead reports whether this is the first message of topic that the
-// subscriber hands out. A group reads a topic in order, and a message
-// whose handling ended its process is not acked: the next process to read
-// the topic for the group reads it first. So the first read of each topic
-// in a process is marked metadata.RedeliveredFirstRead (it may have been
-// delivered before), and the bus counts it in the database
-// (postroom_deliveries), each count after the first as a delivery before:
-// a message that kills each process that reads it reaches the error topic
-// after bus.Config.MaxDeliveries instead of being read by each restarted
-// process forever. A process that started earlier and takes such a
-// message over from one that died does not count it; once every process
-// it reached has died and restarted, each read of it counts.
+// firstRead reports whether this is the first message of topic the
+// subscriber hands out, marked metadata.RedeliveredFirstRead (see the
+// package doc, "A message that ends its process").
 func (s *subscriber) firstRead(topic string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -232,20 +207,13 @@ func (s *subscriber) firstRead(topic string) bool {
 	return true
 }
 
-// forward hands msg on and waits until it is settled, as watermill-sql
-// does until the ack deadline. Past the deadline watermill-sql stops
-// waiting: it reads the message again and hands the copy to a
-// subscription of the group, while the handler of the first may still
-// run. So a copy waits here until no other delivery of its message is
-// being handled in this process (or its own deadline passes: then it is
-// read again), and a delivery acked after its deadline (its context has
-// ended: watermill-sql stopped waiting and does not record the ack) is
-// logged at error. A delivery nacked or acked late is counted in the
-// copies' metadata.DeliveryCount: the bus's poison-loop guard moves a
-// message nacked in a loop, or whose handler always outlives the deadline,
-// to the error topic after Config.MaxDeliveries. Without this, such a
-// handler would run again at every deadline, two runs at a time, without
-// a log line, forever.
+// forward hands msg on and waits until it is settled. Past the ack
+// deadline watermill-sql reads the message again while the first handler
+// may still run, so a copy waits here until no other delivery of it is
+// handled in this process (or its own deadline passes). A late ack is
+// logged at error; nacks and late acks are counted in the copies'
+// metadata.DeliveryCount for the poison-loop guard (see the package doc,
+// "Thirty seconds per message").
 func (s *subscriber) forward(ctx context.Context, topic string, msg *message.Message, out chan<- *message.Message) (acked bool) {
 	read := msg.Context() // watermill-sql's: it ends at the deadline
 	key := topic + "\x00" + msg.UUID
@@ -255,10 +223,8 @@ func (s *subscriber) forward(ctx context.Context, topic string, msg *message.Mes
 	}
 	defer s.release(key, settled)
 	// The handler gets a copy, so that an ack is checked against the
-	// deadline before watermill-sql sees it: once its wait ended (at the
-	// deadline, its context ends too), the ack is not recorded. Its
-	// context ends with ctx too (the subscription stops), while the read's
-	// goes on until the copy is settled.
+	// deadline before watermill-sql sees it. The copy's context also ends
+	// with ctx, while the read's goes on until the copy is settled.
 	cp := msg.Copy()
 	cpCtx, cancel := context.WithCancel(read)
 	defer cancel()
@@ -301,21 +267,17 @@ func (s *subscriber) forward(ctx context.Context, topic string, msg *message.Mes
 }
 
 // pastDeadline reports whether read, a delivery's context, ended at its
-// deadline: watermill-sql stopped waiting for the ack. Its Err says so
-// only most of the time (watermill-sql's own cancel races the deadline and
-// may end it as Canceled); a context that ended before its deadline was
-// ended by a stop, which is no late ack. (The check and watermill-sql's
-// wait are not atomic: an ack a moment before the deadline may still be
-// dropped by watermill-sql and not counted here; the message is then
-// delivered again, uncounted, as at least once allows.)
+// deadline. Err alone does not say (watermill-sql's cancel races the
+// deadline); one ended before its deadline was ended by a stop. Not atomic
+// with watermill-sql's wait: an ack just before the deadline may be
+// dropped uncounted, and the message is delivered again.
 func pastDeadline(read context.Context) bool {
 	deadline, ok := read.Deadline()
 	return read.Err() != nil && ok && !time.Now().Before(deadline)
 }
 
-// take marks the delivery of key as being handled once no other delivery
-// of it is; ok is false when read, this delivery's context, ended first
-// (or the subscription stopped). Release it when it is settled.
+// take marks the delivery of key as handled once no other is; ok is false
+// when read or the subscription ended first.
 func (s *subscriber) take(ctx context.Context, key string, read context.Context) (settled chan struct{}, ok bool) {
 	for {
 		s.mu.Lock()
@@ -347,16 +309,14 @@ func (s *subscriber) release(key string, settled chan struct{}) {
 	close(settled)
 }
 
-// returns counts the deliveries of a message that ended unsettled in this
-// process: nacked, or acked after their deadline.
+// returns counts a message's deliveries nacked or acked late in this process.
 type returns struct {
 	n    int
 	last time.Time
 }
 
-// returnCount is how many deliveries of key ended unsettled, the last of
-// them less than lateMemory deadlines ago: the copies carry it as
-// metadata.DeliveryCount, the poison-loop guard's count of them.
+// returnCount is how many deliveries of key ended unsettled, the last less
+// than lateMemory deadlines ago (the copies' metadata.DeliveryCount).
 func (s *subscriber) returnCount(key string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -382,13 +342,11 @@ func (s *subscriber) returned(key string) int {
 	return l.n
 }
 
-// lateLimit bounds the returns a subscriber remembers, and lateMemory
-// how long, in ack deadlines: the copies of a message acked late come
-// within a deadline or two of the ack. A count is not forgotten at an ack
-// in time: on PostgreSQL another subscription of the group may have read a
-// copy before that ack committed (or instead of it), and that copy must
-// carry the count; a replay of the message from the error topic comes later
-// and starts from zero.
+// lateLimit bounds the returns a subscriber remembers, and lateMemory how
+// long, in ack deadlines (copies come within a deadline or two). A count
+// is not forgotten at an ack in time: on PostgreSQL another subscription
+// may have read a copy before that ack committed, and it must carry the
+// count.
 const (
 	lateLimit  = 10_000
 	lateMemory = 4
@@ -404,14 +362,9 @@ func (s *subscriber) lateAck(key, topic string, msg *message.Message, took time.
 }
 
 // Close stops every subscription and returns once their channels are
-// closed.
-//
-// It first lets each subscription settle what it holds: a message handed
-// out and acked meanwhile is passed on, and its ack committed, for at most
-// closeGrace; then it stops them. Ending watermill-sql's reading at once
-// would roll back the acks made just before Close, and a stopping bus,
-// which closes its subscribers once its handlers have finished, would
-// handle those messages again.
+// closed. It first lets each settle what it holds, its ack committed, for
+// at most closeGrace: ending the reading at once would roll back acks made
+// just before Close, and those messages would be handled again.
 func (s *subscriber) Close() error {
 	s.drain.Stop()
 	s.drain.Wait(s.drain.Context().Done())

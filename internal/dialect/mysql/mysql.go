@@ -21,8 +21,8 @@ type Dialect struct{ dialect.Shared }
 
 var _ dialect.Dialect = Dialect{}
 
-// skip makes an insert affect no row on a duplicate key, without failing.
-// Without CLIENT_FOUND_ROWS an update to the same value counts as 0 rows.
+// skip makes an insert affect no row on a duplicate key (without
+// CLIENT_FOUND_ROWS an update to the same value counts as 0 rows).
 const skip = " ON DUPLICATE KEY UPDATE message_id = message_id"
 
 const skipLocked = " FOR UPDATE SKIP LOCKED"
@@ -123,15 +123,13 @@ func (Dialect) FoundRowsProbe() string {
 	return "UPDATE " + dialect.MigrationsTableDefault + " SET version = version LIMIT 1"
 }
 
-// TimeZoneProbe compares the bound times with the same times written as
-// text.
+// TimeZoneProbe compares the bound times with the same times as text.
 func (Dialect) TimeZoneProbe() string {
 	return "SELECT CAST(? AS DATETIME(6)) = CAST('2000-01-01 00:00:00' AS DATETIME(6)) AND " +
 		"CAST(? AS DATETIME(6)) = CAST('2000-07-01 00:00:00' AS DATETIME(6))"
 }
 
-// Open refuses a DSN that sets clientFoundRows, or a loc other than UTC,
-// and has the driver parse times.
+// Open refuses a DSN checkDSN refuses, and has the driver parse times.
 func (Dialect) Open(dsn string, cfg *gorm.Config) (*gorm.DB, error) {
 	dsn = parseTime(strings.TrimPrefix(dsn, "mysql://"))
 	if err := checkDSN(dsn); err != nil {
@@ -148,15 +146,13 @@ var ErrFoundRows = errors.New("the MySQL connection counts found rows (clientFou
 var ErrTimeZone = errors.New("the MySQL connection converts times to a zone other than UTC (the DSN's loc): " +
 	"postroom keeps its times in UTC in DATETIME columns, so they would shift by the zone's offset; remove loc or set loc=UTC")
 
-// checkDSN refuses a DSN (without its mysql:// prefix) that
-// sets clientFoundRows, or a loc other than UTC.
+// checkDSN refuses a DSN (without mysql://) that sets clientFoundRows or a
+// loc other than UTC.
 func checkDSN(dsn string) error {
 	cfg, err := gomysql.ParseDSN(dsn)
 	if err != nil {
 		if strings.Contains(err.Error(), "default addr for network") {
-			// user@127.0.0.1:3306/db: the driver takes the address for a
-			// network's name and says "default addr for network
-			// '127.0.0.1:3306' unknown", which names no fix.
+			// user@127.0.0.1:3306/db: the driver's error names no fix.
 			return fmt.Errorf("%w: the MySQL address needs its protocol, as in user@tcp(host:3306)/db: use %s", dialect.ErrBadDSN, dialect.DSNForms)
 		}
 		return nil // the driver says what is wrong when it opens

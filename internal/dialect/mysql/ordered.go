@@ -13,10 +13,9 @@ import (
 )
 
 // GapWait is how long a consumer group of the SQL transport waits before
-// it reads past a missing offset: the time it gives an insert that
-// AUTO_INCREMENT numbered before the row it sees to land in the table. A gap is timed from when this process first saw it,
-// not from the row's created_at (which another program can set, and which
-// is when the statement began).
+// it reads past a missing offset, for an insert numbered earlier to land.
+// A gap is timed from when this process first saw it, not from the row's
+// created_at (another program can set it).
 const GapWait = 2 * time.Second
 
 // TransportSchema reads with orderedSchema, observing gaps through db.
@@ -25,30 +24,18 @@ func (d Dialect) TransportSchema(db *sql.DB) (wsql.SchemaAdapter, wsql.OffsetsAd
 	return orderedSchema{schema.(dialect.WideSchema), &gapClock{db: db, seen: map[string]gapSeen{}}}, offsets, err
 }
 
-// orderedSchema is the message schema of the SQL transport. A group reads
-// the rows past the highest offset it acked, as watermill-sql's adapter
-// does (its SERIALIZABLE transaction, the
-// group's offsets row locked), but never past a row below which another
-// may still land. MySQL numbers a row (AUTO_INCREMENT) a moment before the
-// row is in the table, and commits in any order; a row that lands below
-// the acked offset would be skipped for good.
-//
-//   - The read is a locking read: it waits for a row inserted by a
-//     transaction not yet committed.
-//   - A row that is not the one right after the acked offset (offset + 1)
-//     is read only once this process has seen it as the next row, with
-//     the same acked offset, for GapWait: a lower offset may be on its way.
-//
-// It reads one row at a time: the rule looks at the first row past the
-// acked offset.
+// orderedSchema is the SQL transport's message schema: a group reads past
+// its acked offset as watermill-sql's does, but never past a row below
+// which another may still land (see transport/sql/doc.go, "Order on
+// MySQL/MariaDB"): a locking read waits for an uncommitted row, and a row
+// other than offset + 1 is read only once seen as the next row, with the
+// same acked offset, for GapWait. One row at a time.
 type orderedSchema struct {
 	dialect.WideSchema
 	gaps *gapClock
 }
 
-// SelectQuery reads the first row past the group's acked offset, waiting
-// for an uncommitted one, and returns it if it follows the acked offset
-// or stands after a gap seen for GapWait.
+// SelectQuery reads the first row past the acked offset, by that rule.
 func (s orderedSchema) SelectQuery(params wsql.SelectQueryParams) (wsql.Query, error) {
 	next, err := params.OffsetsAdapter.NextOffsetQuery(wsql.NextOffsetQueryParams{Topic: params.Topic, ConsumerGroup: params.ConsumerGroup})
 	if err != nil {
@@ -69,8 +56,7 @@ func (s orderedSchema) SelectQuery(params wsql.SelectQueryParams) (wsql.Query, e
 	return wsql.Query{Query: q, Args: args}, nil
 }
 
-// gapClock times the gaps the groups of one transport see: per topic and
-// group, the acked offset and the next row past it, and since when.
+// gapClock times the gaps seen, per topic and group.
 type gapClock struct {
 	db *sql.DB
 
@@ -84,9 +70,8 @@ type gapSeen struct {
 }
 
 // passable reads, without locking, the group's acked offset and the first
-// row past it. When that row does not follow the acked offset, and this
-// pair was seen GapWait ago or more, it returns the pair: the read may
-// pass the gap. Otherwise it returns -1, -1, which no row matches.
+// row past it, and returns the pair once a gap between them was seen for
+// GapWait; otherwise -1, -1, which no row matches.
 func (c *gapClock) passable(messages, offsets, group string) (acked, next int64, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -11,8 +11,7 @@ import (
 	"github.com/postroom/postroom/internal/dialect"
 )
 
-// messageTables returns the quoted names of watermill-sql's tables for
-// topic: its messages, and its consumer groups' offsets.
+// messageTables returns the quoted names of topic's message and offsets tables.
 func messageTables(topic string) (messages, offsets string) {
 	return wsql.DefaultMySQLSchema{}.MessagesTable(topic), wsql.DefaultMySQLOffsetsAdapter{}.MessagesOffsetsTable(topic)
 }
@@ -24,28 +23,21 @@ func (Dialect) MessageSchema(batch int) (wsql.SchemaAdapter, wsql.OffsetsAdapter
 	return wideSchema(wsql.DefaultMySQLSchema{GeneratePayloadType: dialect.ColumnType("LONGBLOB"), SubscribeBatchSize: batch}), binaryGroups{}, nil
 }
 
-// OutboxSchema: the relay acks row by row (watermill-sql's queue schema:
-// an acked column, the rows not yet acked read in offset order). Reading
-// past the highest acked offset, as the offsets of a consumer group do,
-// loses a row: handlers commit their outbox rows in another order than
-// AUTO_INCREMENT handed out the offsets, so a row can commit after the
-// relay acked a higher one (bus TestOutboxRelaysEveryCommit).
+// OutboxSchema: the relay acks row by row (watermill-sql's queue schema),
+// since handlers commit outbox rows out of offset order and reading past
+// the highest acked offset would lose one.
 //
-// The relay reads at READ COMMITTED (readCommitted): its locking read of
-// the rows not acked then locks those rows only. At watermill-sql's
-// REPEATABLE READ it would also lock the gap after them, where every new
-// outbox row goes, for as long as its batch's publishes take: while a
-// broker takes publishes without confirming them (a memory alarm), every
-// handler sending through the outbox would wait up to the ack deadline
-// (30 s) and, with a lower innodb_lock_wait_timeout, fail to the error
-// topic.
+// The relay reads at READ COMMITTED, locking only the rows not acked: at
+// REPEATABLE READ it would also lock the gap where every new outbox row
+// goes, for as long as its batch's publishes take, and handlers would
+// wait (or fail) while a broker is slow to confirm.
 func (Dialect) OutboxSchema(batch int) (wsql.SchemaAdapter, wsql.OffsetsAdapter, string, error) {
 	return readCommitted{wideSchema(wsql.MySQLQueueSchema{GeneratePayloadType: dialect.ColumnType("LONGBLOB"), SubscribeBatchSize: batch})},
 		queueOffsets{}, "", nil // the queue schema has no consumer groups
 }
 
-// readCommitted reads at READ COMMITTED (see OutboxSchema), and creates
-// the outbox's table as the migration does (outboxTable).
+// readCommitted reads at READ COMMITTED (see OutboxSchema) and creates
+// the table with outboxTable.
 type readCommitted struct{ dialect.WideSchema }
 
 func (readCommitted) SubscribeIsolationLevel() sql.IsolationLevel { return sql.LevelReadCommitted }
@@ -54,12 +46,9 @@ func (readCommitted) SchemaInitializingQueries(params wsql.SchemaInitializingQue
 	return []wsql.Query{{Query: outboxTable(params.Topic)}}, nil
 }
 
-// queueOffsets is watermill-sql's MySQLQueueOffsetsAdapter acking only the
-// rows of a batch up to the last one handled. Its own AckMessageQuery marks
-// every row the relay read: a row still unpublished when its ack deadline
-// (30 s) runs out, as in a broker outage in the middle of a batch, would
-// be marked acked with every row behind it and never relayed, without a
-// log line (outbox TestAnOutageMidBatchLosesNothing).
+// queueOffsets is watermill-sql's MySQLQueueOffsetsAdapter acking only a
+// batch's rows up to the last handled: its own marks every row read, so
+// an outage mid-batch past the ack deadline would lose the rest silently.
 type queueOffsets struct{ wsql.MySQLQueueOffsetsAdapter }
 
 func (a queueOffsets) AckMessageQuery(p wsql.AckMessageQueryParams) (wsql.Query, error) {
@@ -74,8 +63,7 @@ func (a queueOffsets) AckMessageQuery(p wsql.AckMessageQueryParams) (wsql.Query,
 }
 
 // outboxTable creates the outbox's message table: watermill-sql's with the
-// wide ID column, the acked column and the index of the relay's query (the
-// rows not acked, in offset order).
+// wide ID column, and the index of the relay's query of rows not acked.
 func outboxTable(topic string) string {
 	messages, _ := messageTables(topic)
 	return "CREATE TABLE IF NOT EXISTS " + messages + " (`offset` BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, `uuid` VARCHAR(" + strconv.Itoa(dialect.MessageIDColumnLength) + ") NOT NULL," +
@@ -83,9 +71,8 @@ func outboxTable(topic string) string {
 		" `acked` BOOLEAN NOT NULL DEFAULT FALSE, INDEX postroom_outbox_acked (`acked`, `offset`))"
 }
 
-// NarrowIDTables lists the tables an older postroom or watermill-sql
-// created, which the schema adapter does not widen: MySQL has no
-// conditional DDL, and an ALTER at each subscribe would wait for every
+// NarrowIDTables: the schema adapter does not widen these, since MySQL has
+// no conditional DDL and an ALTER at each subscribe would wait for every
 // open transaction on the table.
 func (Dialect) NarrowIDTables() string {
 	return fmt.Sprintf("SELECT table_name FROM information_schema.columns WHERE table_schema = DATABASE()"+
@@ -97,8 +84,7 @@ func (Dialect) WidenID(table string) string {
 	return fmt.Sprintf("ALTER TABLE %s MODIFY `uuid` VARCHAR(%d) NOT NULL", "`"+strings.ReplaceAll(table, "`", "``")+"`", dialect.MessageIDColumnLength)
 }
 
-// OutboxTables: the message table has the acked column of per-row acks
-// (OutboxSchema) and its index.
+// OutboxTables: outboxTable, and the offsets table.
 func (Dialect) OutboxTables(topic string) []string {
 	oqs, _ := binaryGroups{}.SchemaInitializingQueries(wsql.OffsetsSchemaInitializingQueriesParams{Topic: topic})
 	return dialect.Statements(append([]wsql.Query{{Query: outboxTable(topic)}}, oqs...))
@@ -116,9 +102,8 @@ func (Dialect) OutboxBacklog(topic string) (string, []any) {
 		" FROM " + messages + " WHERE NOT `acked`", nil
 }
 
-// GroupStarts: the adapter orders by offset alone, so the start is the
-// greatest offset, read before the insert so that the insert locks no row
-// of the message table.
+// GroupStarts: the start is the greatest offset, read before the insert
+// so that the insert locks no row of the message table.
 func (Dialect) GroupStarts(topic string) dialect.GroupStart {
 	messages, offsets := messageTables(topic)
 	return dialect.GroupStart{
@@ -137,18 +122,14 @@ const (
 )
 
 // binaryGroups is watermill-sql's offsets adapter with the consumer group
-// compared byte for byte. Its column is VARCHAR under the database's
-// default collation, which on MySQL and MariaDB ignores case (and trailing
-// spaces): two groups named alike but for case ("audit", "Audit": two
-// handlers, two endpoints) would share one offsets row, and each get a
-// part of the topic's messages, the rest acked by the other. Every other key
-// postroom keeps is binary too (schema).
+// compared byte for byte: under the default collation, which ignores case
+// and trailing spaces, "audit" and "Audit" would share one offsets row and
+// each get a part of the messages.
 type binaryGroups struct {
 	wsql.DefaultMySQLOffsetsAdapter
 }
 
-// SchemaInitializingQueries creates the offsets table with a binary group
-// column.
+// SchemaInitializingQueries makes the group column binary.
 func (a binaryGroups) SchemaInitializingQueries(params wsql.OffsetsSchemaInitializingQueriesParams) ([]wsql.Query, error) {
 	qs, err := a.DefaultMySQLOffsetsAdapter.SchemaInitializingQueries(params)
 	if err != nil {
