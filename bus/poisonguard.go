@@ -13,7 +13,9 @@ import (
 )
 
 // deliveryCounter is the poison-loop guard's count of a message's unsettled
-// deliveries where the transport does not count them (counterFor).
+// deliveries where the transport does not count them (counterFor); the
+// transport's own count (metadata.DeliveryCount), where a delivery carries
+// one, is a floor.
 type deliveryCounter interface {
 	// previous returns the unsettled deliveries of msg to the group before
 	// this one, counting this one first where it must (counted). Call
@@ -64,20 +66,16 @@ func (countedByTransport) ended(*message.Message, string, string, bool, bool, bo
 func (b *Bus) guarded(handler, topic string, count deliveryCounter, delivery message.HandlerFunc) func(*message.Message) error {
 	group, consumer := b.group(handler), b.consumer(handler)
 	return func(msg *message.Message) error {
-		n, counted := 0, false
-		if c := msg.Metadata.Get(metadata.DeliveryCount); c != "" {
-			n, _ = strconv.Atoi(c)
-		} else {
-			var release func()
-			var err error
-			n, counted, release, err = count.previous(msg, group, consumer)
-			defer release()
-			if errors.Is(err, errStopping) {
-				return err
-			} else if err != nil {
-				b.cfg.Logger.Warn("bus: the poison-loop guard could not count a redelivery; it is handled as a first delivery",
-					"handler", handler, "message_id", msg.UUID, "error", err)
-			}
+		n, counted, release, err := count.previous(msg, group, consumer)
+		defer release()
+		if errors.Is(err, errStopping) {
+			return err
+		} else if err != nil {
+			b.cfg.Logger.Warn("bus: the poison-loop guard could not count a redelivery; only its transport's count holds",
+				"handler", handler, "message_id", msg.UUID, "error", err)
+		}
+		if c, err := strconv.Atoi(msg.Metadata.Get(metadata.DeliveryCount)); err == nil && c > n {
+			n = c // the transport's count is a floor: a broker may count what the handler's count does not
 		}
 		if n >= b.cfg.MaxDeliveries {
 			reason := fmt.Errorf("bus: delivered %d times without being handled (Config.MaxDeliveries %d): moved aside so that the messages behind it are handled", n, b.cfg.MaxDeliveries)
@@ -93,7 +91,7 @@ func (b *Bus) guarded(handler, topic string, count deliveryCounter, delivery mes
 		if n > 0 || msg.Metadata.Get(metadata.Redelivered) != "" {
 			msg.SetContext(uow.Alone(msg.Context()))
 		}
-		_, err := delivery(msg)
+		_, err = delivery(msg)
 		b.ended(handler, count, msg, group, consumer, counted, err != nil, false)
 		return err
 	}

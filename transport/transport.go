@@ -47,8 +47,11 @@ type Capabilities struct {
 	// refuses a Config.MaxDeliveries that does not stay below it.
 	DeliveryLimit int
 	// CountsDeliveries is true for a transport whose every redelivery,
-	// after a nack or the end of a process, carries metadata.DeliveryCount
-	// (quorum queues): the poison-loop guard counts nothing of its own.
+	// after a nack while its subscription runs or the end of a process,
+	// carries metadata.DeliveryCount (quorum queues: the transport returns
+	// such a message with a reject, which RabbitMQ counts): the poison-loop
+	// guard counts nothing of its own. A delivery's DeliveryCount is a
+	// floor of the guard's count on every transport.
 	CountsDeliveries bool
 	// MarksRedeliveries is true for a transport that marks with
 	// metadata.Redelivered a delivery that may repeat one that ended with

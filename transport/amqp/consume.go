@@ -166,7 +166,7 @@ func (s *subscriber) deliver(ctx context.Context, c *consumer, d amqp091.Deliver
 	msg, err := s.wcfg.Marshaler.Unmarshal(d)
 	if err != nil { // Marshaler never fails; another one could
 		s.log.Logger().Error("amqp: cannot read a delivery; nacked, RabbitMQ redelivers it", "topic", topic, "queue", queue, "error", err)
-		return settle(d, false)
+		return settle(d, false, false)
 	}
 	if d.Redelivered {
 		msg.Metadata.Set(wamqp.MetadataRedeliveredKey, "true")
@@ -230,14 +230,15 @@ func (s *subscriber) settleSettled(ctx context.Context, c *consumer, d amqp091.D
 		}
 	}
 	acked := isAcked(msg)
+	stopping := false
 	if !acked {
-		stopping := ctx.Err() != nil || s.isClosing()
+		stopping = ctx.Err() != nil || s.isClosing()
 		if stopping { // no redelivery to this consumer, counted again on a quorum queue
 			s.stop(c)
 		}
 		s.logNack(msg, topic, queue, stopping)
 	}
-	settle(d, acked)
+	settle(d, acked, stopping)
 }
 
 // isAcked reports whether msg was acked.
@@ -250,14 +251,20 @@ func isAcked(msg *message.Message) bool {
 	}
 }
 
-// settle acks d or nacks it back to the queue; lost if the channel failed
-// (RabbitMQ then redelivers d).
-func settle(d amqp091.Delivery, ack bool) outcome {
+// settle acks d, or returns it to the queue: with a nack when a stopping
+// subscription gives it back, with a reject when its handling failed. A
+// quorum queue's delivery count (and the bus's poison-loop guard with it)
+// counts a reject on every RabbitMQ; from 4.3 on it does not count a
+// nack. Lost if the channel failed (RabbitMQ then redelivers d).
+func settle(d amqp091.Delivery, ack, givenBack bool) outcome {
 	var err error
-	if ack {
+	switch {
+	case ack:
 		err = d.Ack(false)
-	} else {
+	case givenBack:
 		err = d.Nack(false, true)
+	default:
+		err = d.Reject(true)
 	}
 	if err != nil {
 		return lost
@@ -273,7 +280,7 @@ func (s *subscriber) giveBack(d amqp091.Delivery, topic, queue string) {
 		s.log.Logger().Error("amqp: message returned while stopping at its queue's delivery limit; RabbitMQ drops it",
 			"message_id", id, "topic", topic, "queue", queue, "delivery_limit", s.cfg.DeliveryLimit)
 	}
-	settle(d, false)
+	settle(d, false, true)
 }
 
 // register adds c to the consumers Close cancels, counted as active until

@@ -127,7 +127,7 @@ func TestNoMoreThanInFlightHandedOut(t *testing.T) {
 	held[0].Nack()
 	held[2].Ack()
 	h.watchers.Wait()
-	for i, want := range []string{"nack requeue", "ack", "ack", "ack"} {
+	for i, want := range []string{"reject requeue", "ack", "ack", "ack"} {
 		if got := acks[i].settled(); got != want {
 			t.Fatalf("delivery %d was settled with %q, want %q", i, got, want)
 		}
@@ -169,7 +169,12 @@ func (a *acknowledger) Nack(_ uint64, _ bool, requeue bool) error {
 	}
 	return a.record("nack")
 }
-func (a *acknowledger) Reject(uint64, bool) error { return a.record("reject") }
+func (a *acknowledger) Reject(_ uint64, requeue bool) error {
+	if requeue {
+		return a.record("reject requeue")
+	}
+	return a.record("reject")
+}
 
 // TestNothingHandedOutAfterClose: a delivery read once Close has begun
 // (with a prefetch above 1 the channel holds several) is given back, not
@@ -191,6 +196,35 @@ func TestNothingHandedOutAfterClose(t *testing.T) {
 			}
 			requireGivenBack(t, s, context.Background(), c)
 		})
+	}
+}
+
+// TestAFailureIsRejectedAndAStopsNackIsNot: a message its handler nacks
+// while the subscription runs goes back with a reject (RabbitMQ counts it
+// in a quorum queue's delivery count on every version; from 4.3 on it does
+// not count a nack), one nacked once the subscription's context ended
+// with a nack (given back at a stop, not a failure).
+func TestAFailureIsRejectedAndAStopsNackIsNot(t *testing.T) {
+	for _, stopping := range []bool{false, true} {
+		s := testSubscriber()
+		out := make(chan *message.Message, 1)
+		ack := &acknowledger{}
+		h := newHandedOut(1)
+		ctx, cancel := context.WithCancel(context.Background())
+		if o := s.deliver(ctx, newConsumer(nil, ""), delivery(ack), "t", "q", out, h); o != next {
+			t.Fatalf("deliver returned %d, want next", o)
+		}
+		msg := <-out
+		if stopping {
+			cancel()
+		}
+		msg.Nack()
+		h.watchers.Wait()
+		cancel()
+		want := map[bool]string{false: "reject requeue", true: "nack requeue"}[stopping]
+		if got := ack.settled(); got != want {
+			t.Fatalf("stopping %v: the nacked delivery was settled with %q, want %q", stopping, got, want)
+		}
 	}
 }
 

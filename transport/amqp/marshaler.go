@@ -112,11 +112,14 @@ func (Marshaler) Unmarshal(d amqp091.Delivery) (*message.Message, error) {
 	transport.DropControl(md)
 	c, counted := md[deliveryCountHeader]
 	delete(md, deliveryCountHeader) // moved, so a copy sent on does not carry it
-	switch {
-	case counted && d.Redelivered:
-		md[metadata.DeliveryCount] = c
-	case d.Redelivered: // a classic queue: the bus counts it
+	// A redelivery is marked, and carries the queue's count where it has
+	// one (quorum queues; classic queues from RabbitMQ 4.3): the bus counts
+	// it as the queue type says (transport.Capabilities), the count a floor.
+	if d.Redelivered {
 		md[metadata.Redelivered] = metadata.RedeliveredYes
+		if counted {
+			md[metadata.DeliveryCount] = c
+		}
 	}
 
 	reasons := make([]string, 0, len(problems)+1)

@@ -127,7 +127,7 @@ func TestUnmarshalRedelivered(t *testing.T) {
 	}{
 		{"first delivery", amqp091.Delivery{MessageId: "m"}, ""},
 		{"redelivered, classic queue", amqp091.Delivery{MessageId: "m", Redelivered: true}, "true"},
-		{"redelivered, quorum queue: its count says it", amqp091.Delivery{MessageId: "m", Redelivered: true, Headers: amqp091.Table{"x-delivery-count": int64(1)}}, ""},
+		{"redelivered, quorum queue: marked too", amqp091.Delivery{MessageId: "m", Redelivered: true, Headers: amqp091.Table{"x-delivery-count": int64(1)}}, "true"},
 		{"a producer's header", amqp091.Delivery{MessageId: "m", Headers: amqp091.Table{metadata.Redelivered: "true"}}, ""},
 	} {
 		msg, err := amqp.Marshaler{}.Unmarshal(c.d)
