@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -26,6 +27,9 @@ type poisonCount struct {
 	now      func() time.Time
 	slot     chan struct{} // held by the looped delivery being handled
 	stopping <-chan struct{}
+
+	mu     sync.Mutex
+	stored map[string]bool // consumer and message ID of the counts this process wrote, until settled
 }
 
 // newPoisonCount returns the counter of db; nil without a database.
@@ -41,7 +45,7 @@ func newPoisonCount(db *gorm.DB, now func() time.Time, stopping <-chan struct{})
 	if err != nil {
 		return nil, fmt.Errorf("bus: %w", err)
 	}
-	return &poisonCount{db: db, d: d, stmts: stmts, now: now, slot: make(chan struct{}, 1), stopping: stopping}, nil
+	return &poisonCount{db: db, d: d, stmts: stmts, now: now, slot: make(chan struct{}, 1), stopping: stopping, stored: map[string]bool{}}, nil
 }
 
 // previous counts a marked delivery and returns the unsettled ones before it.
@@ -63,8 +67,19 @@ func (r *poisonCount) previous(msg *message.Message, _, consumer string) (n int,
 		}
 	}
 	n, err = r.count(ctx, consumer, msg)
+	if err == nil {
+		r.mu.Lock()
+		if len(r.stored) >= storedLimit {
+			clear(r.stored) // rows left are purged by cleanup
+		}
+		r.stored[consumer+"\x00"+msg.UUID] = true
+		r.mu.Unlock()
+	}
 	return n, err == nil, release, err
 }
+
+// storedLimit bounds the counts a process remembers having written.
+const storedLimit = 10_000
 
 // count adds this delivery of msg to consumer's count and returns the
 // unsettled deliveries before it: for a redelivery the stored count (the
@@ -95,10 +110,19 @@ func (r *poisonCount) looped(ctx context.Context, consumer string, msg *message.
 }
 
 // ended forgets the count of a message settled after a delivery counted
-// here or by its transport (which may follow one counted here), or moved
-// aside (a replay starts again). A nacked delivery keeps it.
+// here (this one, or an earlier one in this process) or by its transport
+// (which may follow one counted here), or moved aside (a replay starts
+// again). A nacked delivery keeps it.
 func (r *poisonCount) ended(msg *message.Message, _, consumer string, counted, nacked, moved bool) error {
-	if nacked || !counted && !moved && msg.Metadata.Get(metadata.DeliveryCount) == "" {
+	if nacked {
+		return nil
+	}
+	key := consumer + "\x00" + msg.UUID
+	r.mu.Lock()
+	wrote := r.stored[key]
+	delete(r.stored, key)
+	r.mu.Unlock()
+	if !counted && !wrote && !moved && msg.Metadata.Get(metadata.DeliveryCount) == "" {
 		return nil
 	}
 	// Also when the message's context ended with the settling (a stop).

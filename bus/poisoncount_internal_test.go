@@ -15,7 +15,8 @@ import (
 // an unmarked delivery is a first one (no row); each marked delivery is
 // counted; a nack keeps the count; a settled delivery that was counted, or
 // that its transport counted (the SQL transport counts its own re-reads
-// after a first read counted here), or that was moved aside, deletes it.
+// after a first read counted here), or that was moved aside, deletes it;
+// so does one settled in the process that counted an earlier delivery.
 func TestPoisonCountCountsMarkedDeliveriesAndForgetsSettled(t *testing.T) {
 	for _, store := range testenv.Databases {
 		t.Run(store.Name, func(t *testing.T) {
@@ -53,10 +54,17 @@ func TestPoisonCountCountsMarkedDeliveriesAndForgetsSettled(t *testing.T) {
 			n, _ = previous(delivery("b", metadata.Redelivered, metadata.RedeliveredFirstRead))
 			require.Zero(t, n, "a first read may be a first delivery")
 
-			require.NoError(t, c.ended(delivery("a", "", ""), "g", consumer, false, false, false))
-			require.EqualValues(t, 1, rows("a"), "a first delivery settled deletes nothing")
-			require.NoError(t, c.ended(delivery("a", metadata.DeliveryCount, "1"), "g", consumer, false, false, false))
+			other, err := newPoisonCount(db, time.Now, make(chan struct{})) // another process
+			require.NoError(t, err)
+			require.NoError(t, other.ended(delivery("a", "", ""), "g", consumer, false, false, false))
+			require.EqualValues(t, 1, rows("a"), "a first delivery settled in another process deletes nothing")
+			require.NoError(t, other.ended(delivery("a", metadata.DeliveryCount, "1"), "g", consumer, false, false, false))
 			require.Zero(t, rows("a"), "settled after a redelivery its transport counted")
+
+			n, _ = previous(delivery("c", metadata.Redelivered, metadata.RedeliveredYes))
+			require.Equal(t, 1, n)
+			require.NoError(t, c.ended(delivery("c", "", ""), "g", consumer, false, false, false))
+			require.Zero(t, rows("c"), "settled in the process that counted it, even on a delivery not counted")
 			require.NoError(t, c.ended(delivery("b", "", ""), "g", consumer, false, false, true))
 			require.Zero(t, rows("b"), "moved aside")
 		})
